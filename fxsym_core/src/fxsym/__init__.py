@@ -1,0 +1,57 @@
+"""fxsym: which sizes inside a PyTorch model can change, and which must change together.
+
+The core holds the machinery — symbols, the plugin system, the tracer, the analyzer, the
+resize engine and the pass pipeline — and knows no module family by itself: every family
+arrives through a plugin (``pip install fxsym-plugins-nn``).
+"""
+
+from __future__ import annotations
+
+from .analysis import analyze
+from .errors import (
+    AnalysisError,
+    FxsymError,
+    ModelError,
+    PassError,
+    PluginError,
+    PluginWarning,
+    ResizeError,
+    TraceError,
+)
+from .plugins import PluginManager, hookimpl, load_plugins
+from .resize import resize
+from .symbols import SymGroup, SymInfo, SymMap, Symbol
+from .tracer import TraceReport, trace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AnalysisError",
+    "FxsymError",
+    "ModelError",
+    "PassError",
+    "PluginError",
+    "PluginManager",
+    "PluginWarning",
+    "ResizeError",
+    "SymGroup",
+    "SymInfo",
+    "SymMap",
+    "Symbol",
+    "TraceError",
+    "TraceReport",
+    "analyze",
+    "hookimpl",
+    "load_plugins",
+    "resize",
+    "trace",
+]
+
+
+def __getattr__(name: str) -> object:
+    # the pass pipeline is imported on first use
+    if name == "optimize":
+        from .passes import optimize
+
+        return optimize
+    raise AttributeError(f"module 'fxsym' has no attribute {name!r}")

@@ -1,0 +1,43 @@
+"""The symbol analyzer: layouts, groups, op-rule context and ``analyze``."""
+
+from .analyzer import Analyzer, resolve_dim
+from .api import analyze
+from .context import OpContext, Unsupported
+from .groups import GroupTable
+from .layout import (
+    Dim,
+    Layout,
+    Seg,
+    TensorLayout,
+    concat_dims,
+    dim_groups,
+    dim_size,
+    fixed_dim,
+    fixed_layout,
+    group_dim,
+    is_fixed,
+    iter_dims,
+    scale_block,
+)
+
+__all__ = [
+    "Analyzer",
+    "Dim",
+    "GroupTable",
+    "Layout",
+    "OpContext",
+    "Seg",
+    "TensorLayout",
+    "Unsupported",
+    "analyze",
+    "concat_dims",
+    "dim_groups",
+    "dim_size",
+    "fixed_dim",
+    "fixed_layout",
+    "group_dim",
+    "is_fixed",
+    "iter_dims",
+    "resolve_dim",
+    "scale_block",
+]

@@ -1,0 +1,216 @@
+"""The analyzer: one pass over the traced graph, in topological order.
+
+For every value it keeps a layout (see :mod:`fxsym.analysis.layout`). Placeholders and
+attributes are fixed. A ``call_module`` node of a module with a SymInfo ties its INCOMING
+symbols to the groups of its first input and starts a new group for each OUTGOING symbol
+(a shape-preserving module passes its input layout through). ``call_function`` and
+``call_method`` nodes follow the op rules plugins registered. Anything else — an unknown op,
+an unknown module, a rule that cannot prove its mapping — is a *boundary*: the groups it
+touches become constant. Groups reaching the graph output become constant too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..registry import get_registry
+from ..symbols import Symbol, SymMap
+from ..tracer.report import TraceReport
+from .context import OpContext, Unsupported
+from .groups import GroupTable
+from .layout import (
+    Dim,
+    Layout,
+    Seg,
+    TensorLayout,
+    dim_size,
+    fixed_layout,
+    group_dim,
+    iter_dims,
+)
+
+
+def _qualname(target: Any) -> str:
+    if isinstance(target, str):
+        return f".{target}()"
+    mod = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
+    return f"{mod}.{name}" if mod else name
+
+
+def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
+    """The one dimension the equivalent indices ``elastic_dims`` name for a tensor of ``ndim``."""
+    found = {d % ndim for d in elastic_dims if -ndim <= d < ndim}
+    return found.pop() if len(found) == 1 else None
+
+
+class Analyzer:
+    """Propagates layouts through a GraphModule and collects symbol dims for a SymMap."""
+
+    def __init__(self, gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport) -> None:
+        self.gm = gm
+        self.symmap = symmap
+        self.report = report
+        self.table = GroupTable()
+        self.env: dict[torch.fx.Node, Layout] = {}
+        #: (module_qualname, symbol_name) -> the Dim that symbol sizes
+        self.symbol_dims: dict[tuple[str, str], Dim] = {}
+        self._out_groups: dict[tuple[str, str], int] = {}
+        self.registry = get_registry()
+
+    # -- driver ----------------------------------------------------------------------------
+    def run(self) -> None:
+        for node in self.gm.graph.nodes:
+            if node.op in ("placeholder", "get_attr"):
+                self.env[node] = fixed_layout(node.meta.get("val"))
+            elif node.op == "output":
+                self.fix(self._input_layouts(node), "reaches the model output", node)
+            else:
+                self.env[node] = self._visit(node)
+
+    def _visit(self, node: torch.fx.Node) -> Layout:
+        if "val" not in node.meta:
+            return self.boundary(node, "its value is unknown at trace time")
+        if any(self.env.get(n) is None and isinstance(n.meta.get("val"), torch.Tensor)
+               for n in node.all_input_nodes):
+            return self.boundary(node, "an input has no known layout")
+        ctx = OpContext(self, node)
+        try:
+            if node.op == "call_module":
+                return self._visit_module(ctx)
+            rule = self.registry.op_rule(node.target)
+            if rule is None:
+                return self.boundary(node, f"no op rule for {_qualname(node.target)}")
+            return rule(ctx)
+        except Unsupported as exc:
+            return self.boundary(node, str(exc) or "unsupported")
+
+    def boundary(self, node: torch.fx.Node, reason: str) -> Layout:
+        """Make every group the node touches constant; its value gets a fixed layout."""
+        self.fix(self._input_layouts(node), reason, node)
+        return fixed_layout(node.meta.get("val"))
+
+    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None:
+        changed = False
+        dims = [layout] if _is_dim(layout) else iter_dims(layout)
+        for dim in dims:
+            for seg in dim:
+                if seg.group is not None:
+                    changed |= self.table.fix(seg.group, reason)
+        if changed and node is not None:
+            where = _where(node)
+            self.report.add("boundary", where, reason)
+
+    def _input_layouts(self, node: torch.fx.Node) -> tuple[Layout, ...]:
+        return tuple(self.env.get(n) for n in node.all_input_nodes)
+
+    # -- modules ---------------------------------------------------------------------------
+    def _visit_module(self, ctx: OpContext) -> Layout:
+        node = ctx.node
+        qualname = str(node.target)
+        mod = self.gm.get_submodule(qualname)
+        info = self.symmap._map.get(mod)
+        if info is None:
+            return self.boundary(node, f"no SymInfo for module {type(mod).__name__}")
+        name = self.symmap._mod_to_name.get(mod, qualname)
+        tensors = [a for a in node.args if isinstance(ctx.layout(a), TensorLayout)]
+        tensors += [a for a in node.kwargs.values() if isinstance(ctx.layout(a), TensorLayout)]
+        if not tensors:
+            return self.boundary(node, f"{type(mod).__name__} got no tensor input")
+        x = ctx.tensor_layout(tensors[0])
+        for other in tensors[1:]:
+            self.fix(ctx.layout(other), f"extra input of {type(mod).__name__}", node)
+        consumed: set[int] = set()
+        incoming: dict[int, Dim] = {}
+        for sname, sym in info.symbols.items():
+            if not sym.is_incoming:
+                continue
+            d = resolve_dim(sym.elastic_dims, len(x))
+            if d is None:
+                self.fix(x, f"{name}.{sname}: input of unexpected rank {len(x)}", node)
+                continue
+            consumed.add(d)
+            if sym.is_constant:
+                self.fix(x[d], f"{name}.{sname} cannot change", node)
+            self._attach(name, sname, x[d], node)
+            incoming[id(sym)] = x[d]
+        if info.is_shape_preserving:
+            if ctx.shape(tensors[0]) != ctx.out_shape():
+                ctx.unsupported(f"shape-preserving {type(mod).__name__} changed the shape")
+            return x
+        for d, dim in enumerate(x):
+            if d not in consumed:
+                self.fix(dim, f"{type(mod).__name__} maps input dim {d} in an unknown way", node)
+        out = ctx.fixed()
+        if not isinstance(out, TensorLayout):
+            return out
+        dims = list(out)
+        for sname, sym in info.symbols.items():
+            if not sym.is_outgoing:
+                continue
+            d = resolve_dim(sym.elastic_dims, len(dims))
+            if d is None:
+                continue
+            source = incoming.get(id(sym.parent)) if sym.parent is not None else None
+            if source is not None:  # follows an input dim (a depthwise conv's channels)
+                if dim_size(source) != ctx.out_shape()[d]:
+                    ctx.unsupported(f"{name}.{sname} follows an input dim of another size")
+                self._attach(name, sname, source, node)
+                dims[d] = source
+                continue
+            dims[d] = self._outgoing(name, sname, sym, ctx.out_shape()[d])
+        return TensorLayout(dims)
+
+    def _attach(self, name: str, sname: str, dim: Dim, node: torch.fx.Node) -> None:
+        key = (name, sname)
+        old = self.symbol_dims.get(key)
+        if old is not None:  # a module called more than once: every call must agree
+            ctx = OpContext(self, node)
+            try:
+                dim = ctx.unify(old, dim)
+            except Unsupported:
+                self.fix(old, f"{name} is called with different layouts", node)
+                self.fix(dim, f"{name} is called with different layouts", node)
+        self.symbol_dims[key] = dim
+
+    def _outgoing(self, name: str, sname: str, sym: Symbol, size: int) -> Dim:
+        key = (name, sname)
+        block = int(getattr(sym, "block", 1) or 1)
+        g = self._out_groups.get(key)
+        if g is None:
+            g = self.table.new(size // block)
+            self._out_groups[key] = g
+            self.table.add_producer(g, name, sname, sym.is_searchable)
+            if not sym.is_searchable:
+                self.table.fix(g, f"{name}.{sname} is not searchable")
+            if size % block:
+                self.table.fix(g, f"{name}.{sname}: size {size} is not a multiple of {block}")
+        dim = group_dim(g, size // block, block)
+        self.symbol_dims[key] = dim
+        return dim
+
+
+def _is_dim(obj: Any) -> bool:
+    return isinstance(obj, tuple) and bool(obj) and isinstance(obj[0], Seg)
+
+
+def _where(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack")
+    if node.op == "call_module":
+        return f"{node.target} (node {node.name})"
+    if stack:
+        path = list(stack.values())[-1][0]
+        return f"{path} (node {node.name})"
+    return f"node {node.name}"
+
+
+def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport) -> Analyzer:
+    analyzer = Analyzer(gm, symmap, report)
+    analyzer.run()
+    return analyzer
+
+
+__all__ = ["Analyzer", "analyze_graph", "resolve_dim"]

@@ -1,0 +1,105 @@
+"""``fxsym.analyze``: trace, propagate, and turn the group table into a SymMap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import AnalysisError, TraceError
+from ..symbols import SymGroup, SymMap
+from ..tracer import trace
+from .analyzer import Analyzer, analyze_graph
+
+
+def analyze(
+    model: nn.Module,
+    *,
+    example_inputs: Any = None,
+    concrete_args: dict[str, Any] | None = None,
+) -> SymMap:
+    """Find the searchable cross-layer groups of ``model``; never mutates it.
+
+    ``example_inputs`` (a tuple of positional arguments, a dict of keyword arguments or one
+    tensor) are needed unless a plugin supplies defaults for the model's family. The trace
+    report (fallback leaves, boundaries) is ``symmap.trace_report``; the traced graph is
+    ``symmap.graph_module``.
+    """
+    if not isinstance(model, nn.Module):
+        raise AnalysisError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    gm = trace(model, example_inputs=example_inputs, concrete_args=concrete_args)
+    if gm.example_inputs is None:  # type: ignore[attr-defined]
+        raise AnalysisError(
+            f"analyzing {type(model).__name__} needs example_inputs (a tuple of positional "
+            "arguments or a dict of keyword arguments); no plugin supplies defaults for it"
+        )
+    symmap = SymMap(model)
+    report = gm.trace_report  # type: ignore[attr-defined]
+    analyzer = analyze_graph(gm, symmap, report)
+    _finish(symmap, analyzer)
+    symmap.trace_report = report  # type: ignore[attr-defined]
+    symmap.graph_module = gm  # type: ignore[attr-defined]
+    return symmap
+
+
+def _finish(symmap: SymMap, an: Analyzer) -> None:
+    """Build the SymGroups and set every symbol's state from the group table."""
+    table = an.table
+    members: dict[int, list[tuple[str, str]]] = {}
+    for key, dim in an.symbol_dims.items():
+        for seg in dim:
+            if seg.group is not None:
+                lst = members.setdefault(table.find(seg.group), [])
+                if key not in lst:
+                    lst.append(key)
+    by_name = {name: mod for mod, name in symmap._mod_to_name.items()}
+
+    def symbol(key: tuple[str, str]) -> Any:
+        return symmap._map[by_name[key[0]]].symbols[key[1]]
+
+    groups: list[SymGroup] = []
+    roots: dict[int, tuple[str, str]] = {}
+    for root, producers in sorted(table.producers.items()):
+        if table.find(root) != root or root in table.reasons:
+            continue
+        searchable = [(q, s) for _, q, s, ok in producers if ok]
+        if not searchable:
+            continue
+        head = searchable[0]
+        roots[root] = head
+        rest = [m for m in members.get(root, []) if m != head]
+        keys = (head, *rest)
+        groups.append(SymGroup(
+            name=f"{head[0]}.{head[1]}" if head[0] else head[1],
+            size=table.units[root],
+            is_sortable=all(symbol(k)._is_sortable for k in keys),
+            members=keys,
+            id=root,
+        ))
+    # symbol states: constant unless in a searchable group; the group head is searchable
+    for mod, info in symmap._map.items():
+        name = symmap._mod_to_name[mod]
+        for sname, sym in info.symbols.items():
+            if not sym.is_cross_layer:
+                continue
+            dim = an.symbol_dims.get((name, sname))
+            live = [table.find(s.group) for s in (dim or ()) if s.group is not None
+                    and table.find(s.group) in roots]
+            if not live:
+                sym.disable()
+    for root, head in roots.items():
+        head_sym = symbol(head)
+        head_sym._is_searchable = True
+        for key in members.get(root, []):
+            sym = symbol(key)
+            if key != head and sym.is_free or (key != head and sym.is_searchable):
+                sym.link_to(head_sym)
+    symmap._groups = groups
+    symmap._symbol_dims = dict(an.symbol_dims)
+    symmap._table = table
+    symmap._producers = {r: [(q, s) for _, q, s, _ in table.producers.get(r, [])] for r in roots}
+
+
+__all__ = ["analyze"]
+_ = (torch, TraceError)

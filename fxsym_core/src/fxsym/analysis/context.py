@@ -1,0 +1,137 @@
+"""What an op rule sees: :class:`OpContext`.
+
+An op rule is ``rule(ctx) -> Layout``: it reads the layouts of the node's inputs, ties groups
+that must change together (:meth:`OpContext.unify`), ends or fixes others, and returns the
+layout of the node's value. A rule that cannot prove a mapping calls
+:meth:`OpContext.unsupported`; the node then becomes a boundary (every group it touches
+becomes constant) and the reason goes to the trace report. Never guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from .layout import Dim, Layout, TensorLayout, dim_size, fixed_dim, fixed_layout, iter_dims
+
+if TYPE_CHECKING:
+    from .analyzer import Analyzer
+
+_NO_DEFAULT = object()
+
+
+class Unsupported(Exception):
+    """Raised by an op rule that cannot prove how its node maps dimensions."""
+
+
+class OpContext:
+    """The node under analysis, its input layouts and the group table."""
+
+    def __init__(self, analyzer: Analyzer, node: torch.fx.Node) -> None:
+        self.analyzer = analyzer
+        self.node = node
+        self.table = analyzer.table
+
+    # -- reading ---------------------------------------------------------------------------
+    @property
+    def value(self) -> Any:
+        """The node's own value (a meta tensor for tensor ops)."""
+        return self.node.meta.get("val")
+
+    def arg(self, index: int, name: str | None = None, default: Any = _NO_DEFAULT) -> Any:
+        """Positional argument ``index`` or keyword ``name`` of the node (a Node or a value)."""
+        if index < len(self.node.args):
+            return self.node.args[index]
+        if name is not None and name in self.node.kwargs:
+            return self.node.kwargs[name]
+        if default is _NO_DEFAULT:
+            raise Unsupported(f"argument {name or index} not found")
+        return default
+
+    def val(self, a: Any) -> Any:
+        """The trace-time value of an argument (Nodes replaced by their values)."""
+        return torch.fx.node.map_aggregate(
+            a, lambda x: x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+        )
+
+    def layout(self, a: Any) -> Layout:
+        """The layout of an argument (``None`` for a non-tensor)."""
+        if isinstance(a, torch.fx.Node):
+            return self.analyzer.env.get(a)
+        if isinstance(a, (tuple, list)):
+            return tuple(self.layout(x) for x in a)
+        return None
+
+    def tensor_layout(self, a: Any) -> TensorLayout:
+        """The layout of an argument that must be a tensor."""
+        lay = self.layout(a)
+        if not isinstance(lay, TensorLayout):
+            raise Unsupported(f"expected a tensor for {getattr(a, 'name', a)!r}")
+        return lay
+
+    def shape(self, a: Any) -> tuple[int, ...]:
+        v = self.val(a)
+        if not isinstance(v, torch.Tensor):
+            raise Unsupported(f"no shape known for {getattr(a, 'name', a)!r}")
+        return tuple(v.shape)
+
+    def out_shape(self) -> tuple[int, ...]:
+        if not isinstance(self.value, torch.Tensor):
+            raise Unsupported("the node's value is not a tensor")
+        return tuple(self.value.shape)
+
+    def input_nodes(self) -> Iterator[torch.fx.Node]:
+        yield from self.node.all_input_nodes
+
+    # -- writing ---------------------------------------------------------------------------
+    def fixed(self, value: Any = _NO_DEFAULT) -> Layout:
+        """A fully fixed layout for ``value`` (default: the node's value)."""
+        return fixed_layout(self.value if value is _NO_DEFAULT else value)
+
+    def fix(self, layout: Any, reason: str) -> None:
+        """Make every group in ``layout`` (a layout or a Dim) constant."""
+        self.analyzer.fix(layout, f"{reason} (node {self.node.name})", self.node)
+
+    def unify(self, *dims: Dim) -> Dim:
+        """Tie dims that must change together, entry by entry; returns the tied dim.
+
+        Dims must have the same size. Where their segment structures differ (a concat against
+        a plain dim) or a group meets a fixed segment, the groups involved become constant.
+        """
+        dims = tuple(d for d in dims if d is not None)
+        if not dims:
+            raise Unsupported("nothing to unify")
+        first = dims[0]
+        if len(dims) == 1:
+            return first
+        size = dim_size(first)
+        if any(dim_size(d) != size for d in dims):
+            raise Unsupported("dims of different sizes")
+        shape = [(s.units, s.block) for s in first]
+        if any([(s.units, s.block) for s in d] != shape for d in dims):
+            for d in dims:
+                self.fix(d, "dimensions with different group structure meet")
+            return fixed_dim(size)
+        out: list[Any] = []
+        for segs in zip(*dims):
+            groups = [s.group for s in segs if s.group is not None]
+            if not groups:
+                out.append(segs[0])
+                continue
+            if len(groups) < len(segs):
+                for g in groups:
+                    self.fix((segs[0]._replace(group=g),), "meets a dimension of fixed size")
+            root = groups[0]
+            for g in groups[1:]:
+                root = self.table.union(root, g)
+            out.append(segs[0]._replace(group=groups[0]))
+        return tuple(out)
+
+    def unsupported(self, reason: str) -> None:
+        raise Unsupported(reason)
+
+    def dims_of(self, layout: Layout) -> Iterator[Dim]:
+        return iter_dims(layout)

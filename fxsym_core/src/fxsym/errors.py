@@ -1,0 +1,46 @@
+"""Typed errors. Each message says what failed, where, and how to fix it."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AnalysisError",
+    "FxsymError",
+    "ModelError",
+    "PassError",
+    "PluginError",
+    "PluginWarning",
+    "ResizeError",
+    "TraceError",
+]
+
+
+class FxsymError(Exception):
+    """Base class of every error fxsym raises on purpose."""
+
+
+class TraceError(FxsymError):
+    """The model could not be traced into a torch.fx graph."""
+
+
+class ModelError(TraceError):
+    """The model itself raised on the example inputs (not a limit of tracing)."""
+
+
+class AnalysisError(FxsymError):
+    """The traced graph could not be analyzed."""
+
+
+class ResizeError(FxsymError):
+    """A resize request was invalid; the model was left untouched."""
+
+
+class PluginError(FxsymError):
+    """A plugin failed to load or to contribute (raised in strict mode)."""
+
+
+class PassError(FxsymError):
+    """A pass of the optimize pipeline failed or changed the model's outputs."""
+
+
+class PluginWarning(UserWarning):
+    """A plugin failed to load or to contribute and was skipped."""

@@ -1,0 +1,68 @@
+"""Hook specifications: everything a plugin can contribute to fxsym.
+
+Every ``register`` callable handed to a plugin records which plugin called it, so conflicts and
+``fxsym plugins`` can name the distribution behind each contribution.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+PROJECT = "fxsym"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def fxsym_register_sym_infos(register: Any) -> None:
+    """Describe module families.
+
+    ``register(nn_cls, factory, *, leaf=True, resize=None, importance=None)``:
+
+    * ``factory(module) -> SymInfo`` gives the module's symbols;
+    * ``leaf``: trace such modules as one ``call_module`` node;
+    * ``resize(module, symbol_name, index)`` keeps the entries ``index`` (a 1-D LongTensor) of
+      the symbol's dimension in every parameter, buffer and attribute it sizes;
+    * ``importance(module, symbol_name) -> Tensor`` scores each entry of an OUTGOING symbol's
+      dimension (higher is kept first when a resize asks for a size instead of indices).
+    """
+
+
+@hookspec
+def fxsym_register_leaf_policies(register: Any) -> None:
+    """``register(policy)``: ``policy(module, qualname) -> bool | None`` votes on leafness."""
+
+
+@hookspec
+def fxsym_register_op_rules(register: Any) -> None:
+    """``register(target, rule)``: how a function or method moves elastic dimensions.
+
+    ``target`` is the callable of a ``call_function`` node or the method name of a
+    ``call_method`` node; ``rule(ctx: fxsym.analysis.OpContext)`` returns the layout of the
+    node's value (see :mod:`fxsym.analysis.layout`).
+    """
+
+
+@hookspec
+def fxsym_register_proxies(register: Any) -> None:
+    """``register(value_type, proxy_cls)``: trace values of that type with that Proxy class.
+
+    ``proxy_cls`` must subclass :class:`fxsym.tracer.ShapeProxy`.
+    """
+
+
+@hookspec
+def fxsym_register_patterns(register: Any) -> None:
+    """Contribute graph-rewrite patterns and named passes to :func:`fxsym.optimize`."""
+
+
+@hookspec
+def fxsym_trace_context(model: Any, example_inputs: Any) -> Any:
+    """Return a context manager active while ``model`` is traced, or ``None``."""
+
+
+@hookspec(firstresult=True)
+def fxsym_example_inputs(model: Any) -> Any:
+    """Return default example inputs (tuple of args or dict of kwargs) for ``model``, or None."""

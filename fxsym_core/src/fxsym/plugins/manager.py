@@ -1,0 +1,167 @@
+"""Loading plugins from the ``fxsym`` entry-point group.
+
+The entry-point scan runs once per process (``rescan=True`` repeats it); loading is
+idempotent. Each entry point is loaded on its own: one that fails is recorded in
+:attr:`PluginManager.failed`, reported with a :class:`~fxsym.errors.PluginWarning` naming the
+entry point and its distribution, and skipped. ``FXSYM_STRICT_PLUGINS=1`` raises instead.
+
+Environment:
+
+* ``FXSYM_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry point;
+* ``FXSYM_PLUGINS=a,b``: load only the entry points named ``a`` and ``b``;
+* ``FXSYM_STRICT_PLUGINS=1``: a failing plugin raises :class:`~fxsym.errors.PluginError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from ..errors import PluginError, PluginWarning
+from . import hookspecs
+
+GROUP = "fxsym"
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    """An entry point that could not be loaded or whose hook raised."""
+
+    name: str
+    distribution: str
+    error: str
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where a registered plugin came from."""
+
+    name: str
+    distribution: str
+    version: str
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def strict() -> bool:
+    return _env_flag("FXSYM_STRICT_PLUGINS")
+
+
+@functools.cache
+def _entry_points() -> tuple[metadata.EntryPoint, ...]:
+    return tuple(metadata.entry_points(group=GROUP))
+
+
+def _dist_of(ep: metadata.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "<unknown>", ""
+    return dist.metadata["Name"] or "<unknown>", dist.version or ""
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager plus where each plugin came from and which failed."""
+
+    def __init__(self) -> None:
+        super().__init__(hookspecs.PROJECT)
+        self.add_hookspecs(hookspecs)
+        self.failed: list[PluginFailure] = []
+        self.sources: dict[str, PluginSource] = {}
+        self.generation = 0
+        self._from_entry_points: set[str] = set()
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        result = super().register(plugin, name)
+        self.generation += 1
+        return result
+
+    def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
+        result = super().unregister(plugin, name)
+        self.generation += 1
+        return result
+
+    def source(self, plugin_name: str) -> PluginSource:
+        """The distribution behind a plugin (``<local>`` for one registered in code)."""
+        return self.sources.get(plugin_name, PluginSource(plugin_name, "<local>", ""))
+
+    def report_failure(self, name: str, distribution: str, error: BaseException) -> None:
+        failure = PluginFailure(name, distribution, f"{type(error).__name__}: {error}")
+        self.failed = [f for f in self.failed if f.name != name] + [failure]
+        message = (
+            f"fxsym plugin {name!r} (distribution {distribution!r}) failed and was skipped: "
+            f"{failure.error}"
+        )
+        if strict():
+            raise PluginError(message) from error
+        warnings.warn(message, PluginWarning, stacklevel=3)
+
+    def load(
+        self, allow: Iterable[str] | None, block: Iterable[str] | None, rescan: bool
+    ) -> None:
+        if rescan:
+            _entry_points.cache_clear()
+            self.failed = []
+        allowed = set(allow) if allow is not None else None
+        env = os.environ.get("FXSYM_PLUGINS", "").strip()
+        if env:
+            names = {n.strip() for n in env.split(",") if n.strip()}
+            allowed = names if allowed is None else allowed & names
+        blocked = set(block or ())
+        wanted: dict[str, metadata.EntryPoint] = {}
+        if not _env_flag("FXSYM_DISABLE_PLUGIN_AUTOLOAD"):
+            for ep in _entry_points():
+                if (allowed is None or ep.name in allowed) and ep.name not in blocked:
+                    wanted.setdefault(ep.name, ep)
+        for name in sorted(self._from_entry_points - wanted.keys()):
+            self.unregister(name=name)
+            self._from_entry_points.discard(name)
+            self.sources.pop(name, None)
+        for name, ep in wanted.items():
+            if name in self._from_entry_points or any(f.name == name for f in self.failed):
+                continue
+            dist, version = _dist_of(ep)
+            try:
+                plugin = ep.load()
+                self.register(plugin, name=name)
+            except Exception as exc:  # a broken plugin never takes the host down
+                self.report_failure(name, dist, exc)
+                continue
+            self._from_entry_points.add(name)
+            self.sources[name] = PluginSource(name, dist, version)
+
+
+_MANAGER: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager (created empty; see :func:`load_plugins`)."""
+    global _MANAGER
+    if _MANAGER is None:
+        _MANAGER = PluginManager()
+    return _MANAGER
+
+
+def load_plugins(
+    *,
+    allow: Iterable[str] | None = None,
+    block: Iterable[str] | None = None,
+    rescan: bool = False,
+) -> PluginManager:
+    """Load the plugins of the ``fxsym`` entry-point group; cheap and idempotent.
+
+    ``allow`` keeps only the named entry points, ``block`` drops the named ones (a plugin
+    loaded earlier and now excluded is unregistered). ``rescan=True`` reads the installed
+    entry points again, e.g. after a ``pip install`` in the same process.
+    """
+    pm = get_plugin_manager()
+    pm.load(allow, block, rescan)
+    return pm

@@ -1,0 +1,248 @@
+"""What fxsym knows about module families and ops, gathered from users and plugins.
+
+Two layers: registrations made in the application (``SymMap.register``, highest precedence)
+and contributions of plugins, collected by calling each plugin's hooks once per change of the
+plugin set. Lookups by class are answered from a cached table that is dropped whenever either
+layer changes.
+
+SymInfo precedence for a module class ``C``:
+
+1. a user registration for ``C`` or a base of ``C`` (most specific first);
+2. a plugin registration for ``C`` or a base of ``C`` (most specific first).
+
+A registration for a base class applies to ``C`` only if ``C`` does not override ``forward``
+(a subclass that computes something else must not inherit a SymInfo that no longer fits);
+otherwise the tracer traces into ``C``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from .errors import PluginWarning
+from .plugins.manager import get_plugin_manager
+
+ResizeFn = Callable[[nn.Module, str, Any], None]
+ImportanceFn = Callable[[nn.Module, str], Any]
+LeafPolicy = Callable[[nn.Module, str], "bool | None"]
+
+
+@dataclass(frozen=True)
+class SymInfoEntry:
+    """How one module family is described and resized."""
+
+    cls: type[nn.Module]
+    factory: Callable[[nn.Module], Any]
+    leaf: bool = True
+    resize: ResizeFn | None = None
+    importance: ImportanceFn | None = None
+    source: str = "<user>"
+
+
+@dataclass
+class Contributions:
+    """Everything the plugins contributed, by plugin name."""
+
+    sym_infos: dict[type, SymInfoEntry] = field(default_factory=dict)
+    leaf_policies: list[tuple[LeafPolicy, str]] = field(default_factory=list)
+    op_rules: dict[Any, tuple[Callable[..., Any], str]] = field(default_factory=dict)
+    proxies: dict[type, tuple[type, str]] = field(default_factory=dict)
+    patterns: list[tuple[Any, str]] = field(default_factory=list)
+
+    def by_plugin(self) -> dict[str, dict[str, list[str]]]:
+        out: dict[str, dict[str, list[str]]] = {}
+
+        def add(src: str, kind: str, what: str) -> None:
+            out.setdefault(src, {}).setdefault(kind, []).append(what)
+
+        for cls, entry in self.sym_infos.items():
+            add(entry.source, "sym_infos", _qualname(cls))
+        for policy, src in self.leaf_policies:
+            add(src, "leaf_policies", _qualname(policy))
+        for target, (_, src) in self.op_rules.items():
+            add(src, "op_rules", target if isinstance(target, str) else _qualname(target))
+        for vtype, (pcls, src) in self.proxies.items():
+            add(src, "proxies", f"{_qualname(vtype)} -> {_qualname(pcls)}")
+        for item, src in self.patterns:
+            add(src, "patterns", getattr(item, "name", None) or _qualname(item))
+        return out
+
+
+def _qualname(obj: Any) -> str:
+    mod = getattr(obj, "__module__", None) or ""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
+    return f"{mod}.{name}" if mod and mod != "builtins" else name
+
+
+class Registry:
+    """User registrations plus plugin contributions, with cached lookups."""
+
+    def __init__(self) -> None:
+        self._user: dict[type, SymInfoEntry] = {}
+        self._plugins = Contributions()
+        self._generation = -1
+        self._sym_cache: dict[type, SymInfoEntry | None] = {}
+        self._proxy_cache: dict[type, type | None] = {}
+
+    # -- user layer -------------------------------------------------------------------------
+    def register_user(
+        self,
+        cls: type[nn.Module],
+        factory: Callable[[nn.Module], Any],
+        *,
+        leaf: bool = True,
+        resize: ResizeFn | None = None,
+        importance: ImportanceFn | None = None,
+    ) -> None:
+        self._user[cls] = SymInfoEntry(cls, factory, leaf, resize, importance, "<user>")
+        self._sym_cache.clear()
+
+    def unregister_user(self, cls: type[nn.Module]) -> None:
+        del self._user[cls]
+        self._sym_cache.clear()
+
+    # -- plugin layer -----------------------------------------------------------------------
+    @property
+    def contributions(self) -> Contributions:
+        self._refresh()
+        return self._plugins
+
+    def _refresh(self) -> None:
+        pm = get_plugin_manager()
+        if pm.generation == self._generation:
+            return
+        self._generation = pm.generation
+        self._plugins = _collect(pm)
+        self._sym_cache.clear()
+        self._proxy_cache.clear()
+
+    # -- lookups ----------------------------------------------------------------------------
+    def sym_info_entry(self, cls: type) -> SymInfoEntry | None:
+        """The SymInfo registration that applies to ``cls`` (see the module docstring)."""
+        self._refresh()
+        try:
+            return self._sym_cache[cls]
+        except KeyError:
+            pass
+        entry = _lookup(cls, self._user) or _lookup(cls, self._plugins.sym_infos)
+        self._sym_cache[cls] = entry
+        return entry
+
+    def resize_entry(self, cls: type) -> SymInfoEntry | None:
+        return self.sym_info_entry(cls)
+
+    def leaf_policies(self) -> list[tuple[LeafPolicy, str]]:
+        self._refresh()
+        return self._plugins.leaf_policies
+
+    def op_rule(self, target: Any) -> Callable[..., Any] | None:
+        self._refresh()
+        try:
+            found = self._plugins.op_rules.get(target)
+        except TypeError:  # unhashable target
+            return None
+        return found[0] if found else None
+
+    def proxy_class(self, value_type: type) -> type | None:
+        self._refresh()
+        try:
+            return self._proxy_cache[value_type]
+        except KeyError:
+            pass
+        found = None
+        for base in value_type.__mro__:
+            if base in self._plugins.proxies:
+                found = self._plugins.proxies[base][0]
+                break
+        self._proxy_cache[value_type] = found
+        return found
+
+
+def _lookup(cls: type, table: dict[type, SymInfoEntry]) -> SymInfoEntry | None:
+    if not table:
+        return None
+    forward = getattr(cls, "forward", None)
+    for base in cls.__mro__:
+        entry = table.get(base)
+        if entry is not None:
+            return entry if (base is cls or getattr(base, "forward", None) is forward) else None
+    return None
+
+
+def _collect(pm: Any) -> Contributions:
+    """Call every plugin's registration hooks, attributing each contribution to its plugin."""
+    contrib = Contributions()
+    sym_owner: dict[type, str] = {}
+
+    def run(hook_name: str, make_register: Callable[[str], Callable[..., None]]) -> None:
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            name = impl.plugin_name
+            try:
+                impl.function(register=make_register(name))
+            except Exception as exc:  # a broken plugin is reported and skipped
+                pm.report_failure(name, pm.source(name).distribution, exc)
+
+    def sym_infos(src: str) -> Callable[..., None]:
+        def register(
+            nn_cls: type | tuple[type, ...] | list[type],
+            factory: Callable[[nn.Module], Any],
+            *,
+            leaf: bool = True,
+            resize: ResizeFn | None = None,
+            importance: ImportanceFn | None = None,
+        ) -> None:
+            for cls in nn_cls if isinstance(nn_cls, (tuple, list)) else (nn_cls,):
+                if cls in sym_owner and sym_owner[cls] != src:
+                    warnings.warn(
+                        f"{_qualname(cls)} is described by two plugins: "
+                        f"{pm.source(sym_owner[cls]).distribution!r} ({sym_owner[cls]}) and "
+                        f"{pm.source(src).distribution!r} ({src}); using {src!r}",
+                        PluginWarning,
+                        stacklevel=2,
+                    )
+                sym_owner[cls] = src
+                contrib.sym_infos[cls] = SymInfoEntry(cls, factory, leaf, resize, importance, src)
+
+        return register
+
+    def leaf_policies(src: str) -> Callable[..., None]:
+        return lambda policy: contrib.leaf_policies.append((policy, src))
+
+    def op_rules(src: str) -> Callable[..., None]:
+        def register(target: Any, rule: Callable[..., Any]) -> None:
+            targets = target if isinstance(target, (tuple, list)) else (target,)
+            for t in targets:
+                contrib.op_rules[t] = (rule, src)
+
+        return register
+
+    def proxies(src: str) -> Callable[..., None]:
+        def register(value_type: type, proxy_cls: type) -> None:
+            contrib.proxies[value_type] = (proxy_cls, src)
+
+        return register
+
+    def patterns(src: str) -> Callable[..., None]:
+        return lambda item: contrib.patterns.append((item, src))
+
+    # pluggy calls the last registered plugin first; collect in registration order instead so
+    # that a later plugin's registration overrides an earlier one deterministically.
+    run("fxsym_register_sym_infos", sym_infos)
+    run("fxsym_register_leaf_policies", leaf_policies)
+    run("fxsym_register_op_rules", op_rules)
+    run("fxsym_register_proxies", proxies)
+    run("fxsym_register_patterns", patterns)
+    return contrib
+
+
+_REGISTRY = Registry()
+
+
+def get_registry() -> Registry:
+    """The process-wide registry."""
+    return _REGISTRY

@@ -1,0 +1,155 @@
+"""``fxsym.resize``: keep chosen entries of groups in every member module.
+
+The engine is transactional. It validates every choice and finds a resize rule for every
+module it will touch *before* touching anything; then it applies the rules, and if one of them
+raises it restores every touched module (parameters, buffers, attributes) and raises
+:class:`~fxsym.errors.ResizeError`. A SymMap describes the model as analyzed: after a resize
+it is stale and must be recomputed with :func:`fxsym.analyze`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import ResizeError
+from ..registry import SymInfoEntry, get_registry
+from ..symbols import SymGroup, SymMap
+
+Choice = Any  # int | Sequence[int] | torch.Tensor
+
+
+def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> nn.Module:
+    """Shrink (or reorder) groups of ``model`` in place and return it.
+
+    ``choices`` maps a group name to the indices to keep, in that order (a list or a 1-D
+    integer tensor), or to an int: keep that many entries, the ones with the largest L1 norm
+    of their producers' weights, in their original order.
+    """
+    if symmap.model is not model:
+        raise ResizeError("this SymMap was computed for another model; call fxsym.analyze(model)")
+    if getattr(symmap, "_stale", False):
+        raise ResizeError("the model was resized since this SymMap was computed; analyze again")
+    if not isinstance(choices, Mapping):
+        raise ResizeError(f"choices must be a mapping of group name to indices, got {choices!r}")
+    groups = {g.name: g for g in symmap.groups()}
+    plans: dict[int, torch.Tensor] = {}
+    for name, choice in choices.items():
+        group = groups.get(name)
+        if group is None:
+            near = difflib.get_close_matches(str(name), list(groups), n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else ""
+            raise ResizeError(f"unknown group {name!r}{hint} ({len(groups)} groups known)")
+        plans[group.id] = _indices(symmap, group, choice)
+
+    modules = dict(model.named_modules())
+    work: list[tuple[nn.Module, str, str, torch.Tensor, SymInfoEntry]] = []
+    registry = get_registry()
+    for (qualname, sname), dim in symmap._symbol_dims.items():
+        roots = {symmap._table.find(s.group) for s in dim if s.group is not None}
+        if not roots & plans.keys():
+            continue
+        mod = modules.get(qualname)
+        if mod is None:
+            raise ResizeError(f"module {qualname!r} is no longer part of the model")
+        entry = registry.sym_info_entry(type(mod))
+        if entry is None or entry.resize is None:
+            raise ResizeError(
+                f"no resize rule for {type(mod).__name__} ({qualname}.{sname}); register one "
+                "with the fxsym_register_sym_infos hook (resize=...)"
+            )
+        work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), entry))
+
+    saved = {id(m): (m, _snapshot(m)) for m, *_ in work}
+    try:
+        for mod, qualname, sname, index, entry in work:
+            assert entry.resize is not None
+            entry.resize(mod, sname, index)
+    except Exception as exc:
+        for mod, state in saved.values():
+            _restore(mod, state)
+        raise ResizeError(f"resizing {qualname}.{sname} failed, model restored: {exc}") from exc
+    symmap._stale = True
+    return model
+
+
+def _indices(symmap: SymMap, group: SymGroup, choice: Choice) -> torch.Tensor:
+    name, size = group.name, group.size
+    if isinstance(choice, bool):
+        raise ResizeError(f"{name}: expected a size or indices, got {choice!r}")
+    if isinstance(choice, int):
+        if not 1 <= choice <= size:
+            raise ResizeError(f"{name}: size must be between 1 and {size}, got {choice}")
+        scores = _importance(symmap, group)
+        if scores is None:
+            return torch.arange(choice)
+        return torch.topk(scores, choice, sorted=False).indices.sort().values
+    try:
+        index = torch.as_tensor(choice)
+    except Exception as exc:
+        raise ResizeError(f"{name}: indices must be integers, got {choice!r}") from exc
+    if index.dim() != 1 or index.is_floating_point() or index.dtype == torch.bool:
+        raise ResizeError(f"{name}: indices must be a 1-D list of integers, got {choice!r}")
+    index = index.long()
+    if index.numel() == 0:
+        raise ResizeError(f"{name}: cannot keep 0 entries")
+    if int(index.min()) < 0 or int(index.max()) >= size:
+        raise ResizeError(f"{name}: indices must lie in [0, {size}), got {index.tolist()}")
+    if index.unique().numel() != index.numel():
+        raise ResizeError(f"{name}: duplicate indices {index.tolist()}")
+    if not group.is_sortable and bool((index[1:] <= index[:-1]).any()):
+        raise ResizeError(f"{name} is not sortable: indices must be increasing")
+    return index
+
+
+def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
+    registry = get_registry()
+    modules = dict(symmap.model.named_modules())
+    total: torch.Tensor | None = None
+    for qualname, sname in symmap._producers.get(group.id, []):
+        mod = modules.get(qualname)
+        entry = registry.sym_info_entry(type(mod)) if mod is not None else None
+        if mod is None or entry is None or entry.importance is None:
+            continue
+        score = torch.as_tensor(entry.importance(mod, sname)).detach().float().flatten()
+        if score.numel() % group.size:
+            continue
+        score = score.reshape(group.size, -1).sum(1).cpu()
+        total = score if total is None else total + score
+    return total
+
+
+def _dim_index(symmap: SymMap, dim: Any, plans: dict[int, torch.Tensor]) -> torch.Tensor:
+    parts: list[torch.Tensor] = []
+    offset = 0
+    for seg in dim:
+        length = seg.units * seg.block
+        plan = plans.get(symmap._table.find(seg.group)) if seg.group is not None else None
+        if plan is None:
+            parts.append(torch.arange(offset, offset + length))
+        else:
+            block = torch.arange(seg.block)
+            parts.append((plan[:, None] * seg.block + block[None, :]).flatten() + offset)
+        offset += length
+    return torch.cat(parts)
+
+
+def _snapshot(mod: nn.Module) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    attrs = {k: v for k, v in vars(mod).items() if k not in ("_parameters", "_buffers")}
+    return dict(mod._parameters), dict(mod._buffers), attrs
+
+
+def _restore(mod: nn.Module, state: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
+    params, buffers, attrs = state
+    mod._parameters.clear()
+    mod._parameters.update(params)
+    mod._buffers.clear()
+    mod._buffers.update(buffers)
+    for k in [k for k in vars(mod) if k not in ("_parameters", "_buffers") and k not in attrs]:
+        delattr(mod, k)
+    for k, v in attrs.items():
+        object.__setattr__(mod, k, v)

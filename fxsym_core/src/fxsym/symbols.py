@@ -1,0 +1,367 @@
+"""Symbols: the resizable (or fixed) sizes of one module, and the map of them over a model.
+
+A :class:`Symbol` is one size of one module, e.g. ``out_channels`` of a conv. It is in exactly
+one of four states:
+
+* *free*: nothing decided yet (the state before analysis);
+* *searchable*: the root of a cross-layer group, its value may be chosen;
+* *dynamic*: linked to a parent symbol whose value it follows;
+* *constant*: its value cannot change.
+
+Cross-layer symbols say which dimension of the module's input (``INCOMING``) or output
+(``OUTGOING``) tensor they size, through ``elastic_dims`` (several equivalent spellings of one
+dimension, e.g. ``{1, -3}`` for the channels of NCHW).
+
+A :class:`SymInfo` holds the symbols of one module. A :class:`SymMap` holds the SymInfos of a
+model's modules and, after :func:`fxsym.analyze`, the cross-layer groups as :class:`SymGroup`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+if TYPE_CHECKING:
+    from .analysis.groups import GroupTable
+
+__all__ = ["SymGroup", "SymInfo", "SymMap", "Symbol"]
+
+
+class Symbol:
+    """One size of one module; see the module docstring for its states."""
+
+    class CLType(Enum):
+        """How a symbol relates to the tensors crossing the module boundary."""
+
+        NONE = "none"
+        INCOMING = "incoming"
+        OUTGOING = "outgoing"
+
+    def __init__(
+        self,
+        is_searchable: bool = False,
+        is_sortable: bool = True,
+        cl_type: Symbol.CLType = CLType.NONE,
+        elastic_dims: Iterable[int] | None = None,
+    ) -> None:
+        self._is_searchable = is_searchable
+        self._is_sortable = is_sortable
+        self._is_constant = False
+        self._cl_type = cl_type
+        self._elastic_dims: set[int] = set(elastic_dims or ())
+        self._parent: Symbol | None = None
+        self._dependencies: list[Symbol] = []
+        if self.is_cross_layer != bool(self._elastic_dims):
+            raise ValueError(
+                "a cross-layer symbol (INCOMING/OUTGOING) needs elastic_dims, "
+                "and only cross-layer symbols may have them"
+            )
+
+    # -- states -----------------------------------------------------------------------------
+    @property
+    def parent(self) -> Symbol | None:
+        """The symbol this one follows, if it is dynamic."""
+        return self._parent
+
+    @property
+    def dependencies(self) -> list[Symbol]:
+        """The symbols that follow this one."""
+        return self._dependencies
+
+    @property
+    def is_searchable(self) -> bool:
+        return self._is_searchable
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self._parent is not None
+
+    @property
+    def is_constant(self) -> bool:
+        return self._is_constant
+
+    @property
+    def is_free(self) -> bool:
+        return not (self._is_searchable or self._is_constant or self._parent is not None)
+
+    @property
+    def is_sortable(self) -> bool:
+        """Whether every symbol of this symbol's dependency tree may be reordered."""
+        return all(s._is_sortable for s in self._tree())
+
+    @is_sortable.setter
+    def is_sortable(self, value: bool) -> None:
+        self._is_sortable = value
+
+    # -- cross-layer properties -------------------------------------------------------------
+    @property
+    def cl_type(self) -> Symbol.CLType:
+        return self._cl_type
+
+    @property
+    def is_cross_layer(self) -> bool:
+        return self._cl_type is not Symbol.CLType.NONE
+
+    @property
+    def is_incoming(self) -> bool:
+        return self._cl_type is Symbol.CLType.INCOMING
+
+    @property
+    def is_outgoing(self) -> bool:
+        return self._cl_type is Symbol.CLType.OUTGOING
+
+    @property
+    def is_dangling(self) -> bool:
+        """Cross-layer and still free: analysis has not decided it."""
+        return self.is_cross_layer and self.is_free
+
+    @property
+    def elastic_dims(self) -> set[int]:
+        """Equivalent indices of the one input/output tensor dimension this symbol sizes."""
+        return self._elastic_dims
+
+    # -- transitions ------------------------------------------------------------------------
+    def link_to(self, parent: Symbol) -> None:
+        """Make this symbol follow ``parent`` (it becomes dynamic)."""
+        if parent is self:
+            raise ValueError("a symbol cannot follow itself")
+        if not (self.is_free or self._is_searchable):
+            raise ValueError(f"only a free or searchable symbol can be linked, not {self!r}")
+        if parent.is_constant:
+            raise ValueError("cannot link to a constant symbol; disable() this one instead")
+        if self in parent._tree():
+            raise ValueError("linking would create a cycle")
+        self._is_searchable = False
+        self._parent = parent
+        parent._dependencies.append(self)
+
+    def disable(self) -> None:
+        """Make this symbol and its whole dependency tree (parents and followers) constant."""
+        for sym in self._tree():
+            sym._parent = None
+            sym._dependencies = []
+            sym._is_searchable = False
+            sym._is_sortable = False
+            sym._is_constant = True
+
+    def _tree(self) -> list[Symbol]:
+        seen: dict[int, Symbol] = {}
+        stack = [self]
+        while stack:
+            sym = stack.pop()
+            if id(sym) in seen:
+                continue
+            seen[id(sym)] = sym
+            stack.extend(sym._dependencies)
+            if sym._parent is not None:
+                stack.append(sym._parent)
+        return list(seen.values())
+
+    def __repr__(self) -> str:
+        flags = ("searchable", "free", "dynamic", "constant", "incoming", "outgoing")
+        shown = [f for f in flags if getattr(self, f"is_{f}")]
+        return f"Symbol({', '.join(shown)})"
+
+
+class SymInfo:
+    """The symbols of one module.
+
+    ``is_shape_preserving`` says the module's output has the shape and dimension layout of its
+    first input (a norm, an activation), so groups pass through it unchanged.
+    """
+
+    def __init__(self, is_shape_preserving: bool = False, **symbols: Symbol) -> None:
+        self._is_shape_preserving = is_shape_preserving
+        self.symbols: dict[str, Symbol] = dict(symbols)
+
+    @property
+    def is_shape_preserving(self) -> bool:
+        return self._is_shape_preserving
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.symbols.items())
+        return f"SymInfo({inner}, is_shape_preserving={self._is_shape_preserving})"
+
+
+SymInfoFactory = Callable[[nn.Module], SymInfo]
+
+
+@dataclass(frozen=True)
+class SymGroup:
+    """One searchable cross-layer size: a root symbol and every symbol tied to it.
+
+    ``size`` counts *units* of the root symbol (channels, features, or heads where the root
+    is a head count); ``members`` lists ``(module_qualname, symbol_name)`` for every symbol
+    that must change with the root, the root first.
+    """
+
+    name: str
+    size: int
+    is_sortable: bool
+    members: tuple[tuple[str, str], ...]
+    id: int = field(repr=False, compare=False, default=-1)
+
+
+class SymMap:
+    """The SymInfos of a model's modules and, once analyzed, its cross-layer groups."""
+
+    def __init__(self, model: nn.Module) -> None:
+        from .registry import get_registry
+
+        self.model = model
+        self._map: dict[nn.Module, SymInfo] = {}
+        self._mod_to_name: dict[nn.Module, str] = {}
+        self._groups: list[SymGroup] = []
+        self._table: GroupTable | None = None
+        self._stale = False
+        registry = get_registry()
+        stack: list[tuple[str, nn.Module]] = [("", model)]
+        seen: set[int] = set()
+        while stack:
+            name, mod = stack.pop()
+            if id(mod) in seen:
+                continue
+            seen.add(id(mod))
+            entry = registry.sym_info_entry(type(mod))
+            if entry is not None:
+                self._map[mod] = entry.factory(mod)
+                self._mod_to_name[mod] = name
+                if entry.leaf:
+                    continue
+            children = list(mod.named_children())
+            for cname, child in reversed(children):
+                stack.append((f"{name}.{cname}" if name else cname, child))
+        # keep the model's own module order
+        order = {id(m): i for i, m in enumerate(model.modules())}
+        self._map = dict(sorted(self._map.items(), key=lambda kv: order.get(id(kv[0]), 0)))
+
+    # -- registration (the in-application way; plugins use hooks) ---------------------------
+    @classmethod
+    def register(
+        cls, nn_cls: type[nn.Module] | Iterable[type[nn.Module]], is_explicit_leaf: bool = True
+    ) -> Callable[[SymInfoFactory], SymInfoFactory]:
+        """Decorator registering ``factory(module) -> SymInfo`` for one or more module classes.
+
+        A user's registration beats every plugin's. ``is_explicit_leaf`` makes the tracer keep
+        such modules as single ``call_module`` nodes.
+        """
+        from .registry import get_registry
+
+        classes = [nn_cls] if isinstance(nn_cls, type) else list(nn_cls)
+
+        def decorator(factory: SymInfoFactory) -> SymInfoFactory:
+            for c in classes:
+                get_registry().register_user(c, factory, leaf=is_explicit_leaf)
+            return factory
+
+        return decorator
+
+    @classmethod
+    def unregister(cls, nn_cls: type[nn.Module]) -> None:
+        """Remove a registration made with :meth:`register`; ``KeyError`` if there is none."""
+        from .registry import get_registry
+
+        get_registry().unregister_user(nn_cls)
+
+    # -- mapping API ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __bool__(self) -> bool:
+        return bool(self._map)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._map
+
+    def __iter__(self) -> Iterator[nn.Module]:
+        return iter(self._map)
+
+    def __getitem__(self, key: nn.Module) -> dict[str, Symbol]:
+        return self._map[key].symbols
+
+    def items(self) -> Iterator[tuple[nn.Module, dict[str, Symbol]]]:
+        for mod, info in self._map.items():
+            yield mod, info.symbols
+
+    def pop(self, key: nn.Module) -> dict[str, Symbol]:
+        self._mod_to_name.pop(key)
+        return self._map.pop(key).symbols
+
+    def named_modules(self) -> Iterator[tuple[str, nn.Module]]:
+        for mod in self._map:
+            yield self._mod_to_name[mod], mod
+
+    def named_sym_dicts(self) -> Iterator[tuple[str, dict[str, Symbol]]]:
+        for mod, info in self._map.items():
+            yield self._mod_to_name[mod], info.symbols
+
+    def named_symbols(
+        self,
+        key: nn.Module | None = None,
+        free: bool | None = None,
+        dynamic: bool | None = None,
+        searchable: bool | None = None,
+        constant: bool | None = None,
+    ) -> Iterator[tuple[str, Symbol]]:
+        """Yield ``(qualified_name, symbol)``, optionally filtered by state.
+
+        With no filter every symbol is yielded. A filter set to ``True`` selects that state
+        (several ``True`` filters select their union); a filter set to ``False`` excludes it.
+        """
+        flags = {"free": free, "dynamic": dynamic, "searchable": searchable, "constant": constant}
+        if any(v is True for v in flags.values()):
+            wanted = {k for k, v in flags.items() if v is True}
+        else:
+            wanted = {k for k, v in flags.items() if v is not False}
+        mods = self._map if key is None else {key: self._map[key]}
+        for mod, info in mods.items():
+            prefix = self._mod_to_name[mod]
+            prefix = f"{prefix}." if prefix and key is None else ""
+            for sname, sym in info.symbols.items():
+                if any(getattr(sym, f"is_{state}") for state in wanted):
+                    yield prefix + sname, sym
+
+    def get_symbol(self, mod: nn.Module, name: str) -> Symbol:
+        return self._map[mod].symbols[name]
+
+    def set_symbol(self, mod: nn.Module, name: str, symbol: Symbol) -> None:
+        self._map[mod].symbols[name] = symbol
+
+    def is_shape_preserving(self, key: nn.Module) -> bool:
+        return self._map[key].is_shape_preserving
+
+    def add_sym_info(self, key: nn.Module, sym_info: SymInfo) -> None:
+        """Attach a SymInfo to one module of the model by hand."""
+        for name, mod in self.model.named_modules():
+            if mod is key:
+                self._map[mod] = sym_info
+                self._mod_to_name[mod] = name
+                return
+        raise ValueError(f"{type(key).__name__} is not a module of this model")
+
+    def prune(self) -> None:
+        """Drop the modules whose symbols are all constant."""
+        for mod in [m for m, i in self._map.items() if all(s.is_constant for s in i.symbols.values())]:
+            del self._map[mod]
+            del self._mod_to_name[mod]
+
+    # -- groups -----------------------------------------------------------------------------
+    def groups(self) -> list[SymGroup]:
+        """The searchable cross-layer groups found by :func:`fxsym.analyze`, in graph order."""
+        return list(self._groups)
+
+    def group(self, name: str) -> SymGroup:
+        for g in self._groups:
+            if g.name == name:
+                return g
+        raise KeyError(name)
+
+    def __repr__(self) -> str:
+        lines = [f"SymMap(model={type(self.model).__name__}, groups={len(self._groups)})"]
+        for g in self._groups:
+            lines.append(f"  {g.name}: size={g.size} members={len(g.members)}")
+        return "\n".join(lines)

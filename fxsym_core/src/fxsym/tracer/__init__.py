@@ -1,0 +1,17 @@
+"""The tracer: torch.fx with hook-driven leaves, shape-aware proxies and robust fallback."""
+
+from .proxy import ShapeProxy, has_value, value_of
+from .report import ReportEntry, TraceReport
+from .tracer import FxsymTracer, resolve_example_inputs, to_meta, trace
+
+__all__ = [
+    "FxsymTracer",
+    "ReportEntry",
+    "ShapeProxy",
+    "TraceReport",
+    "has_value",
+    "resolve_example_inputs",
+    "to_meta",
+    "trace",
+    "value_of",
+]

@@ -1,0 +1,94 @@
+"""Shape-aware proxies.
+
+When example inputs are given, every node of the traced graph carries its value, computed on
+the ``meta`` device as the node is created (``node.meta["val"]``: a meta tensor, an int, a
+``torch.Size``, a dtype, ...). :class:`ShapeProxy` uses that value to answer the questions
+Python asks of a value outside the graph — truth, length, index, iteration, ``dim()``,
+``ndim`` and ``dtype`` — so that shape-dependent control flow such as ``if x.shape[1] == 3:``
+resolves at trace time while arithmetic on sizes stays in the graph (``x.view(x.size(0), -1)``
+keeps following the input's batch size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..errors import TraceError
+
+_MISSING = object()
+
+#: attributes answered with a Python value instead of a graph node
+CONCRETE_ATTRIBUTES = frozenset({"ndim", "dtype", "is_cuda", "is_sparse", "is_quantized", "layout"})
+#: methods answered with a Python value instead of a graph node
+CONCRETE_METHODS = frozenset({"dim", "ndimension", "is_floating_point", "is_complex", "numel",
+                              "element_size", "is_contiguous"})
+
+
+def value_of(node: torch.fx.Node) -> Any:
+    """The value recorded for ``node`` at trace time, or ``_MISSING``."""
+    return node.meta.get("val", _MISSING)
+
+
+def has_value(node: torch.fx.Node) -> bool:
+    return "val" in node.meta
+
+
+class ShapeProxy(torch.fx.Proxy):
+    """A Proxy that answers shape, length, truth and dtype questions from its node's value."""
+
+    def _value(self, question: str) -> Any:
+        val = value_of(self.node)
+        if val is _MISSING:
+            raise TraceError(
+                f"cannot answer {question} for node {self.node.name!r} at trace time: its value "
+                "is unknown. Pass example_inputs so that fxsym can compute shapes, or mark the "
+                "module doing this as a leaf (a leaf policy or SymMap.register)."
+            )
+        return val
+
+    def __bool__(self) -> bool:
+        return bool(self._value("bool()"))
+
+    def __len__(self) -> int:
+        return len(self._value("len()"))
+
+    def __index__(self) -> int:
+        return int(self._value("an integer index"))
+
+    def __int__(self) -> int:
+        return int(self._value("int()"))
+
+    def __float__(self) -> float:
+        return float(self._value("float()"))
+
+    def __iter__(self) -> Iterator[Any]:
+        val = value_of(self.node)
+        if val is _MISSING:
+            return super().__iter__()
+        return (self[i] for i in range(len(val)))
+
+    def __getattr__(self, name: str) -> Any:
+        if name in CONCRETE_ATTRIBUTES or name in CONCRETE_METHODS:
+            val = value_of(self.node)
+            if isinstance(val, torch.Tensor):
+                attr = getattr(val, name)
+                return attr if name in CONCRETE_ATTRIBUTES else _Constant(attr)
+        return ShapeAttribute(self, name)
+
+
+class _Constant:
+    """A method of a traced value answered with a Python value (``x.dim()``)."""
+
+    def __init__(self, method: Any) -> None:
+        self._method = method
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._method(*args, **kwargs)
+
+
+class ShapeAttribute(ShapeProxy, torch.fx.proxy.Attribute):
+    """An attribute of a traced value (``x.shape``); its node is created on first use."""

@@ -1,0 +1,366 @@
+"""The hook-driven tracer.
+
+:class:`FxsymTracer` is a ``torch.fx.Tracer`` whose decisions come from the registry:
+
+* **leaf policy** — plugin policies vote first (the first ``True``/``False`` wins), then a
+  registered SymInfo makes a module a leaf, then torch.fx's own rule (``torch.nn`` modules);
+* **robust tracing** — a non-leaf submodule whose forward cannot be traced is rolled back out
+  of the graph, kept as one ``call_module`` node and recorded in the trace report;
+* **values** — with example inputs, each node's value is computed on the ``meta`` device when
+  the node is created (``node.meta["val"]``), which is what :class:`ShapeProxy` answers from;
+* **proxy factory** — the class of each proxy is chosen by the type of its value (plugins may
+  give a value type its own ``ShapeProxy`` subclass).
+
+:func:`trace` wraps it: it loads plugins, fills default example inputs from the
+``fxsym_example_inputs`` hook, enters every ``fxsym_trace_context``, concretizes unused
+arguments to their defaults, and returns a ``GraphModule`` with a ``trace_report``. It never
+mutates the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+from torch.fx import _symbolic_trace as _fx_trace
+from torch.fx._symbolic_trace import _assert_is_none
+from torch.utils import _pytree as pytree
+
+from ..errors import ModelError, TraceError
+from ..plugins.manager import get_plugin_manager, load_plugins
+from ..registry import get_registry
+from .proxy import ShapeProxy, value_of
+from .report import TraceReport
+
+ExampleInputs = tuple[Any, ...] | dict[str, Any]
+
+_FAILED = object()
+_META_ERRORS = ("meta", "data-dependent", "Cannot copy out", "item()", "NotImplemented")
+
+
+def to_meta(value: Any) -> Any:
+    """``value`` with every tensor moved to the meta device (parameters become plain tensors)."""
+
+    def conv(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            t = x.detach() if x.requires_grad else x
+            return t if t.is_meta else t.to("meta")
+        return x
+
+    return pytree.tree_map(conv, value)
+
+
+class FxsymTracer(torch.fx.Tracer):
+    """A torch.fx Tracer whose leaf, proxy and fallback decisions are hooks."""
+
+    def __init__(
+        self,
+        placeholder_values: dict[str, Any] | None = None,
+        report: TraceReport | None = None,
+    ) -> None:
+        super().__init__(autowrap_modules=(), autowrap_functions=())
+        self.registry = get_registry()
+        self.report = report if report is not None else TraceReport()
+        self.placeholder_values = placeholder_values
+        self.with_values = placeholder_values is not None
+        self.fallback_leaves: set[str] = set()
+        self.concretized: set[str] = set()
+        self._meta_state: dict[int, dict[str, torch.Tensor]] = {}
+
+    # -- leaf policy -----------------------------------------------------------------------
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.fallback_leaves:
+            return True
+        for policy, _source in self.registry.leaf_policies():
+            vote = policy(m, module_qualified_name)
+            if vote is not None:
+                return bool(vote)
+        entry = self.registry.sym_info_entry(type(m))
+        if entry is not None:
+            return entry.leaf
+        return super().is_leaf_module(m, module_qualified_name)
+
+    # -- robust tracing --------------------------------------------------------------------
+    def call_module(
+        self, m: nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        path = self.path_of_module(m)
+        if not path or self.is_leaf_module(m, path):
+            return super().call_module(m, forward, args, kwargs)
+        last = self.graph._root.prev  # the newest node before this call
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except ModelError:
+            raise
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        self._rollback(last)
+        self.fallback_leaves.add(path)
+        self.report.add("leaf-fallback", path, f"{type(m).__name__} kept as a leaf: {reason}")
+        return super().call_module(m, forward, args, kwargs)
+
+    def _rollback(self, last: torch.fx.Node) -> None:
+        while self.graph._root.prev is not last:
+            node = self.graph._root.prev
+            for user in list(node.users):
+                if user.op != "output":
+                    self.graph.erase_node(user)
+            self.graph.erase_node(node)
+
+    # -- values ----------------------------------------------------------------------------
+    def create_node(
+        self,
+        kind: str,
+        target: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str | None = None,
+        type_expr: Any | None = None,
+    ) -> torch.fx.Node:
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if self.with_values and kind != "output":
+            value = self._compute(node)
+            if value is not _FAILED:
+                node.meta["val"] = value
+        return node
+
+    def _compute(self, node: torch.fx.Node) -> Any:
+        if node.op == "placeholder":
+            assert self.placeholder_values is not None
+            if node.target in self.placeholder_values:
+                return self.placeholder_values[node.target]
+            return to_meta(node.args[0]) if node.args else _FAILED
+        if node.op == "get_attr":
+            obj: Any = self.root
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part)
+            return to_meta(obj)
+        try:
+            args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), self._arg_value)
+        except _UnknownValue:
+            return _FAILED
+        try:
+            with torch.no_grad():
+                if node.op == "call_function":
+                    return node.target(*args, **kwargs)
+                if node.op == "call_method":
+                    return getattr(args[0], node.target)(*args[1:], **kwargs)
+                if node.op == "call_module":
+                    return self._run_leaf(node, args, kwargs)
+        except ModelError:
+            raise
+        except Exception as exc:
+            where = self.scope.module_path or "<root>"
+            if node.op == "call_module":
+                where = str(node.target)
+            if any(marker in str(exc) for marker in _META_ERRORS) or isinstance(
+                exc, NotImplementedError
+            ):
+                self.report.add("unknown-value", where, f"node {node.name}: {exc}")
+                return _FAILED
+            if node.op == "call_module" and str(node.target) in self.fallback_leaves:
+                self.report.add("unknown-value", where, f"node {node.name}: {exc}")
+                return _FAILED
+            raise ModelError(
+                f"the model raised at node {node.name!r} ({where}) on the example inputs: "
+                f"{type(exc).__name__}: {exc}. Check that example_inputs have the shapes and "
+                "dtypes the model expects."
+            ) from exc
+        return _FAILED
+
+    def _arg_value(self, a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            v = value_of(a)
+            if v is _FAILED or "val" not in a.meta:
+                raise _UnknownValue
+            return v
+        if isinstance(a, torch.Tensor):
+            return to_meta(a)
+        return a
+
+    def _run_leaf(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        mod = self.root.get_submodule(str(node.target))
+        state = self._meta_state.get(id(mod))
+        if state is None:
+            state = {k: to_meta(v) for k, v in mod.state_dict(keep_vars=True).items()}
+            state.update(
+                {k: to_meta(v) for k, v in mod.named_parameters(remove_duplicate=False)}
+            )
+            self._meta_state[id(mod)] = state
+        with _unpatched_modules():
+            return torch.func.functional_call(mod, state, args, kwargs, tie_weights=False)
+
+    # -- proxy factory ---------------------------------------------------------------------
+    def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+        val = value_of(node)
+        cls = ShapeProxy
+        if "val" in node.meta:
+            found = self.registry.proxy_class(type(val))
+            if found is not None:
+                cls = found
+        return cls(node, self)
+
+
+class _UnknownValue(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _unpatched_modules() -> Any:
+    """Run real modules while torch.fx has ``nn.Module.__call__`` patched for tracing."""
+    call, getattr_ = nn.Module.__call__, nn.Module.__getattr__
+    nn.Module.__call__ = _fx_trace._orig_module_call  # type: ignore[method-assign]
+    nn.Module.__getattr__ = _fx_trace._orig_module_getattr  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.__call__ = call  # type: ignore[method-assign]
+        nn.Module.__getattr__ = getattr_  # type: ignore[method-assign]
+
+
+def normalize_example_inputs(example_inputs: Any) -> ExampleInputs | None:
+    if example_inputs is None:
+        return None
+    if isinstance(example_inputs, dict):
+        return dict(example_inputs)
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    if isinstance(example_inputs, tuple):
+        return example_inputs
+    return (example_inputs,)
+
+
+def resolve_example_inputs(model: nn.Module, example_inputs: Any) -> ExampleInputs | None:
+    """The given example inputs, or a plugin's defaults for the model's family."""
+    if example_inputs is None:
+        example_inputs = get_plugin_manager().hook.fxsym_example_inputs(model=model)
+    return normalize_example_inputs(example_inputs)
+
+
+def _bind(
+    model: nn.Module, example_inputs: ExampleInputs | None, concrete_args: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, dict[str, Any], set[str]]:
+    """Placeholder values by name, the concrete args to trace with, and the auto-concretized."""
+    sig = inspect.signature(inspect.unwrap(model.forward))
+    params = sig.parameters
+    concrete = dict(concrete_args or {})
+    values: dict[str, Any] | None = None
+    given: set[str] = set(concrete)
+    if example_inputs is not None:
+        try:
+            if isinstance(example_inputs, dict):
+                bound = sig.bind_partial(**example_inputs)
+            else:
+                bound = sig.bind_partial(*example_inputs)
+        except TypeError as exc:
+            raise TraceError(
+                f"example_inputs do not match {type(model).__name__}.forward{sig}: {exc}"
+            ) from exc
+        values = {}
+        for name, val in bound.arguments.items():
+            kind = params[name].kind
+            if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                raise TraceError(
+                    f"example input {name!r} lands in *args/**kwargs of "
+                    f"{type(model).__name__}.forward; pass it by a named parameter"
+                )
+            if isinstance(val, torch.Tensor):
+                values[name] = to_meta(val)
+            else:
+                concrete[name] = val
+            given.add(name)
+    auto: set[str] = set()
+    for name, p in params.items():
+        if name in given:
+            continue
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            concrete["**" + name] = {}
+        elif p.kind is inspect.Parameter.VAR_POSITIONAL:
+            concrete["*" + name] = ()
+        elif example_inputs is not None and p.default is not inspect.Parameter.empty:
+            concrete[name] = p.default
+            auto.add(name)
+    return values, concrete, auto
+
+
+def trace(
+    model: nn.Module,
+    *,
+    example_inputs: Any = None,
+    concrete_args: dict[str, Any] | None = None,
+) -> torch.fx.GraphModule:
+    """Trace ``model`` into a ``GraphModule`` carrying a ``trace_report``.
+
+    ``example_inputs`` is a tuple of positional arguments, a dict of keyword arguments, or a
+    single tensor. With them every node carries its meta value and shape questions resolve at
+    trace time; parameters not given are fixed to their defaults. Without them (and without
+    plugin defaults) tracing is plain torch.fx with robust leaf fallback.
+    """
+    if not isinstance(model, nn.Module):
+        raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    load_plugins()
+    inputs = resolve_example_inputs(model, example_inputs)
+    values, concrete, auto = _bind(model, inputs, concrete_args)
+    report = TraceReport()
+    tracer = FxsymTracer(values, report)
+    before = set(vars(model))
+    pm = get_plugin_manager()
+    try:
+        with contextlib.ExitStack() as stack:
+            for ctx in pm.hook.fxsym_trace_context(model=model, example_inputs=inputs):
+                if ctx is not None:
+                    stack.enter_context(ctx)
+            try:
+                graph = tracer.trace(model, concrete_args=concrete or None)
+            except TraceError:
+                raise
+            except Exception as exc:
+                raise TraceError(
+                    f"tracing {type(model).__name__} failed: {type(exc).__name__}: {exc}. "
+                    "Pass example_inputs so that shape-dependent code resolves, or make the "
+                    "failing module a leaf (a leaf policy or SymMap.register)."
+                ) from exc
+            name = type(model).__name__
+            gm = torch.fx.GraphModule(tracer.root, graph, name)
+    finally:
+        for attr in set(vars(model)) - before:  # fx stores tensor constants on the root
+            delattr(model, attr)
+    _drop_concretization_checks(gm, auto)
+    gm.trace_report = report  # type: ignore[assignment]
+    gm.example_inputs = inputs  # type: ignore[assignment]
+    return gm
+
+
+def _drop_concretization_checks(gm: torch.fx.GraphModule, auto: set[str]) -> None:
+    """Remove the placeholders and asserts torch.fx adds for arguments fixed to defaults,
+    and the shape questions answered at trace time that nothing in the graph uses."""
+    graph = gm.graph
+    auto_prefixes = tuple(f"{a}_" for a in auto)
+    checks = {torch._assert, _assert_is_none}
+    answered = {operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
+                operator.not_, operator.getitem, getattr, operator.is_, operator.is_not,
+                operator.and_, operator.or_, operator.add, operator.sub, operator.mul,
+                operator.floordiv, operator.mod, len}
+    for node in reversed(list(graph.nodes)):
+        if node.users:
+            continue
+        if node.op == "call_function" and node.target in checks:
+            graph.erase_node(node)
+        elif node.op == "call_function" and node.target in answered and _not_tensor(node):
+            graph.erase_node(node)
+        elif node.op == "call_method" and node.target in ("size", "dim") and _not_tensor(node):
+            graph.erase_node(node)
+        elif node.op == "placeholder" and str(node.target).startswith(auto_prefixes):
+            graph.erase_node(node)
+    graph.lint()
+    gm.recompile()
+
+
+def _not_tensor(node: torch.fx.Node) -> bool:
+    return not isinstance(node.meta.get("val"), torch.Tensor)

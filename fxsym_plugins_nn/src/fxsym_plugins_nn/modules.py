@@ -1,0 +1,220 @@
+"""SymInfos and resize rules of the torch.nn module families.
+
+Each family is a triple: ``factory(module) -> SymInfo``, ``resize(module, symbol, index)``
+keeping the entries ``index`` of the symbol's dimension, and ``importance(module, symbol)``
+scoring the entries of an OUTGOING symbol by the L1 norm of the weights producing them.
+A symbol the family cannot resize safely is returned already disabled (constant), which
+makes the analyzer fix the dimension it touches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxsym import SymInfo, Symbol
+from fxsym.resize import keep_entries, l1_scores
+
+IN = Symbol.CLType.INCOMING
+OUT = Symbol.CLType.OUTGOING
+
+
+def _constant(sym: Symbol) -> Symbol:
+    sym.disable()
+    return sym
+
+
+# -- Linear ------------------------------------------------------------------------------------
+def linear_info(mod: nn.Module) -> SymInfo:
+    return SymInfo(
+        in_features=Symbol(cl_type=IN, elastic_dims={-1}),
+        out_features=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}),
+    )
+
+
+def linear_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    if name == "in_features":
+        keep_entries(mod, "weight", 1, index)
+        mod.in_features = len(index)
+    else:
+        keep_entries(mod, "weight", 0, index)
+        keep_entries(mod, "bias", 0, index)
+        mod.out_features = len(index)
+
+
+def linear_importance(mod: Any, name: str) -> torch.Tensor:
+    return l1_scores(mod.weight, 0)
+
+
+# -- Conv / ConvTranspose ------------------------------------------------------------------------
+def _channel_dims(mod: Any) -> set[int]:
+    return {1, -(len(mod.kernel_size) + 1)}
+
+
+def conv_info(mod: nn.Module) -> SymInfo:
+    dims = _channel_dims(mod)
+    c_in, c_out, groups = mod.in_channels, mod.out_channels, mod.groups  # type: ignore[attr-defined]
+    in_sym = Symbol(cl_type=IN, elastic_dims=dims)
+    out_sym = Symbol(is_searchable=True, cl_type=OUT, elastic_dims=dims)
+    if groups == 1:
+        return SymInfo(in_channels=in_sym, out_channels=out_sym)
+    if groups == c_in == c_out:  # depthwise: output channel c reads input channel c only
+        out_sym = Symbol(cl_type=OUT, elastic_dims=dims)
+        out_sym.link_to(in_sym)
+        return SymInfo(in_channels=in_sym, out_channels=out_sym)
+    # channel groups (or a depth multiplier): whole groups would have to go at once
+    return SymInfo(in_channels=_constant(in_sym), out_channels=_constant(out_sym))
+
+
+def conv_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    transposed = isinstance(mod, nn.modules.conv._ConvTransposeNd)
+    out_dim, in_dim = (1, 0) if transposed else (0, 1)
+    if mod.groups > 1:  # depthwise: both symbols carry the same index
+        if name == "out_channels":
+            keep_entries(mod, "weight", 0, index)
+            keep_entries(mod, "bias", 0, index)
+            mod.out_channels = len(index)
+        else:
+            mod.in_channels = mod.groups = len(index)
+        return
+    if name == "in_channels":
+        keep_entries(mod, "weight", in_dim, index)
+        mod.in_channels = len(index)
+    else:
+        keep_entries(mod, "weight", out_dim, index)
+        keep_entries(mod, "bias", 0, index)
+        mod.out_channels = len(index)
+
+
+def conv_importance(mod: Any, name: str) -> torch.Tensor:
+    transposed = isinstance(mod, nn.modules.conv._ConvTransposeNd)
+    return l1_scores(mod.weight, 1 if transposed and mod.groups == 1 else 0)
+
+
+# -- norms ---------------------------------------------------------------------------------------
+def batchnorm_info(mod: nn.Module) -> SymInfo:
+    return SymInfo(is_shape_preserving=True,
+                   num_features=Symbol(cl_type=IN, elastic_dims={1}))
+
+
+def batchnorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    for p in ("weight", "bias", "running_mean", "running_var"):
+        keep_entries(mod, p, 0, index)
+    mod.num_features = len(index)
+
+
+def layernorm_info(mod: nn.Module) -> SymInfo:
+    shape = tuple(mod.normalized_shape)  # type: ignore[attr-defined]
+    if len(shape) == 1:
+        return SymInfo(is_shape_preserving=True,
+                       normalized_shape=Symbol(cl_type=IN, elastic_dims={-1}))
+    # normalized over several dims: none of them may change (the analyzer fixes them)
+    return SymInfo()
+
+
+def layernorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    keep_entries(mod, "weight", 0, index)
+    keep_entries(mod, "bias", 0, index)
+    mod.normalized_shape = (len(index),)
+
+
+def groupnorm_info(mod: nn.Module) -> SymInfo:
+    sym = Symbol(cl_type=IN, elastic_dims={1})
+    if mod.num_groups not in (1, mod.num_channels):  # type: ignore[attr-defined]
+        sym.disable()
+    return SymInfo(is_shape_preserving=True, num_channels=sym)
+
+
+def groupnorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    keep_entries(mod, "weight", 0, index)
+    keep_entries(mod, "bias", 0, index)
+    if mod.num_groups == mod.num_channels:
+        mod.num_groups = len(index)
+    mod.num_channels = len(index)
+
+
+def instancenorm_info(mod: nn.Module) -> SymInfo:
+    return SymInfo(is_shape_preserving=True,
+                   num_features=Symbol(cl_type=IN, elastic_dims={1}))
+
+
+# -- embeddings, PReLU ---------------------------------------------------------------------------
+def embedding_info(mod: nn.Module) -> SymInfo:
+    return SymInfo(embedding_dim=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}))
+
+
+def embedding_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    keep_entries(mod, "weight", 1, index)
+    mod.embedding_dim = len(index)
+
+
+def embedding_importance(mod: Any, name: str) -> torch.Tensor:
+    return l1_scores(mod.weight, 1)
+
+
+def prelu_info(mod: nn.Module) -> SymInfo:
+    if mod.num_parameters == 1:  # type: ignore[attr-defined]
+        return SymInfo(is_shape_preserving=True)
+    return SymInfo(is_shape_preserving=True,
+                   num_parameters=Symbol(cl_type=IN, elastic_dims={1}))
+
+
+def prelu_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    keep_entries(mod, "weight", 0, index)
+    mod.num_parameters = len(index)
+
+
+# -- stateless, shape-preserving -----------------------------------------------------------------
+def shape_preserving_info(mod: nn.Module) -> SymInfo:
+    return SymInfo(is_shape_preserving=True)
+
+
+def no_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    """Nothing to resize (stateless modules)."""
+
+
+SHAPE_PRESERVING: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.ReLU6, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish, nn.Hardsigmoid,
+    nn.Hardtanh, nn.LeakyReLU, nn.ELU, nn.SELU, nn.CELU, nn.Mish, nn.Softplus, nn.Softsign,
+    nn.Tanhshrink, nn.LogSigmoid, nn.Threshold, nn.RReLU, nn.Softmax, nn.LogSoftmax,
+    nn.Softmin, nn.Identity, nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d,
+    nn.AlphaDropout, nn.FeatureAlphaDropout,
+)
+
+Family = tuple[Any, Callable[..., SymInfo], Any, Any]
+
+FAMILIES: list[Family] = [
+    (nn.Linear, linear_info, linear_resize, linear_importance),
+    ((nn.Conv1d, nn.Conv2d, nn.Conv3d), conv_info, conv_resize, conv_importance),
+    ((nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm), batchnorm_info,
+     batchnorm_resize, None),
+    (nn.LayerNorm, layernorm_info, layernorm_resize, None),
+    (nn.GroupNorm, groupnorm_info, groupnorm_resize, None),
+    ((nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d), instancenorm_info,
+     batchnorm_resize, None),
+    (nn.Embedding, embedding_info, embedding_resize, embedding_importance),
+    (nn.PReLU, prelu_info, prelu_resize, None),
+    (SHAPE_PRESERVING, shape_preserving_info, no_resize, None),
+]
+
+#: torch.nn modules that are one functional call: traced into, so the op rules see them
+TRACE_INTO: tuple[type[nn.Module], ...] = (
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.Flatten, nn.Unflatten, nn.Upsample,
+    nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d, nn.ReflectionPad2d,
+    nn.ReplicationPad2d, nn.LPPool2d,
+)
+
+
+def trace_into_functional(module: nn.Module, qualname: str) -> bool | None:
+    """Leaf policy: stateless torch.nn wrappers of one functional op are traced into."""
+    return False if type(module) in TRACE_INTO else None
+
+
+def register_sym_infos(register: Callable[..., None]) -> None:
+    for classes, factory, resize, importance in FAMILIES:
+        register(classes, factory, resize=resize, importance=importance)

@@ -1,0 +1,642 @@
+"""Op rules for torch functions, tensor methods and Python operators.
+
+Each rule reads the input layouts from an :class:`fxsym.analysis.OpContext` and returns the
+layout of the node's value. Where a mapping cannot be proven from the trace-time shapes the
+rule raises through ``ctx.unsupported``: the node becomes a boundary, never a guess.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from fxsym.analysis import (
+    Dim,
+    Layout,
+    OpContext,
+    Seg,
+    TensorLayout,
+    concat_dims,
+    fixed_dim,
+    is_fixed,
+    scale_block,
+)
+
+Rule = Callable[[OpContext], Layout]
+
+
+# -- helpers -----------------------------------------------------------------------------------
+def _tensor_args(ctx: OpContext) -> list[Any]:
+    out = []
+    for a in (*ctx.node.args, *ctx.node.kwargs.values()):
+        if isinstance(a, torch.fx.Node) and isinstance(ctx.layout(a), TensorLayout):
+            out.append(a)
+    return out
+
+
+def _norm_dim(d: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= d < max(ndim, 1):
+        raise IndexError(d)
+    return d % max(ndim, 1)
+
+
+def _broadcast(ctx: OpContext, layouts: Sequence[TensorLayout], shapes: Sequence[tuple[int, ...]],
+               out_shape: tuple[int, ...]) -> TensorLayout:
+    """Align layouts from the right; tie every dim whose size equals the output's."""
+    n = len(out_shape)
+    dims: list[Dim] = []
+    for i in range(n):
+        size = out_shape[i]
+        candidates: list[Dim] = []
+        for lay, shape in zip(layouts, shapes):
+            j = i - (n - len(shape))
+            if j < 0:
+                continue
+            if shape[j] == size:
+                candidates.append(lay[j])
+            elif shape[j] != 1:
+                ctx.unsupported(f"cannot broadcast {shape} to {out_shape}")
+        if size == 1 or not candidates:
+            for c in candidates:
+                if not is_fixed(c) and size != 1:
+                    ctx.fix(c, "broadcast")
+            dims.append(candidates[0] if candidates and size == 1 else fixed_dim(size))
+            continue
+        dims.append(ctx.unify(*candidates))
+    return TensorLayout(dims)
+
+
+# -- generic rules -----------------------------------------------------------------------------
+def elementwise(ctx: OpContext) -> Layout:
+    """Any number of tensor operands broadcast together (``a + b``, ``torch.where``...)."""
+    args = _tensor_args(ctx)
+    if not isinstance(ctx.value, torch.Tensor):
+        return ctx.fixed()
+    if not args:
+        return ctx.fixed()
+    return _broadcast(ctx, [ctx.tensor_layout(a) for a in args], [ctx.shape(a) for a in args],
+                      ctx.out_shape())
+
+
+def same_as_input(ctx: OpContext) -> Layout:
+    """The value has the layout of the first argument (activations, dropout, casts, clones)."""
+    x = ctx.arg(0, "input")
+    lay = ctx.layout(x)
+    if not isinstance(lay, TensorLayout):
+        return ctx.fixed()
+    if ctx.shape(x) != ctx.out_shape():
+        ctx.unsupported("expected the output shape to equal the input shape")
+    for other in _tensor_args(ctx)[1:]:
+        if other is not x:
+            ctx.fix(ctx.layout(other), "extra tensor operand")
+    return lay
+
+
+def not_a_tensor(ctx: OpContext) -> Layout:
+    """Sizes, dtypes, devices: nothing to propagate."""
+    if isinstance(ctx.value, torch.Tensor):
+        ctx.unsupported("expected a non-tensor result")
+    return ctx.fixed()
+
+
+def creation(ctx: OpContext) -> Layout:
+    """New tensors from sizes (``torch.zeros(n, c)``): fixed, unless built from a tensor."""
+    for a in _tensor_args(ctx):
+        ctx.fix(ctx.layout(a), "used as data of a new tensor")
+    return ctx.fixed()
+
+
+def _dims_arg(ctx: OpContext, index: int, name: str, ndim: int) -> list[int] | None:
+    d = ctx.val(ctx.arg(index, name, None))
+    if d is None:
+        return None
+    if isinstance(d, int):
+        d = [d]
+    return sorted({_norm_dim(int(x), ndim) for x in d})
+
+
+def reduction(ctx: OpContext) -> Layout:
+    """``sum``/``mean``/``amax``/...: reduced dims end their groups; the others pass through."""
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    ndim = len(lay)
+    dims = _dims_arg(ctx, 1, "dim", ndim)
+    keepdim = bool(ctx.val(ctx.arg(2, "keepdim", False)))
+    if dims is None:
+        return ctx.fixed()
+    out: list[Dim] = []
+    for i, d in enumerate(lay):
+        if i in dims:
+            if keepdim:
+                out.append(fixed_dim(1))
+        else:
+            out.append(d)
+    result = TensorLayout(out)
+    value = ctx.value
+    if isinstance(value, tuple):  # max/min with a dim: (values, indices)
+        return tuple(result for _ in value)
+    return result
+
+
+def concat(ctx: OpContext) -> Layout:
+    """``torch.cat``: segments laid end to end along ``dim``; other dims tied."""
+    tensors = ctx.arg(0, "tensors")
+    dim = ctx.val(ctx.arg(1, "dim", 0))
+    lays = [ctx.tensor_layout(t) for t in tensors]
+    shapes = [ctx.shape(t) for t in tensors]
+    lays = [lay for lay, s in zip(lays, shapes) if s != (0,)]
+    if not lays:
+        return ctx.fixed()
+    ndim = len(lays[0])
+    d = _norm_dim(dim, ndim)
+    out: list[Dim] = []
+    for i in range(ndim):
+        if i == d:
+            out.append(concat_dims([lay[i] for lay in lays]))
+        else:
+            out.append(ctx.unify(*[lay[i] for lay in lays]))
+    return TensorLayout(out)
+
+
+def stack(ctx: OpContext) -> Layout:
+    tensors = ctx.arg(0, "tensors")
+    dim = ctx.val(ctx.arg(1, "dim", 0))
+    lays = [ctx.tensor_layout(t) for t in tensors]
+    ndim = len(lays[0])
+    d = _norm_dim(dim, ndim + 1)
+    dims = [ctx.unify(*[lay[i] for lay in lays]) for i in range(ndim)]
+    dims.insert(d, fixed_dim(len(lays)))
+    return TensorLayout(dims)
+
+
+def split(ctx: OpContext) -> Layout:
+    """``split``/``chunk``/``unbind``: pieces along a fixed dim keep the other dims' groups."""
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    target = ctx.node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    default_dim = 0
+    d = ctx.val(ctx.arg(2 if name in ("split", "chunk", "tensor_split") else 1, "dim",
+                        default_dim))
+    d = _norm_dim(int(d), len(lay))
+    if not is_fixed(lay[d]):
+        ctx.unsupported(f"{name} along an elastic dimension")
+    pieces = ctx.value
+    out = []
+    for piece in pieces:
+        dims = list(lay)
+        if name == "unbind":
+            dims.pop(d)
+        else:
+            dims[d] = fixed_dim(piece.shape[d])
+        out.append(TensorLayout(dims))
+    return tuple(out)
+
+
+def _chunks(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Pair runs of dims of shapes ``a`` and ``b`` with equal products (size-1 dims skipped)."""
+    ia = [i for i, s in enumerate(a) if s != 1]
+    ib = [i for i, s in enumerate(b) if s != 1]
+    out: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(ia) and j < len(ib):
+        ca, cb = [ia[i]], [ib[j]]
+        pa, pb = a[ia[i]], b[ib[j]]
+        i += 1
+        j += 1
+        while pa != pb:
+            if pa < pb:
+                if i >= len(ia):
+                    return None
+                pa *= a[ia[i]]
+                ca.append(ia[i])
+                i += 1
+            else:
+                if j >= len(ib):
+                    return None
+                pb *= b[ib[j]]
+                cb.append(ib[j])
+                j += 1
+        out.append((ca, cb))
+    if i != len(ia) or j != len(ib):
+        return None
+    return out
+
+
+def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
+                   out_shape: Sequence[int], literal: Sequence[bool] | None = None) -> TensorLayout:
+    """The layout after a view/reshape/flatten, where provable.
+
+    A run of dims merged into one keeps its groups only if they sit in the outermost dim of
+    the run (their blocks grow by the inner sizes); one dim split into several keeps its
+    group on the outermost piece when that piece is exactly the group's units. ``literal``
+    marks output dims whose size the model wrote as a number: a group landing there becomes
+    constant, since the model would not follow a resize.
+    """
+    for i, s in enumerate(in_shape):
+        if s == 1 and not is_fixed(lay[i]):
+            ctx.fix(lay[i], "a size-1 elastic dim is reshaped")
+    chunks = _chunks(in_shape, out_shape)
+    out: list[Dim] = [fixed_dim(s) for s in out_shape]
+    if chunks is None:
+        ctx.unsupported(f"cannot map shape {tuple(in_shape)} to {tuple(out_shape)}")
+        return TensorLayout(out)
+    for ca, cb in chunks:
+        dims = [lay[i] for i in ca]
+        if all(is_fixed(d) for d in dims):
+            continue
+        if len(ca) == 1 and len(cb) == 1:
+            out[cb[0]] = dims[0]
+        elif len(cb) == 1:  # merge: groups only in the outermost dim of the run
+            if any(not is_fixed(d) for d in dims[1:]):
+                ctx.unsupported("merging dims with an elastic inner dim")
+            inner = math.prod(in_shape[i] for i in ca[1:])
+            out[cb[0]] = scale_block(dims[0], inner)
+        elif len(ca) == 1:  # split: the outer piece must be exactly the group's units
+            segs = dims[0]
+            if len(segs) != 1:
+                ctx.unsupported("splitting a concatenated elastic dim")
+            seg = segs[0]
+            first = out_shape[cb[0]]
+            rest = math.prod(out_shape[i] for i in cb[1:])
+            if first == seg.units and rest == seg.block:
+                out[cb[0]] = (Seg(seg.group, seg.units, 1),)
+            else:
+                ctx.unsupported(
+                    f"splitting an elastic dim of {seg.units} units into {first} x {rest}")
+        else:
+            ctx.unsupported("reshaping several elastic dims at once")
+    if literal is not None:
+        for i, lit in enumerate(literal):
+            if lit and i < len(out) and not is_fixed(out[i]):
+                ctx.fix(out[i], "reshaped to a size written as a literal")
+                out[i] = fixed_dim(out_shape[i])
+    return TensorLayout(out)
+
+
+def view(ctx: OpContext) -> Layout:
+    """``view``/``reshape`` (method or function) to an explicit shape."""
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    node = ctx.node
+    shape_args: Any = node.args[1:] if node.op == "call_method" else node.args[1:2]
+    if node.op == "call_method" and len(shape_args) == 1 and isinstance(
+            shape_args[0], (tuple, list)):
+        shape_args = shape_args[0]
+    elif node.op == "call_function" and shape_args:
+        shape_args = shape_args[0]
+    if not shape_args:
+        shape_args = node.kwargs.get("shape", ())
+    literal = [isinstance(a, int) and a != -1 for a in shape_args] if isinstance(
+        shape_args, (tuple, list)) else None
+    return reshape_layout(ctx, lay, ctx.shape(x), ctx.out_shape(), literal)
+
+
+def reshape_as_value(ctx: OpContext) -> Layout:
+    """``flatten``/``unflatten``/``view_as``...: the target shape is the node's value."""
+    x = ctx.arg(0, "input")
+    return reshape_layout(ctx, ctx.tensor_layout(x), ctx.shape(x), ctx.out_shape())
+
+
+def permute(ctx: OpContext) -> Layout:
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    node = ctx.node
+    dims: Any = node.args[1:] if node.op == "call_method" else ctx.arg(1, "dims")
+    if node.op == "call_method" and len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    if not dims:
+        dims = node.kwargs.get("dims", ())
+    order = [_norm_dim(int(ctx.val(d)), len(lay)) for d in dims]
+    return TensorLayout(lay[i] for i in order)
+
+
+def transpose(ctx: OpContext) -> Layout:
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    a = _norm_dim(int(ctx.val(ctx.arg(1, "dim0"))), len(lay))
+    b = _norm_dim(int(ctx.val(ctx.arg(2, "dim1"))), len(lay))
+    lay[a], lay[b] = lay[b], lay[a]
+    return TensorLayout(lay)
+
+
+def matrix_transpose(ctx: OpContext) -> Layout:
+    lay = list(ctx.tensor_layout(ctx.arg(0, "input")))
+    if len(lay) >= 2:
+        lay[-1], lay[-2] = lay[-2], lay[-1]
+    return TensorLayout(lay)
+
+
+def unsqueeze(ctx: OpContext) -> Layout:
+    lay = list(ctx.tensor_layout(ctx.arg(0, "input")))
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lay) + 1)
+    lay.insert(d, fixed_dim(1))
+    return TensorLayout(lay)
+
+
+def squeeze(ctx: OpContext) -> Layout:
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    shape = ctx.shape(x)
+    dims = _dims_arg(ctx, 1, "dim", len(lay))
+    drop = [i for i, s in enumerate(shape) if s == 1 and (dims is None or i in dims)]
+    for i in drop:
+        if not is_fixed(lay[i]):
+            ctx.fix(lay[i], "a size-1 elastic dim is squeezed away")
+    return TensorLayout(d for i, d in enumerate(lay) if i not in drop)
+
+
+def expand(ctx: OpContext) -> Layout:
+    """``expand``/``expand_as``/``repeat``: dims that keep their size keep their groups."""
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    shape = ctx.shape(x)
+    out_shape = ctx.out_shape()
+    n = len(out_shape)
+    name = ctx.node.target if isinstance(ctx.node.target, str) else ""
+    dims: list[Dim] = []
+    for i in range(n):
+        j = i - (n - len(shape))
+        if j >= 0 and shape[j] == out_shape[i]:
+            dims.append(lay[j])
+        else:
+            if j >= 0 and not is_fixed(lay[j]):
+                ctx.fix(lay[j], f"{name or 'expand'} changes an elastic dim")
+            dims.append(fixed_dim(out_shape[i]))
+    return TensorLayout(dims)
+
+
+def trailing_spatial(k: int) -> Rule:
+    """Pooling, interpolation and padding over the last ``k`` dims: leading dims pass through."""
+
+    def rule(ctx: OpContext) -> Layout:
+        x = ctx.arg(0, "input")
+        lay = ctx.tensor_layout(x)
+        out_shape = ctx.out_shape()
+        if len(out_shape) != len(lay):
+            ctx.unsupported("pooling changed the rank")
+        dims = list(lay[: len(lay) - k])
+        for d in lay[len(lay) - k:]:
+            if not is_fixed(d):
+                ctx.fix(d, "pooled over an elastic dim")
+        dims += [fixed_dim(s) for s in out_shape[len(lay) - k:]]
+        res = TensorLayout(dims)
+        if isinstance(ctx.value, tuple):  # return_indices=True
+            return tuple(res for _ in ctx.value)
+        return res
+
+    return rule
+
+
+def pad(ctx: OpContext) -> Layout:
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    padding = ctx.val(ctx.arg(1, "pad"))
+    k = len(padding) // 2
+    padded = [len(lay) - 1 - i for i in range(k) if padding[2 * i] or padding[2 * i + 1]]
+    dims = list(lay)
+    out_shape = ctx.out_shape()
+    for i in padded:
+        if not is_fixed(dims[i]):
+            ctx.fix(dims[i], "padding an elastic dim")
+        dims[i] = fixed_dim(out_shape[i])
+    return TensorLayout(dims)
+
+
+def getitem(ctx: OpContext) -> Layout:
+    """Indexing a tuple/list (module outputs) or a tensor (ints, slices, None, Ellipsis)."""
+    container = ctx.arg(0)
+    index = ctx.val(ctx.arg(1))
+    lay = ctx.layout(container)
+    if not isinstance(lay, TensorLayout):
+        if isinstance(lay, (tuple, list)) and isinstance(index, int):
+            return lay[index]
+        if isinstance(lay, (tuple, list)) and isinstance(index, slice):
+            return tuple(lay[index])
+        if isinstance(lay, dict):
+            return lay.get(index)
+        return ctx.fixed()
+    shape = ctx.shape(container)
+    items = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, (torch.Tensor, list)) for i in items):
+        ctx.unsupported("advanced (tensor or list) indexing")
+    n_consuming = sum(1 for i in items if i is not None and i is not Ellipsis)
+    out: list[Dim] = []
+    d = 0
+    for item in items:
+        if item is Ellipsis:
+            take = len(lay) - d - (n_consuming - sum(
+                1 for i in items[: items.index(item)] if i is not None and i is not Ellipsis))
+            out.extend(lay[d: d + take])
+            d += take
+        elif item is None:
+            out.append(fixed_dim(1))
+        elif isinstance(item, int):
+            if not is_fixed(lay[d]):
+                ctx.fix(lay[d], "one entry of an elastic dim is picked by index")
+            d += 1
+        elif isinstance(item, slice):
+            start, stop, step = item.indices(shape[d])
+            if (start, stop, step) == (0, shape[d], 1):
+                out.append(lay[d])
+            else:
+                if not is_fixed(lay[d]):
+                    ctx.fix(lay[d], "an elastic dim is sliced")
+                out.append(fixed_dim(len(range(start, stop, step))))
+            d += 1
+        else:
+            ctx.unsupported(f"index {item!r}")
+    out.extend(lay[d:])
+    return TensorLayout(out)
+
+
+def getattr_rule(ctx: OpContext) -> Layout:
+    name = ctx.arg(1)
+    if not isinstance(ctx.value, torch.Tensor):
+        return ctx.fixed()
+    if name in ("T", "mT"):
+        return matrix_transpose(ctx)
+    if name in ("data", "real"):
+        return same_as_input(ctx)
+    ctx.unsupported(f"tensor attribute {name!r}")
+    return None
+
+
+def linear_fn(ctx: OpContext) -> Layout:
+    """``F.linear(x, w, b)``: x's last dim meets w's input dim; the output dim is w's rows."""
+    x, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
+    lx, lw = ctx.tensor_layout(x), ctx.tensor_layout(w)
+    ctx.unify(lx[-1], lw[-1])
+    b = ctx.arg(2, "bias", None)
+    out_dim = lw[0]
+    if isinstance(b, torch.fx.Node):
+        out_dim = ctx.unify(out_dim, ctx.tensor_layout(b)[0])
+    return TensorLayout([*lx[:-1], out_dim])
+
+
+def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> Rule:
+    """Functional norms: per-channel parameters meet the input's channel dim."""
+
+    def rule(ctx: OpContext) -> Layout:
+        x = ctx.arg(0, "input")
+        lay = list(ctx.tensor_layout(x))
+        if channel_dim is None:
+            shape = ctx.val(ctx.arg(1, "normalized_shape"))
+            if len(shape) != 1:
+                for d in lay[-len(shape):]:
+                    if not is_fixed(d):
+                        ctx.fix(d, "normalized over several dims")
+                return TensorLayout(lay)
+            d = len(lay) - 1
+        else:
+            d = channel_dim
+        for idx, pname in param_names:
+            p = ctx.arg(idx, pname, None)
+            if isinstance(p, torch.fx.Node):
+                lay[d] = ctx.unify(lay[d], ctx.tensor_layout(p)[0])
+        return TensorLayout(lay)
+
+    return rule
+
+
+def softmax(ctx: OpContext) -> Layout:
+    return same_as_input(ctx)
+
+
+# -- the table ---------------------------------------------------------------------------------
+_ELEMENTWISE_FUNCS: list[Any] = [
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+    operator.pow, operator.mod, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+    operator.and_, operator.or_, operator.xor, operator.eq, operator.ne, operator.lt,
+    operator.le, operator.gt, operator.ge,
+    torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow, torch.maximum,
+    torch.minimum, torch.where, torch.eq, torch.ne, torch.lt, torch.gt, torch.le, torch.ge,
+    torch.logical_and, torch.logical_or, torch.lerp, torch.addcmul, torch.addcdiv,
+    torch.masked_fill, torch.fmod, torch.remainder, torch.atan2, torch.hypot,
+]
+_ELEMENTWISE_METHODS = [
+    "add", "sub", "mul", "div", "true_divide", "pow", "maximum", "minimum", "masked_fill",
+    "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_", "eq", "ne", "lt", "gt", "le", "ge",
+    "where", "lerp", "addcmul", "addcdiv", "addcmul_", "addcdiv_", "fmod", "remainder",
+    "__add__", "__mul__", "__sub__", "__truediv__", "__radd__", "__rmul__",
+]
+_UNARY_FUNCS: list[Any] = [
+    operator.neg, operator.pos, operator.invert, abs,
+    torch.relu, torch.relu_, torch.sigmoid, torch.tanh, torch.exp, torch.log, torch.sqrt,
+    torch.rsqrt, torch.abs, torch.neg, torch.sin, torch.cos, torch.erf, torch.clamp,
+    torch.clip, torch.sign, torch.square, torch.reciprocal, torch.log1p, torch.expm1,
+    torch.floor, torch.ceil, torch.round, torch.trunc, torch.isnan, torch.isinf,
+    torch.logical_not, torch.nan_to_num, torch.clone, torch.detach, torch.softmax,
+    torch.log_softmax, torch.dropout, torch.alpha_dropout, torch.feature_dropout,
+    F.relu, F.relu_, F.relu6, F.elu, F.selu, F.celu, F.leaky_relu, F.leaky_relu_, F.gelu,
+    F.silu, F.mish, F.hardswish, F.hardsigmoid, F.hardtanh, F.hardtanh_, F.sigmoid, F.tanh,
+    F.softplus, F.softsign, F.tanhshrink, F.logsigmoid, F.threshold, F.rrelu, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+    F.feature_alpha_dropout, F.softmax, F.log_softmax, F.softmin, F.normalize,
+]
+_UNARY_METHODS = [
+    "relu", "relu_", "sigmoid", "sigmoid_", "tanh", "tanh_", "exp", "log", "sqrt", "rsqrt",
+    "abs", "neg", "sin", "cos", "erf", "clamp", "clamp_", "clamp_min", "clamp_max", "clip",
+    "sign", "square", "reciprocal", "floor", "ceil", "round", "float", "double", "half",
+    "bfloat16", "int", "long", "bool", "to", "type", "type_as", "contiguous", "clone",
+    "detach", "detach_", "cpu", "cuda", "softmax", "log_softmax",
+    "masked_fill", "nan_to_num", "requires_grad_", "exp_", "log_", "sqrt_", "fill_", "zero_",
+    "hardtanh_", "clamp_min_", "abs_", "neg_", "logical_not", "isnan", "isinf", "pin_memory",
+    "sigmoid", "erf_", "pow", "square_", "float_power",
+]
+
+
+def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
+    """Register every rule of this module with fxsym (called from the plugin hook)."""
+    for f in _ELEMENTWISE_FUNCS:
+        register(f, elementwise)
+    for m in _ELEMENTWISE_METHODS:
+        register(m, elementwise)
+    for f in dict.fromkeys(_UNARY_FUNCS):
+        register(f, same_as_input)
+    for m in dict.fromkeys(_UNARY_METHODS):
+        register(m, same_as_input)
+    for t in (torch.sum, torch.mean, torch.amax, torch.amin, torch.prod, torch.std,
+              torch.var, torch.max, torch.min, torch.logsumexp, torch.norm, torch.argmax,
+              torch.argmin, torch.all, torch.any, "sum", "mean", "amax", "amin", "prod", "std",
+              "var", "max", "min", "logsumexp", "norm", "argmax", "argmin", "all", "any"):
+        register(t, reduction)
+    register(torch.cat, concat)
+    register(torch.concat, concat)
+    register(torch.concatenate, concat)
+    register(torch.stack, stack)
+    for t in (torch.split, torch.chunk, torch.unbind, "split", "chunk", "unbind"):
+        register(t, split)
+    for t in ("view", "reshape", torch.reshape):
+        register(t, view)
+    for t in (torch.flatten, "flatten", "unflatten", torch.unflatten, "view_as", "reshape_as"):
+        register(t, reshape_as_value)
+    for t in (torch.permute, "permute"):
+        register(t, permute)
+    for t in (torch.transpose, "transpose", torch.swapaxes, "swapaxes", "swapdims"):
+        register(t, transpose)
+    for t in (torch.t, "t"):
+        register(t, matrix_transpose)
+    for t in (torch.unsqueeze, "unsqueeze"):
+        register(t, unsqueeze)
+    for t in (torch.squeeze, "squeeze"):
+        register(t, squeeze)
+    for t in ("expand", "expand_as", "repeat", torch.broadcast_to, "broadcast_to"):
+        register(t, expand)
+    for t in ("size", "dim", "numel", "nelement", "element_size", "is_contiguous",
+              "is_floating_point", "tolist", "item", torch.numel, operator.not_, operator.is_,
+              operator.is_not, len, isinstance, math.prod):
+        register(t, not_a_tensor)
+    for t in (torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand,
+              torch.randn, torch.tensor, torch.zeros_like, torch.ones_like, torch.empty_like,
+              torch.full_like, torch.rand_like, torch.randn_like, "new_zeros", "new_ones",
+              "new_empty", "new_full", "new_tensor", "bernoulli_", "uniform_", "normal_",
+              "bernoulli", torch.bernoulli):
+        register(t, creation)
+    for k, fs in {
+        1: (F.max_pool1d, F.avg_pool1d, F.adaptive_avg_pool1d, F.adaptive_max_pool1d,
+            F.lp_pool1d),
+        2: (F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d,
+            F.lp_pool2d, F.max_pool2d_with_indices, torch.max_pool2d, torch.avg_pool1d,
+            torch._C._nn.avg_pool2d, torch._C._nn.adaptive_avg_pool2d),
+        3: (F.max_pool3d, F.avg_pool3d, F.adaptive_avg_pool3d, F.adaptive_max_pool3d),
+    }.items():
+        for f in fs:
+            register(f, trailing_spatial(k))
+    register(F.interpolate, _interpolate)
+    register(F.pad, pad)
+    register(operator.getitem, getitem)
+    register(getattr, getattr_rule)
+    register(F.linear, linear_fn)
+    register(F.layer_norm, norm_fn(None, [(2, "weight"), (3, "bias")]))
+    register(F.batch_norm, norm_fn(1, [(1, "running_mean"), (2, "running_var"),
+                                       (3, "weight"), (4, "bias")]))
+    register(F.group_norm, _group_norm_fn)
+    register(F.instance_norm, norm_fn(1, [(1, "running_mean"), (2, "running_var"),
+                                          (3, "weight"), (4, "bias")]))
+
+
+def _interpolate(ctx: OpContext) -> Layout:
+    x = ctx.arg(0, "input")
+    return trailing_spatial(len(ctx.shape(x)) - 2)(ctx)
+
+
+def _group_norm_fn(ctx: OpContext) -> Layout:
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    groups = int(ctx.val(ctx.arg(1, "num_groups")))
+    if groups not in (1, ctx.shape(x)[1]) and not is_fixed(lay[1]):
+        ctx.fix(lay[1], "group norm with channel groups")
+    for idx, pname in ((2, "weight"), (3, "bias")):
+        p = ctx.arg(idx, pname, None)
+        if isinstance(p, torch.fx.Node):
+            lay[1] = ctx.unify(lay[1], ctx.tensor_layout(p)[0])
+    return TensorLayout(lay)
+
+
+__all__ = ["register_op_rules"]
