@@ -141,11 +141,17 @@ class Registry:
         return self._plugins.leaf_policies
 
     def op_rule(self, target: Any) -> Callable[..., Any] | None:
+        """The rule for a node target: the callable itself, a method name, or the callable's
+        dotted ``module.qualname`` (so plugins can name functions of optional packages)."""
         self._refresh()
+        rules = self._plugins.op_rules
         try:
-            found = self._plugins.op_rules.get(target)
+            found = rules.get(target)
         except TypeError:  # unhashable target
             return None
+        if found is None and not isinstance(target, str):
+            name = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
+            found = rules.get(name)
         return found[0] if found else None
 
     def proxy_class(self, value_type: type) -> type | None:

@@ -610,6 +610,8 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
             register(f, trailing_spatial(k))
     register(F.interpolate, _interpolate)
     register(F.pad, pad)
+    # stochastic depth drops whole samples: channels pass through
+    register("torchvision.ops.stochastic_depth.stochastic_depth", same_as_input)
     register(operator.getitem, getitem)
     register(getattr, getattr_rule)
     register(F.linear, linear_fn)

@@ -93,7 +93,7 @@ class OpContext:
 
     def fix(self, layout: Any, reason: str) -> None:
         """Make every group in ``layout`` (a layout or a Dim) constant."""
-        self.analyzer.fix(layout, f"{reason} (node {self.node.name})", self.node)
+        self.analyzer.fix(layout, reason, self.node)
 
     def unify(self, *dims: Dim) -> Dim:
         """Tie dims that must change together, entry by entry; returns the tied dim.

@@ -1,0 +1,157 @@
+"""The ``fxsym`` command line: ``analyze``, ``plugins`` and ``passes``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import FxsymError
+
+
+def load_model(spec: str) -> nn.Module:
+    """``torchvision:resnet50``, ``timm:resnet18`` or ``package.module:factory``."""
+    source, _, name = spec.partition(":")
+    if not name:
+        raise SystemExit(f"fxsym: MODEL must look like 'torchvision:resnet50' or "
+                         f"'package.module:factory', got {spec!r}")
+    if source == "torchvision":
+        import torchvision
+
+        return torchvision.models.get_model(name, weights=None)
+    if source == "timm":
+        import timm
+
+        return timm.create_model(name, pretrained=False)
+    module = importlib.import_module(source)
+    obj: Any = module
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    model = obj() if not isinstance(obj, nn.Module) else obj
+    if not isinstance(model, nn.Module):
+        raise SystemExit(f"fxsym: {spec} did not give a torch.nn.Module")
+    return model
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from . import analyze, load_plugins
+    from .demo import demo_model
+
+    load_plugins()
+    if args.model is None:
+        model, inputs = demo_model()
+        label = "built-in demo (fxsym.demo.DemoNet)"
+    else:
+        _progress(f"loading {args.model} ...")
+        model = load_model(args.model).eval()
+        inputs = None
+        label = args.model
+    if args.input_shape:
+        shape = tuple(int(s) for s in args.input_shape.split(","))
+        inputs = (torch.randn(*shape),)
+    elif inputs is None and args.model and args.model.split(":")[0] in ("torchvision", "timm"):
+        inputs = (torch.randn(1, 3, 224, 224),)
+    _progress(f"analyzing {label} ...")
+    start = time.perf_counter()
+    try:
+        sm = analyze(model, example_inputs=inputs)
+    except FxsymError as exc:
+        print(f"fxsym: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    elapsed = time.perf_counter() - start
+    groups = sm.groups()
+    report = [e for e in sm.trace_report if e.message != "reaches the model output"]
+    if args.json:
+        print(json.dumps({
+            "model": label,
+            "seconds": round(elapsed, 4),
+            "groups": [{"name": g.name, "size": g.size, "sortable": g.is_sortable,
+                        "members": [list(m) for m in g.members]} for g in groups],
+            "trace_report": [{"kind": e.kind, "where": e.where, "message": e.message}
+                             for e in report],
+        }, indent=2))
+        return 0
+    print(f"{label}: {len(groups)} searchable groups ({elapsed:.2f} s)\n")
+    width = max([len(g.name) for g in groups] + [5])
+    print(f"{'group':<{width}}  {'size':>6}  {'sortable':>8}  {'members':>7}")
+    print(f"{'-' * width}  {'-' * 6}  {'-' * 8}  {'-' * 7}")
+    for g in groups:
+        print(f"{g.name:<{width}}  {g.size:>6}  {'yes' if g.is_sortable else 'no':>8}  "
+              f"{len(g.members):>7}")
+    print()
+    if report:
+        print(f"trace report ({len(report)} entries; constant groups and why):")
+        for e in report[: args.max_report]:
+            print(f"  {e}")
+        if len(report) > args.max_report:
+            print(f"  ... {len(report) - args.max_report} more (--max-report N to see them)")
+    else:
+        print("trace report: nothing to report")
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from .plugins import load_plugins
+    from .registry import get_registry
+
+    pm = load_plugins()
+    by_plugin = get_registry().contributions.by_plugin()
+    names = [name for name, _ in pm.list_name_plugin() if name]
+    if not names and not pm.failed:
+        print("no fxsym plugins installed (try: pip install fxsym-plugins-nn)")
+    for name in names:
+        src = pm.source(name)
+        print(f"{name}  ({src.distribution} {src.version})".rstrip())
+        contributed = by_plugin.get(name, {})
+        if not contributed:
+            print("    contributes nothing")
+        for kind, items in contributed.items():
+            shown = ", ".join(items[:6]) + (f", ... ({len(items)} in all)" if len(items) > 6 else "")
+            print(f"    {kind}: {shown}")
+    for failure in pm.failed:
+        print(f"{failure.name}  ({failure.distribution})  INACTIVE: {failure.error}")
+    return 0
+
+
+def cmd_passes(args: argparse.Namespace) -> int:
+    from .passes import format_passes
+    from .plugins import load_plugins
+
+    load_plugins()
+    print(format_passes())
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="fxsym",
+        description="Which sizes inside a PyTorch model can change, and which change together.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("analyze", help="list a model's searchable groups")
+    p.add_argument("model", nargs="?", help="torchvision:NAME, timm:NAME or package.module:factory"
+                   " (default: a built-in demo model)")
+    p.add_argument("--input-shape", help="shape of one random input tensor, e.g. 1,3,224,224")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
+    p.set_defaults(func=cmd_analyze)
+    p = sub.add_parser("plugins", help="list plugins and what each contributed")
+    p.set_defaults(func=cmd_plugins)
+    p = sub.add_parser("passes", help="list optimize passes and patterns")
+    p.set_defaults(func=cmd_passes)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
