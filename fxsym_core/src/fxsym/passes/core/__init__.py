@@ -1,0 +1,1 @@
+"""The core passes: dead-code elimination, in-place removal, no-op removal."""

@@ -1,0 +1,153 @@
+"""The pattern engine: indexed matching, deterministic overlap resolution, batched rewriting.
+
+One round:
+
+1. **index** — patterns are grouped by the canonical kind of their anchor, so each graph node
+   is offered only the patterns that could end at it (one dictionary look-up per node);
+2. **match** — every candidate anchor is tried against its patterns (largest first), giving
+   a list of matches over the whole graph;
+3. **resolve overlaps** — matches are sorted by (size descending, anchor position, pattern
+   order) and accepted greedily when they share no node with an accepted one: the largest
+   match wins and ties go to the earliest anchor, then to the earliest pattern;
+4. **rewrite** — accepted matches are applied in graph order; a binding that pointed at an
+   anchor replaced earlier in the round follows its replacement. Dead matched nodes are
+   erased.
+
+Rounds repeat until one makes no change (a rewrite may expose a new match), at most
+``max_rounds`` times. The engine never recompiles: callers recompile once at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from torch import fx
+
+from .ops import Key, OpTable, builtin_table
+from .pattern import Match, Pattern, RewriteContext
+
+_CALLS = ("call_function", "call_method", "call_module")
+_META_KEYS = ("val", "tensor_meta", "example_value")
+
+
+class PatternEngine:
+    """Apply a fixed set of patterns to GraphModules."""
+
+    def __init__(
+        self, patterns: Sequence[Pattern], table: OpTable | None = None, max_rounds: int = 8
+    ) -> None:
+        self.table = table if table is not None else builtin_table()
+        self.max_rounds = max_rounds
+        self.patterns = list(patterns)
+        order = {id(p): i for i, p in enumerate(self.patterns)}
+        ranked = sorted(self.patterns, key=lambda p: (-p.size, p.priority, order[id(p)]))
+        self._rank = {id(p): i for i, p in enumerate(ranked)}
+        self.index: dict[Key, list[Pattern]] = {}
+        for p in ranked:
+            for key in p.anchor_keys(self.table):
+                self.index.setdefault(key, []).append(p)
+        self.stats: dict[str, int] = {}
+
+    def run(self, gm: fx.GraphModule) -> int:
+        """Rewrite ``gm.graph`` in place; return the number of rewrites."""
+        ctx = RewriteContext(gm, self.table)
+        total = 0
+        self.stats = {}
+        for _ in range(self.max_rounds):
+            changed = self._round(ctx)
+            total += changed
+            if not changed:
+                break
+        return total
+
+    def find(self, gm: fx.GraphModule) -> list[Match]:
+        """The matches one round would apply (overlaps resolved), without rewriting."""
+        return self._accepted(RewriteContext(gm, self.table))[0]
+
+    def _accepted(self, ctx: RewriteContext) -> tuple[list[Match], dict[fx.Node, int]]:
+        index = self.index
+        candidates: list[tuple[int, int, int, Match]] = []
+        position: dict[fx.Node, int] = {}
+        keys_of = ctx.keys
+        for pos, node in enumerate(ctx.graph.nodes):
+            position[node] = pos
+            if node.op not in _CALLS:
+                continue
+            keys = keys_of(node)
+            if len(keys) == 1:
+                pats = index.get(keys[0])
+                if not pats:
+                    continue
+            else:
+                pats = _merge(index, keys)
+                if not pats:
+                    continue
+            for p in pats:
+                m = p.match(node, ctx)
+                if m is not None:
+                    candidates.append((-len(m.nodes), pos, self._rank[id(p)], m))
+        if not candidates:
+            return [], position
+        candidates.sort(key=lambda c: c[:3])
+        claimed: set[fx.Node] = set()
+        accepted: list[Match] = []
+        for _, _, _, m in candidates:
+            if claimed.isdisjoint(m.nodes):
+                claimed.update(m.nodes)
+                accepted.append(m)
+        accepted.sort(key=lambda m: position[m.anchor])
+        return accepted, position
+
+    def _round(self, ctx: RewriteContext) -> int:
+        accepted, _ = self._accepted(ctx)
+        replaced: dict[fx.Node, fx.Node] = {}
+        graph = ctx.graph
+        changes = 0
+        for m in accepted:
+            m.resolve(replaced)
+            anchor = m.anchor
+            with graph.inserting_before(anchor):
+                new = m.pattern.rewrite(m, ctx)
+            if new is None or new is anchor:
+                continue
+            for k in _META_KEYS:
+                if k in anchor.meta and k not in new.meta:
+                    new.meta[k] = anchor.meta[k]
+            anchor.replace_all_uses_with(new, delete_user_cb=lambda user, new=new: user is not new)
+            replaced[anchor] = new
+            for n in reversed(m.nodes):
+                if not n.users:
+                    graph.erase_node(n)
+            changes += 1
+            self.stats[m.pattern.name] = self.stats.get(m.pattern.name, 0) + 1
+        return changes
+
+
+def _merge(index: dict[Key, list[Pattern]], keys: Sequence[Key]) -> list[Pattern]:
+    out: list[Pattern] = []
+    for k in keys:
+        for p in index.get(k, ()):
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def apply_patterns(
+    gm: fx.GraphModule,
+    patterns: Sequence[Pattern],
+    *,
+    table: OpTable | None = None,
+    recompile: bool = True,
+) -> int:
+    """Apply ``patterns`` to ``gm`` in place (then recompile once); return the rewrite count.
+
+    ``table`` defaults to the built-in aliases plus everything the loaded plugins contribute.
+    """
+    if table is None:
+        from .catalog import op_table
+
+        table = op_table()
+    changes = PatternEngine(patterns, table).run(gm)
+    if changes and recompile:
+        gm.recompile()
+    return changes

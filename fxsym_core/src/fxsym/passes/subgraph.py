@@ -1,0 +1,261 @@
+"""Subgraph patterns: a small Python function that computes what to look for.
+
+``SubgraphPattern("silu", lambda x: x * torch.sigmoid(x), lambda x: F.silu(x))`` traces the
+pattern (and the replacement) once, on first use, with :func:`torch.fx.symbolic_trace`, and
+caches the graphs. The pattern's returned value is the anchor; matching walks back from a
+candidate anchor through the pattern graph:
+
+* a pattern input (placeholder) binds to any value; a second use must bind the same value;
+* an operation must have one of the node's kinds (aliases resolved, so ``x * y``,
+  ``torch.mul(x, y)`` and ``x.mul(y)`` all match) and matching arguments; the two arguments
+  of ``+`` and ``*`` may come in either order;
+* literal arguments compare equal (floats within a relative 1e-6); keyword arguments the
+  pattern does not name must be ``None`` in the graph;
+* interior nodes must not be used outside the match.
+
+Several variants (a list of functions) may share one replacement; each variant is indexed
+by its own anchor kind. The replacement is either a function with the same parameters
+(inlined, inputs bound by position) or ``rewrite(match, ctx) -> Node``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from torch import fx
+
+from .ops import COMMUTATIVE, Key, OpTable, literal_equal
+from .pattern import Match, Pattern, RewriteContext
+
+MatchPredicate = Callable[[Match, RewriteContext], bool]
+
+
+@dataclass
+class _Variant:
+    graph: fx.Graph
+    inputs: tuple[fx.Node, ...]
+    anchor: fx.Node
+    size: int
+
+
+class _State:
+    __slots__ = ("bind", "pmap", "used")
+
+    def __init__(self) -> None:
+        self.pmap: dict[fx.Node, fx.Node] = {}
+        self.used: set[fx.Node] = set()
+        self.bind: dict[fx.Node, Any] = {}
+
+    def save(self) -> tuple[dict[fx.Node, fx.Node], set[fx.Node], dict[fx.Node, Any]]:
+        return dict(self.pmap), set(self.used), dict(self.bind)
+
+    def load(self, saved: tuple[dict[fx.Node, fx.Node], set[fx.Node], dict[fx.Node, Any]]) -> None:
+        self.pmap, self.used, self.bind = dict(saved[0]), set(saved[1]), dict(saved[2])
+
+
+def _trace(fn: Callable[..., Any]) -> fx.Graph:
+    return fx.symbolic_trace(fn).graph
+
+
+class SubgraphPattern(Pattern):
+    """A pattern written as Python function(s), traced once and cached."""
+
+    def __init__(
+        self,
+        name: str,
+        pattern: Callable[..., Any] | Sequence[Callable[..., Any]],
+        replacement: Callable[..., Any],
+        *,
+        where: MatchPredicate | None = None,
+        stage: str = "patterns",
+        priority: int = 0,
+        description: str = "",
+    ) -> None:
+        self.name = name
+        self._fns = tuple(pattern) if isinstance(pattern, (list, tuple)) else (pattern,)
+        self._replacement = replacement
+        self.where = where
+        self.stage = stage
+        self.priority = priority
+        self.description = description
+        self._variants: list[_Variant] | None = None
+        self._repl_graph: fx.Graph | None = None
+        self._keyed: tuple[OpTable, dict[Key, list[_Variant]]] | None = None
+        self._repl_is_rewrite = _is_rewrite_fn(replacement)
+
+    # -- compilation (once) -----------------------------------------------------------------
+    @property
+    def variants(self) -> list[_Variant]:
+        if self._variants is None:
+            variants = []
+            for fn in self._fns:
+                g = _trace(fn)
+                inputs = tuple(n for n in g.nodes if n.op == "placeholder")
+                out = next(n for n in g.nodes if n.op == "output")
+                anchor = out.args[0]
+                if not isinstance(anchor, fx.Node) or anchor.op == "placeholder":
+                    raise ValueError(
+                        f"pattern {self.name!r}: the pattern function must return one value "
+                        "computed by an operation"
+                    )
+                size = sum(
+                    1 for n in g.nodes if n.op in ("call_function", "call_method", "call_module")
+                )
+                variants.append(_Variant(g, inputs, anchor, size))
+            self._variants = variants
+        return self._variants
+
+    @property
+    def size(self) -> int:
+        return max(v.size for v in self.variants)
+
+    def _by_key(self, table: OpTable) -> dict[Key, list[_Variant]]:
+        if self._keyed is None or self._keyed[0] is not table:
+            keyed: dict[Key, list[_Variant]] = {}
+            for v in sorted(self.variants, key=lambda v: -v.size):
+                keyed.setdefault(_pkey(v.anchor, table), []).append(v)
+            self._keyed = (table, keyed)
+        return self._keyed[1]
+
+    def anchor_keys(self, table: OpTable) -> tuple[Key, ...]:
+        return tuple(self._by_key(table))
+
+    def describe_anchor(self) -> str:
+        names = sorted({_target_label(v.anchor) for v in self.variants})
+        return f"{'|'.join(names)} ({len(self.variants)} variant(s), {self.size} nodes)"
+
+    # -- matching ---------------------------------------------------------------------------
+    def match(self, node: fx.Node, ctx: RewriteContext) -> Match | None:
+        keys = ctx.keys(node)
+        by_key = self._by_key(ctx.table)
+        for key in keys:
+            for variant in by_key.get(key, ()):
+                m = self._match_variant(variant, node, ctx)
+                if m is not None:
+                    return m
+        return None
+
+    def _match_variant(self, v: _Variant, node: fx.Node, ctx: RewriteContext) -> Match | None:
+        st = _State()
+        if not _match_value(v.anchor, node, st, ctx):
+            return None
+        matched = st.used
+        for gn in st.pmap.values():
+            if gn is not node and any(u not in matched for u in gn.users):
+                return None
+        for value in st.bind.values():
+            if isinstance(value, fx.Node) and value in matched:
+                return None
+        positions = {n: i for i, n in enumerate(v.graph.nodes)}
+        ordered = tuple(
+            gn for _, gn in sorted(st.pmap.items(), key=lambda item: positions[item[0]])
+        )
+        bindings: dict[str, Any] = {}
+        for i, p in enumerate(v.inputs):
+            value = st.bind.get(p)
+            bindings[str(p.target)] = value
+            bindings[f"#{i}"] = value
+        m = Match(self, node, ordered, bindings)
+        m.bindings["#n"] = len(v.inputs)
+        if self.where is not None and not self.where(m, ctx):
+            return None
+        return m
+
+    # -- rewriting --------------------------------------------------------------------------
+    def rewrite(self, match: Match, ctx: RewriteContext) -> fx.Node | None:
+        if self._repl_is_rewrite:
+            return self._replacement(match, ctx)
+        if self._repl_graph is None:
+            self._repl_graph = _trace(self._replacement)
+        inputs = [match.bindings[f"#{i}"] for i in range(match.bindings["#n"])]
+        env: dict[fx.Node, Any] = {}
+        placeholders = [n for n in self._repl_graph.nodes if n.op == "placeholder"]
+        if len(placeholders) != len(inputs):
+            raise ValueError(
+                f"pattern {self.name!r}: the replacement takes {len(placeholders)} inputs, "
+                f"the pattern binds {len(inputs)}"
+            )
+        env.update(zip(placeholders, inputs))
+        result: Any = None
+        for rn in self._repl_graph.nodes:
+            if rn.op == "placeholder":
+                continue
+            if rn.op == "output":
+                result = fx.map_arg(rn.args[0], lambda n: env[n])
+                break
+            env[rn] = ctx.graph.node_copy(rn, lambda n: env[n])
+        return result if isinstance(result, fx.Node) else None
+
+
+def _is_rewrite_fn(fn: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params[:2] == ["match", "ctx"]
+
+
+def _pkey(pn: fx.Node, table: OpTable) -> Key:
+    return table.canonical((pn.op, pn.target))
+
+
+def _target_label(pn: fx.Node) -> str:
+    t = pn.target
+    return f".{t}" if isinstance(t, str) else getattr(t, "__name__", repr(t))
+
+
+def _match_value(p: Any, g: Any, st: _State, ctx: RewriteContext) -> bool:
+    if isinstance(p, fx.Node):
+        if p.op == "placeholder":
+            if p in st.bind:
+                bound = st.bind[p]
+                return bound is g if isinstance(bound, fx.Node) else literal_equal(bound, g)
+            st.bind[p] = g
+            return True
+        if not isinstance(g, fx.Node):
+            return False
+        if p in st.pmap:
+            return st.pmap[p] is g
+        if g in st.used or g.op not in ("call_function", "call_method", "call_module"):
+            return False
+        key = _pkey(p, ctx.table)
+        if key not in ctx.keys(g):
+            return False
+        st.pmap[p] = g
+        st.used.add(g)
+        g_args = g.args
+        if key in COMMUTATIVE and len(p.args) == 2 and len(g_args) == 2:
+            saved = st.save()
+            if _match_args(p.args, g_args, st, ctx) and _match_kwargs(p, g, st, ctx):
+                return True
+            st.load(saved)
+            return _match_args(p.args, (g_args[1], g_args[0]), st, ctx) and _match_kwargs(
+                p, g, st, ctx
+            )
+        return _match_args(p.args, g_args, st, ctx) and _match_kwargs(p, g, st, ctx)
+    if isinstance(p, (tuple, list)):
+        return (
+            isinstance(g, (tuple, list))
+            and len(p) == len(g)
+            and all(_match_value(a, b, st, ctx) for a, b in zip(p, g))
+        )
+    if isinstance(g, fx.Node):
+        return False
+    return literal_equal(p, g)
+
+
+def _match_args(pa: Sequence[Any], ga: Sequence[Any], st: _State, ctx: RewriteContext) -> bool:
+    return len(pa) == len(ga) and all(_match_value(a, b, st, ctx) for a, b in zip(pa, ga))
+
+
+def _match_kwargs(p: fx.Node, g: fx.Node, st: _State, ctx: RewriteContext) -> bool:
+    for k, pv in p.kwargs.items():
+        if k in g.kwargs:
+            if not _match_value(pv, g.kwargs[k], st, ctx):
+                return False
+        elif pv is not None:
+            return False
+    return all(v is None for k, v in g.kwargs.items() if k not in p.kwargs)
