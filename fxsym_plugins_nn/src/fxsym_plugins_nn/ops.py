@@ -62,6 +62,8 @@ def _broadcast(ctx: OpContext, layouts: Sequence[TensorLayout], shapes: Sequence
                 candidates.append(lay[j])
             elif shape[j] != 1:
                 ctx.unsupported(f"cannot broadcast {shape} to {out_shape}")
+            elif not is_fixed(lay[j]):  # a size-1 group broadcast: it must stay 1
+                ctx.fix(lay[j], "broadcast against a larger dim")
         if size == 1 or not candidates:
             for c in candidates:
                 if not is_fixed(c) and size != 1:

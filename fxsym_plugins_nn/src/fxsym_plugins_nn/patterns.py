@@ -185,7 +185,7 @@ def _log_softmax(match: Match, ctx: RewriteContext) -> fx.Node | None:
         if len(sm.args) > 2:
             return None
         dim, dtype = get_arg(sm, 1, "dim"), sm.kwargs.get("dtype")
-    if dim is None or any(k not in ("dim", "dtype", "input") for k in sm.kwargs):
+    if dim is None or any(k not in ("dim", "dtype", "input", "_stacklevel") for k in sm.kwargs):
         return None
     kwargs = {"dtype": dtype} if dtype is not None else {}
     return ctx.graph.call_function(torch.log_softmax, (match["input"], dim), kwargs)

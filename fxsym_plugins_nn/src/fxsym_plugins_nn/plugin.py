@@ -6,7 +6,7 @@ from typing import Any
 
 import fxsym
 
-from . import modules, ops
+from . import modules, ops, patterns
 
 
 @fxsym.hookimpl
@@ -22,3 +22,8 @@ def fxsym_register_leaf_policies(register: Any) -> None:
 @fxsym.hookimpl
 def fxsym_register_op_rules(register: Any) -> None:
     ops.register_op_rules(register)
+
+
+@fxsym.hookimpl
+def fxsym_register_patterns(register: Any) -> None:
+    patterns.register_patterns(register)

@@ -92,11 +92,11 @@ def _indices(symmap: SymMap, group: SymGroup, choice: Choice) -> torch.Tensor:
         index = torch.as_tensor(choice)
     except Exception as exc:
         raise ResizeError(f"{name}: indices must be integers, got {choice!r}") from exc
+    if index.numel() == 0:
+        raise ResizeError(f"{name}: cannot keep 0 entries")
     if index.dim() != 1 or index.is_floating_point() or index.dtype == torch.bool:
         raise ResizeError(f"{name}: indices must be a 1-D list of integers, got {choice!r}")
     index = index.long()
-    if index.numel() == 0:
-        raise ResizeError(f"{name}: cannot keep 0 entries")
     if int(index.min()) < 0 or int(index.max()) >= size:
         raise ResizeError(f"{name}: indices must lie in [0, {size}), got {index.tolist()}")
     if index.unique().numel() != index.numel():

@@ -138,8 +138,9 @@ class FxsymTracer(torch.fx.Tracer):
             return to_meta(node.args[0]) if node.args else _FAILED
         if node.op == "get_attr":
             obj: Any = self.root
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part)
+            with _unpatched_modules():
+                for part in str(node.target).split("."):
+                    obj = getattr(obj, part)
             return to_meta(obj)
         try:
             args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), self._arg_value)

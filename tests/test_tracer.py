@@ -1,0 +1,194 @@
+"""The tracer: shape-aware proxies, example inputs, robust fallback, errors, no mutation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import fxsym
+
+
+def _same(gm: torch.fx.GraphModule, model: nn.Module, *inputs: torch.Tensor) -> None:
+    torch.testing.assert_close(gm(*inputs), model(*inputs))
+
+
+def test_shape_control_flow_and_dynamic_view_trace() -> None:
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.shape[1] == 3:
+                x = x * 2
+            if x.dim() == 4 and x.dtype == torch.float32 and len(x) > 0:
+                x = x.view(x.size(0), -1)
+            n, c = x.shape
+            return x[:, : c // 2] + n
+
+    model = M()
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 3, 4, 4),))
+    assert "view" in gm.code and "size" in gm.code
+    # the batch size stays symbolic: other batch sizes give eager results
+    for batch in (1, 2, 5):
+        _same(gm, model, torch.randn(batch, 3, 4, 4))
+
+
+def test_nodes_carry_meta_values() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 5, 3), nn.ReLU())
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 3, 8, 8),))
+    vals = {n.name: n.meta["val"] for n in gm.graph.nodes if "val" in n.meta}
+    assert vals["_0"].shape == (2, 5, 6, 6) and vals["_0"].device.type == "meta"
+    assert vals["_1"].dtype == torch.float32
+
+
+def test_dict_example_inputs_and_defaults_fixed() -> None:
+    class M(nn.Module):
+        def forward(self, input_ids: torch.Tensor, mask: torch.Tensor | None = None,
+                    scale: float = 2.0) -> torch.Tensor:
+            out = input_ids.float() * scale
+            if mask is not None:
+                out = out * mask
+            return out
+
+    model = M()
+    ids = torch.arange(6).view(2, 3)
+    gm = fxsym.trace(model, example_inputs={"input_ids": ids})
+    assert [n.target for n in gm.graph.nodes if n.op == "placeholder"] == ["input_ids"]
+    torch.testing.assert_close(gm(ids), model(ids))
+    gm2 = fxsym.trace(model, example_inputs={"input_ids": ids, "mask": torch.ones(2, 3)})
+    assert "mul_1" in gm2.code or gm2.code.count("mul") == 2
+
+
+def test_untraceable_submodule_falls_back_to_leaf_and_is_reported() -> None:
+    class Bad(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.sum() > 0:  # data-dependent: cannot be resolved from shapes
+                return x + 1
+            return x - 1
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.bad = Bad()
+            self.b = nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.bad(self.a(x)))
+
+    model = M()
+    gm = fxsym.trace(model, example_inputs=(torch.randn(3, 4),))
+    assert [e.where for e in gm.trace_report.fallbacks] == ["bad"]
+    assert "Bad kept as a leaf" in gm.trace_report.fallbacks[0].message
+    assert [n.target for n in gm.graph.nodes if n.op == "call_module"] == ["a", "bad", "b"]
+    x = torch.randn(3, 4)
+    _same(gm, model, x)
+    # the analysis keeps going around it: groups touching the leaf are constant
+    sm = fxsym.analyze(model, example_inputs=(x,))
+    assert sm.groups() == []
+    assert any(e.kind == "boundary" and "bad" in e.where for e in sm.trace_report)
+
+
+def test_trace_never_mutates_the_model() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x) + torch.tensor([1.0, 2.0, 3.0])  # a tensor constant
+
+    model = M()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    attrs = set(vars(model))
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 3),))
+    assert set(vars(model)) == attrs
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    _same(gm, model, torch.randn(2, 3))
+
+
+def test_without_example_inputs_tracing_is_plain_fx() -> None:
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    gm = fxsym.trace(model)
+    assert all("val" not in n.meta for n in gm.graph.nodes)
+    _same(gm, model, torch.randn(2, 3))
+    with pytest.raises(fxsym.AnalysisError, match="example_inputs"):
+        fxsym.analyze(model)
+
+
+def test_errors_are_typed_and_say_what_to_do() -> None:
+    with pytest.raises(fxsym.TraceError, match="torch.nn.Module"):
+        fxsym.trace(lambda x: x)  # type: ignore[arg-type]
+    with pytest.raises(fxsym.AnalysisError, match="torch.nn.Module"):
+        fxsym.analyze("resnet")  # type: ignore[arg-type]
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 2))
+    with pytest.raises(fxsym.ModelError, match="example_inputs have the shapes"):
+        fxsym.analyze(model, example_inputs=(torch.randn(1, 4, 8, 8),))  # 4 channels, not 3
+    with pytest.raises(fxsym.TraceError, match="do not match"):
+        fxsym.analyze(model, example_inputs={"y": torch.randn(1, 3, 8, 8)})
+
+    class Raises(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise ValueError("this model refuses")
+
+    with pytest.raises(fxsym.TraceError, match="this model refuses"):
+        fxsym.analyze(Raises(), example_inputs=(torch.randn(2),))
+
+
+def test_plugin_proxy_class_is_used_for_its_value_type() -> None:
+    from fxsym.tracer import ShapeProxy
+
+    class SizeProxy(ShapeProxy):
+        pass
+
+    class Plugin:
+        @fxsym.hookimpl
+        def fxsym_register_proxies(self, register):  # type: ignore[no-untyped-def]
+            register(torch.Size, SizeProxy)
+
+    seen: list[type] = []
+
+    class M(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(type(x.size()))
+            seen.append(type(x))
+            return x.view(x.shape[0], -1)
+
+    pm = fxsym.load_plugins()
+    pm.register(Plugin(), name="size-proxy")
+    try:
+        fxsym.trace(M(), example_inputs=(torch.randn(2, 3, 2),))
+    finally:
+        pm.unregister(name="size-proxy")
+    assert seen == [SizeProxy, ShapeProxy]
+
+
+def test_trace_context_hook_is_entered_and_restored_on_error() -> None:
+    import contextlib
+
+    events: list[str] = []
+
+    class Plugin:
+        @fxsym.hookimpl
+        def fxsym_trace_context(self, model, example_inputs):  # type: ignore[no-untyped-def]
+            @contextlib.contextmanager
+            def ctx():  # type: ignore[no-untyped-def]
+                events.append("enter")
+                try:
+                    yield
+                finally:
+                    events.append("exit")
+
+            return ctx()
+
+    class Raises(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise RuntimeError("no")
+
+    pm = fxsym.load_plugins()
+    pm.register(Plugin(), name="ctx")
+    try:
+        fxsym.trace(nn.ReLU(), example_inputs=(torch.randn(2),))
+        with pytest.raises(fxsym.TraceError):
+            fxsym.trace(Raises(), example_inputs=(torch.randn(2),))
+    finally:
+        pm.unregister(name="ctx")
+    assert events == ["enter", "exit", "enter", "exit"]
