@@ -15,12 +15,12 @@ candidate anchor through the pattern graph:
 
 Several variants (a list of functions) may share one replacement; each variant is indexed
 by its own anchor kind. The replacement is either a function with the same parameters
-(inlined, inputs bound by position) or ``rewrite(match, ctx) -> Node``.
+(``replacement=``, traced once and inlined, inputs bound by position) or
+``rewrite=fn`` with ``fn(match, ctx) -> Node | None`` (inputs bound by parameter name).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,8 +67,9 @@ class SubgraphPattern(Pattern):
         self,
         name: str,
         pattern: Callable[..., Any] | Sequence[Callable[..., Any]],
-        replacement: Callable[..., Any],
+        replacement: Callable[..., Any] | None = None,
         *,
+        rewrite: Callable[[Match, RewriteContext], fx.Node | None] | None = None,
         where: MatchPredicate | None = None,
         stage: str = "patterns",
         priority: int = 0,
@@ -76,7 +77,10 @@ class SubgraphPattern(Pattern):
     ) -> None:
         self.name = name
         self._fns = tuple(pattern) if isinstance(pattern, (list, tuple)) else (pattern,)
+        if (replacement is None) == (rewrite is None):
+            raise ValueError(f"pattern {name!r}: give either a replacement or a rewrite function")
         self._replacement = replacement
+        self._rewrite_fn = rewrite
         self.where = where
         self.stage = stage
         self.priority = priority
@@ -84,7 +88,6 @@ class SubgraphPattern(Pattern):
         self._variants: list[_Variant] | None = None
         self._repl_graph: fx.Graph | None = None
         self._keyed: tuple[OpTable, dict[Key, list[_Variant]]] | None = None
-        self._repl_is_rewrite = _is_rewrite_fn(replacement)
 
     # -- compilation (once) -----------------------------------------------------------------
     @property
@@ -166,9 +169,10 @@ class SubgraphPattern(Pattern):
 
     # -- rewriting --------------------------------------------------------------------------
     def rewrite(self, match: Match, ctx: RewriteContext) -> fx.Node | None:
-        if self._repl_is_rewrite:
-            return self._replacement(match, ctx)
+        if self._rewrite_fn is not None:
+            return self._rewrite_fn(match, ctx)
         if self._repl_graph is None:
+            assert self._replacement is not None
             self._repl_graph = _trace(self._replacement)
         inputs = [match.bindings[f"#{i}"] for i in range(match.bindings["#n"])]
         env: dict[fx.Node, Any] = {}
@@ -188,14 +192,6 @@ class SubgraphPattern(Pattern):
                 break
             env[rn] = ctx.graph.node_copy(rn, lambda n: env[n])
         return result if isinstance(result, fx.Node) else None
-
-
-def _is_rewrite_fn(fn: Callable[..., Any]) -> bool:
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return False
-    return params[:2] == ["match", "ctx"]
 
 
 def _pkey(pn: fx.Node, table: OpTable) -> Key:
