@@ -48,7 +48,7 @@ class SymInfoEntry:
 class Contributions:
     """Everything the plugins contributed, by plugin name."""
 
-    sym_infos: dict[type, SymInfoEntry] = field(default_factory=dict)
+    sym_infos: dict[Any, SymInfoEntry] = field(default_factory=dict)
     leaf_policies: list[tuple[LeafPolicy, str]] = field(default_factory=list)
     op_rules: dict[Any, tuple[Callable[..., Any], str]] = field(default_factory=dict)
     proxies: dict[type, tuple[type, str]] = field(default_factory=dict)
@@ -61,7 +61,7 @@ class Contributions:
             out.setdefault(src, {}).setdefault(kind, []).append(what)
 
         for cls, entry in self.sym_infos.items():
-            add(entry.source, "sym_infos", _qualname(cls))
+            add(entry.source, "sym_infos", cls if isinstance(cls, str) else _qualname(cls))
         for policy, src in self.leaf_policies:
             add(src, "leaf_policies", _qualname(policy))
         for target, (_, src) in self.op_rules.items():
@@ -169,12 +169,14 @@ class Registry:
         return found
 
 
-def _lookup(cls: type, table: dict[type, SymInfoEntry]) -> SymInfoEntry | None:
+def _lookup(cls: type, table: dict[Any, SymInfoEntry]) -> SymInfoEntry | None:
+    """Most specific registration for ``cls``: by class, or by dotted ``module.qualname``
+    (which lets a plugin describe classes of optional packages without importing them)."""
     if not table:
         return None
     forward = getattr(cls, "forward", None)
     for base in cls.__mro__:
-        entry = table.get(base)
+        entry = table.get(base) or table.get(f"{base.__module__}.{base.__qualname__}")
         if entry is not None:
             return entry if (base is cls or getattr(base, "forward", None) is forward) else None
     return None
@@ -195,7 +197,7 @@ def _collect(pm: Any) -> Contributions:
 
     def sym_infos(src: str) -> Callable[..., None]:
         def register(
-            nn_cls: type | tuple[type, ...] | list[type],
+            nn_cls: type | str | tuple[type | str, ...] | list[type | str],
             factory: Callable[[nn.Module], Any],
             *,
             leaf: bool = True,
@@ -205,7 +207,8 @@ def _collect(pm: Any) -> Contributions:
             for cls in nn_cls if isinstance(nn_cls, (tuple, list)) else (nn_cls,):
                 if cls in sym_owner and sym_owner[cls] != src:
                     warnings.warn(
-                        f"{_qualname(cls)} is described by two plugins: "
+                        f"{cls if isinstance(cls, str) else _qualname(cls)} is described by "
+                        "two plugins: "
                         f"{pm.source(sym_owner[cls]).distribution!r} ({sym_owner[cls]}) and "
                         f"{pm.source(src).distribution!r} ({src}); using {src!r}",
                         PluginWarning,

@@ -217,6 +217,9 @@ class SymMap:
         self._mod_to_name: dict[nn.Module, str] = {}
         self._groups: list[SymGroup] = []
         self._table: GroupTable | None = None
+        self._symbol_dims: dict[tuple[str, str], Any] = {}
+        self._param_members: set[tuple[str, str]] = set()
+        self._producers: dict[int, list[tuple[str, str]]] = {}
         self._stale = False
         registry = get_registry()
         stack: list[tuple[str, nn.Module]] = [("", model)]

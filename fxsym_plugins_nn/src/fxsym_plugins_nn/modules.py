@@ -121,6 +121,13 @@ def layernorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     mod.normalized_shape = (len(index),)
 
 
+def layernorm2d_info(mod: nn.Module) -> SymInfo:
+    if len(tuple(mod.normalized_shape)) != 1:  # type: ignore[attr-defined]
+        return SymInfo()
+    return SymInfo(is_shape_preserving=True,
+                   normalized_shape=Symbol(cl_type=IN, elastic_dims={1}))
+
+
 def groupnorm_info(mod: nn.Module) -> SymInfo:
     sym = Symbol(cl_type=IN, elastic_dims={1})
     if mod.num_groups not in (1, mod.num_channels):  # type: ignore[attr-defined]
@@ -192,6 +199,8 @@ FAMILIES: list[Family] = [
     ((nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm), batchnorm_info,
      batchnorm_resize, None),
     (nn.LayerNorm, layernorm_info, layernorm_resize, None),
+    # torchvision's channels-first LayerNorm (ConvNeXt): named, so torchvision stays optional
+    ("torchvision.models.convnext.LayerNorm2d", layernorm2d_info, layernorm_resize, None),
     (nn.GroupNorm, groupnorm_info, groupnorm_resize, None),
     ((nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d), instancenorm_info,
      batchnorm_resize, None),

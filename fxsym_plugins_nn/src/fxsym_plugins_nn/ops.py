@@ -489,12 +489,11 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
         x = ctx.arg(0, "input")
         lay = list(ctx.tensor_layout(x))
         if channel_dim is None:
+            # the normalized shape is written into the call: those dims cannot follow a resize
             shape = ctx.val(ctx.arg(1, "normalized_shape"))
-            if len(shape) != 1:
-                for d in lay[-len(shape):]:
-                    if not is_fixed(d):
-                        ctx.fix(d, "normalized over several dims")
-                return TensorLayout(lay)
+            for d in lay[len(lay) - len(shape):]:
+                if not is_fixed(d):
+                    ctx.fix(d, "layer_norm's normalized_shape is a literal")
             d = len(lay) - 1
         else:
             d = channel_dim

@@ -59,12 +59,16 @@ class Analyzer:
         #: (module_qualname, symbol_name) -> the Dim that symbol sizes
         self.symbol_dims: dict[tuple[str, str], Dim] = {}
         self._out_groups: dict[tuple[str, str], int] = {}
+        #: keys of ``symbol_dims`` that are parameter members, not symbols
+        self.param_members: set[tuple[str, str]] = set()
         self.registry = get_registry()
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
         for node in self.gm.graph.nodes:
-            if node.op in ("placeholder", "get_attr"):
+            if node.op == "get_attr":
+                self.env[node] = self._parameter(node)
+            elif node.op == "placeholder":
                 self.env[node] = fixed_layout(node.meta.get("val"))
             elif node.op == "output":
                 self.fix(self._input_layouts(node), "reaches the model output", node)
@@ -87,6 +91,33 @@ class Analyzer:
             return rule(ctx)
         except Unsupported as exc:
             return self.boundary(node, str(exc) or "unsupported")
+
+    def _parameter(self, node: torch.fx.Node) -> Layout:
+        """A parameter or buffer of the model used in the graph: each dim of size > 1 starts a
+        group with no producer. If an op ties it to a producer's group, the tensor becomes a
+        *parameter member* ``(owner, "name:dim")`` that resize slices along that dim."""
+        value = node.meta.get("val")
+        owner, _, pname = str(node.target).rpartition(".")
+        if not isinstance(value, torch.Tensor) or pname.startswith("_tensor_constant"):
+            return fixed_layout(value)
+        try:
+            mod = self.gm.get_submodule(owner) if owner else self.gm
+        except AttributeError:
+            return fixed_layout(value)
+        if pname not in mod._parameters and pname not in mod._buffers:
+            return fixed_layout(value)
+        name = self.symmap._mod_to_name.get(mod, owner) if owner else ""
+        dims: list[Dim] = []
+        for d, size in enumerate(value.shape):
+            if size <= 1:
+                dims.append(fixed_layout(value)[d])
+                continue
+            g = self.table.new(size)
+            dim = group_dim(g, size)
+            self.symbol_dims[(name, f"{pname}:{d}")] = dim
+            self.param_members.add((name, f"{pname}:{d}"))
+            dims.append(dim)
+        return TensorLayout(dims)
 
     def boundary(self, node: torch.fx.Node, reason: str) -> Layout:
         """Make every group the node touches constant; its value gets a fixed layout."""
@@ -122,7 +153,8 @@ class Analyzer:
             return self.boundary(node, f"{type(mod).__name__} got no tensor input")
         x = ctx.tensor_layout(tensors[0])
         for other in tensors[1:]:
-            self.fix(ctx.layout(other), f"extra input of {type(mod).__name__}", node)
+            if other is not tensors[0]:  # self-attention passes one value three times
+                self.fix(ctx.layout(other), f"extra input of {type(mod).__name__}", node)
         consumed: set[int] = set()
         incoming: dict[int, Dim] = {}
         for sname, sym in info.symbols.items():
@@ -137,6 +169,11 @@ class Analyzer:
                 self.fix(x[d], f"{name}.{sname} cannot change", node)
             self._attach(name, sname, x[d], node)
             incoming[id(sym)] = x[d]
+        for sname, sym in info.symbols.items():  # internal searchable sizes (heads, ...)
+            size = getattr(sym, "size", None)
+            if not sym.is_cross_layer and sym.is_searchable and size and (
+                    (name, sname) not in self._out_groups):
+                self._outgoing(name, sname, sym, int(size) * int(getattr(sym, "block", 1) or 1))
         if info.is_shape_preserving:
             if ctx.shape(tensors[0]) != ctx.out_shape():
                 ctx.unsupported(f"shape-preserving {type(mod).__name__} changed the shape")
@@ -145,9 +182,17 @@ class Analyzer:
             if d not in consumed:
                 self.fix(dim, f"{type(mod).__name__} maps input dim {d} in an unknown way", node)
         out = ctx.fixed()
+        if isinstance(out, tuple) and not isinstance(out, TensorLayout) and out and isinstance(
+                out[0], TensorLayout):  # (output, extras...): symbols size the first
+            return (self._outputs(ctx, name, info, incoming, out[0], ctx.value[0]), *out[1:])
         if not isinstance(out, TensorLayout):
             return out
+        return self._outputs(ctx, name, info, incoming, out, ctx.value)
+
+    def _outputs(self, ctx: OpContext, name: str, info: Any, incoming: dict[int, Dim],
+                 out: TensorLayout, value: torch.Tensor) -> TensorLayout:
         dims = list(out)
+        shape = tuple(value.shape)
         for sname, sym in info.symbols.items():
             if not sym.is_outgoing:
                 continue
@@ -156,12 +201,12 @@ class Analyzer:
                 continue
             source = incoming.get(id(sym.parent)) if sym.parent is not None else None
             if source is not None:  # follows an input dim (a depthwise conv's channels)
-                if dim_size(source) != ctx.out_shape()[d]:
+                if dim_size(source) != shape[d]:
                     ctx.unsupported(f"{name}.{sname} follows an input dim of another size")
-                self._attach(name, sname, source, node)
+                self._attach(name, sname, source, ctx.node)
                 dims[d] = source
                 continue
-            dims[d] = self._outgoing(name, sname, sym, ctx.out_shape()[d])
+            dims[d] = self._outgoing(name, sname, sym, shape[d])
         return TensorLayout(dims)
 
     def _attach(self, name: str, sname: str, dim: Dim, node: torch.fx.Node) -> None:

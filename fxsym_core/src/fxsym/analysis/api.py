@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
-from ..errors import AnalysisError, TraceError
+from ..errors import AnalysisError
 from ..symbols import SymGroup, SymMap
 from ..tracer import trace
 from .analyzer import Analyzer, analyze_graph
@@ -73,7 +72,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         groups.append(SymGroup(
             name=f"{head[0]}.{head[1]}" if head[0] else head[1],
             size=table.units[root],
-            is_sortable=all(symbol(k)._is_sortable for k in keys),
+            is_sortable=all(k in an.param_members or symbol(k)._is_sortable for k in keys),
             members=keys,
             id=root,
         ))
@@ -92,14 +91,16 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         head_sym = symbol(head)
         head_sym._is_searchable = True
         for key in members.get(root, []):
+            if key == head or key in an.param_members:
+                continue
             sym = symbol(key)
-            if key != head and sym.is_free or (key != head and sym.is_searchable):
+            if sym.is_free or sym.is_searchable:
                 sym.link_to(head_sym)
     symmap._groups = groups
     symmap._symbol_dims = dict(an.symbol_dims)
+    symmap._param_members = set(an.param_members)
     symmap._table = table
     symmap._producers = {r: [(q, s) for _, q, s, _ in table.producers.get(r, [])] for r in roots}
 
 
 __all__ = ["analyze"]
-_ = (torch, TraceError)

@@ -19,6 +19,7 @@ from torch import nn
 from ..errors import ResizeError
 from ..registry import SymInfoEntry, get_registry
 from ..symbols import SymGroup, SymMap
+from .helpers import keep_entries
 
 Choice = Any  # int | Sequence[int] | torch.Tensor
 
@@ -56,6 +57,9 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         mod = modules.get(qualname)
         if mod is None:
             raise ResizeError(f"module {qualname!r} is no longer part of the model")
+        if (qualname, sname) in symmap._param_members:
+            work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), _PARAMETER))
+            continue
         entry = registry.sym_info_entry(type(mod))
         if entry is None or entry.resize is None:
             raise ResizeError(
@@ -75,6 +79,14 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         raise ResizeError(f"resizing {qualname}.{sname} failed, model restored: {exc}") from exc
     symmap._stale = True
     return model
+
+
+def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) -> None:
+    pname, _, dim = member.rpartition(":")
+    keep_entries(mod, pname, int(dim), index)
+
+
+_PARAMETER = SymInfoEntry(nn.Module, lambda m: None, resize=_keep_parameter_entries)
 
 
 def _indices(symmap: SymMap, group: SymGroup, choice: Choice) -> torch.Tensor:
