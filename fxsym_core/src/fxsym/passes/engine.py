@@ -14,7 +14,10 @@ One round:
    erased.
 
 Rounds repeat until one makes no change (a rewrite may expose a new match), at most
-``max_rounds`` times. The engine never recompiles: callers recompile once at the end.
+``max_rounds`` times. A new match must contain a node the previous round touched — a node it
+inserted, or an input of a node it erased (which lost a user) — and ends at most ``depth``
+edges downstream of it (``depth`` = the largest pattern size), so later rounds only offer
+those nodes as anchors. The engine never recompiles: callers recompile once at the end.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 
 from torch import fx
 
-from .ops import Key, OpTable, builtin_table
+from .ops import Key, OpTable, default_table
 from .pattern import Match, Pattern, RewriteContext
 
 _CALLS = ("call_function", "call_method", "call_module")
@@ -36,7 +39,7 @@ class PatternEngine:
     def __init__(
         self, patterns: Sequence[Pattern], table: OpTable | None = None, max_rounds: int = 8
     ) -> None:
-        self.table = table if table is not None else builtin_table()
+        self.table = table if table is not None else default_table()
         self.max_rounds = max_rounds
         self.patterns = list(patterns)
         order = {id(p): i for i, p in enumerate(self.patterns)}
@@ -46,6 +49,7 @@ class PatternEngine:
         for p in ranked:
             for key in p.anchor_keys(self.table):
                 self.index.setdefault(key, []).append(p)
+        self.depth = max((p.size for p in self.patterns), default=0)
         self.stats: dict[str, int] = {}
 
     def run(self, gm: fx.GraphModule) -> int:
@@ -53,25 +57,29 @@ class PatternEngine:
         ctx = RewriteContext(gm, self.table)
         total = 0
         self.stats = {}
+        candidates: set[fx.Node] | None = None
         for _ in range(self.max_rounds):
-            changed = self._round(ctx)
+            changed, touched = self._round(ctx, candidates)
             total += changed
             if not changed:
                 break
+            candidates = _downstream(touched, self.depth)
         return total
 
     def find(self, gm: fx.GraphModule) -> list[Match]:
         """The matches one round would apply (overlaps resolved), without rewriting."""
-        return self._accepted(RewriteContext(gm, self.table))[0]
+        return self._accepted(RewriteContext(gm, self.table), None)[0]
 
-    def _accepted(self, ctx: RewriteContext) -> tuple[list[Match], dict[fx.Node, int]]:
+    def _accepted(
+        self, ctx: RewriteContext, only: set[fx.Node] | None
+    ) -> tuple[list[Match], dict[fx.Node, int]]:
         index = self.index
         candidates: list[tuple[int, int, int, Match]] = []
         position: dict[fx.Node, int] = {}
         keys_of = ctx.keys
         for pos, node in enumerate(ctx.graph.nodes):
             position[node] = pos
-            if node.op not in _CALLS:
+            if node.op not in _CALLS or (only is not None and node not in only):
                 continue
             keys = keys_of(node)
             if len(keys) == 1:
@@ -98,18 +106,28 @@ class PatternEngine:
         accepted.sort(key=lambda m: position[m.anchor])
         return accepted, position
 
-    def _round(self, ctx: RewriteContext) -> int:
-        accepted, _ = self._accepted(ctx)
+    def _round(
+        self, ctx: RewriteContext, only: set[fx.Node] | None
+    ) -> tuple[int, list[fx.Node]]:
+        ctx.start_round()
+        accepted, _ = self._accepted(ctx, only)
         replaced: dict[fx.Node, fx.Node] = {}
         graph = ctx.graph
         changes = 0
+        touched: list[fx.Node] = []
         for m in accepted:
             m.resolve(replaced)
             anchor = m.anchor
+            marker = anchor.prev
             with graph.inserting_before(anchor):
                 new = m.pattern.rewrite(m, ctx)
             if new is None or new is anchor:
                 continue
+            inserted = marker.next
+            while inserted is not anchor:
+                touched.append(inserted)
+                inserted = inserted.next
+            touched.append(new)
             for k in _META_KEYS:
                 if k in anchor.meta and k not in new.meta:
                     new.meta[k] = anchor.meta[k]
@@ -117,10 +135,28 @@ class PatternEngine:
             replaced[anchor] = new
             for n in reversed(m.nodes):
                 if not n.users:
+                    touched.extend(n.all_input_nodes)
                     graph.erase_node(n)
             changes += 1
             self.stats[m.pattern.name] = self.stats.get(m.pattern.name, 0) + 1
-        return changes
+        return changes, touched
+
+
+def _downstream(start: Sequence[fx.Node], depth: int) -> set[fx.Node]:
+    """``start`` and every node at most ``depth`` edges downstream of it."""
+    seen: set[fx.Node] = set(start)
+    frontier = list(seen)
+    for _ in range(depth):
+        nxt = []
+        for node in frontier:
+            for user in node.users:
+                if user not in seen:
+                    seen.add(user)
+                    nxt.append(user)
+        if not nxt:
+            break
+        frontier = nxt
+    return seen
 
 
 def _merge(index: dict[Key, list[Pattern]], keys: Sequence[Key]) -> list[Pattern]:

@@ -184,10 +184,22 @@ def _truth(flag: bool | Callable[[nn.Module], bool], module: nn.Module) -> bool:
 
 
 def builtin_table() -> OpTable:
+    """A new table holding the built-in aliases only."""
     table = OpTable()
     for canonical, aliases in _BUILTIN_ALIASES:
         table.add_alias((canonical, aliases))
     return table
+
+
+_DEFAULT: OpTable | None = None
+
+
+def default_table() -> OpTable:
+    """A shared built-in table (patterns cache their compiled form per table)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = builtin_table()
+    return _DEFAULT
 
 
 # -- reading nodes ------------------------------------------------------------------------------

@@ -98,11 +98,21 @@ class RewriteContext:
         self.graph = gm.graph
         self.table = table
         self.modules = Modules(gm)
-        self._positions: dict[fx.Node, int] | None = None
+        self._keys: dict[fx.Node, tuple[Key, ...]] = {}
+
+    def start_round(self) -> None:
+        """Forget cached node kinds (a rewrite may have changed a node's target)."""
+        self._keys.clear()
 
     # -- reading ----------------------------------------------------------------------------
     def keys(self, node: fx.Node) -> tuple[Key, ...]:
-        return node_keys(node, self.table, self.modules)
+        """The canonical kinds of ``node`` (cached for the current round)."""
+        try:
+            return self._keys[node]
+        except KeyError:
+            keys = node_keys(node, self.table, self.modules)
+            self._keys[node] = keys
+            return keys
 
     def module(self, node: fx.Node) -> nn.Module:
         """The module a ``call_module`` node calls."""
@@ -138,6 +148,7 @@ class RewriteContext:
         parent = self.gm.get_submodule(parent_path) if parent_path else self.gm
         setattr(parent, leaf, module)
         self.modules.forget(target)
+        self._keys.clear()
 
     def add_tensor(self, base: str, value: torch.Tensor) -> fx.Node:
         """Register ``value`` on ``gm`` (as a buffer) and return a ``get_attr`` node for it."""

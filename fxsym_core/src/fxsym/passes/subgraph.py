@@ -39,12 +39,24 @@ class _Variant:
     inputs: tuple[fx.Node, ...]
     anchor: fx.Node
     size: int
+    positions: dict[fx.Node, int]
+
+
+@dataclass
+class _Keyed:
+    """A pattern's variants prepared for one op table."""
+
+    table: OpTable
+    by_anchor: dict[Key, list[_Variant]]
+    pkeys: dict[fx.Node, Key]
+    probes: dict[int, tuple[tuple[int, Key], ...]]  # id(variant) -> (arg index, kind) checks
 
 
 class _State:
-    __slots__ = ("bind", "pmap", "used")
+    __slots__ = ("bind", "pkeys", "pmap", "used")
 
-    def __init__(self) -> None:
+    def __init__(self, pkeys: dict[fx.Node, Key]) -> None:
+        self.pkeys = pkeys
         self.pmap: dict[fx.Node, fx.Node] = {}
         self.used: set[fx.Node] = set()
         self.bind: dict[fx.Node, Any] = {}
@@ -87,7 +99,7 @@ class SubgraphPattern(Pattern):
         self.description = description
         self._variants: list[_Variant] | None = None
         self._repl_graph: fx.Graph | None = None
-        self._keyed: tuple[OpTable, dict[Key, list[_Variant]]] | None = None
+        self._keyed: _Keyed | None = None
 
     # -- compilation (once) -----------------------------------------------------------------
     @property
@@ -107,7 +119,8 @@ class SubgraphPattern(Pattern):
                 size = sum(
                     1 for n in g.nodes if n.op in ("call_function", "call_method", "call_module")
                 )
-                variants.append(_Variant(g, inputs, anchor, size))
+                positions = {n: i for i, n in enumerate(g.nodes)}
+                variants.append(_Variant(g, inputs, anchor, size, positions))
             self._variants = variants
         return self._variants
 
@@ -115,16 +128,32 @@ class SubgraphPattern(Pattern):
     def size(self) -> int:
         return max(v.size for v in self.variants)
 
-    def _by_key(self, table: OpTable) -> dict[Key, list[_Variant]]:
-        if self._keyed is None or self._keyed[0] is not table:
-            keyed: dict[Key, list[_Variant]] = {}
+    def _prepared(self, table: OpTable) -> _Keyed:
+        if self._keyed is None or self._keyed.table is not table:
+            by_anchor: dict[Key, list[_Variant]] = {}
+            pkeys: dict[fx.Node, Key] = {}
+            probes: dict[int, tuple[tuple[int, Key], ...]] = {}
             for v in sorted(self.variants, key=lambda v: -v.size):
-                keyed.setdefault(_pkey(v.anchor, table), []).append(v)
-            self._keyed = (table, keyed)
-        return self._keyed[1]
+                for n in v.graph.nodes:
+                    if n.op in ("call_function", "call_method", "call_module"):
+                        pkeys[n] = _pkey(n, table)
+                key = pkeys[v.anchor]
+                by_anchor.setdefault(key, []).append(v)
+                # cheap first check: the kinds of the anchor's operation arguments
+                probes[id(v)] = (
+                    ()
+                    if key in COMMUTATIVE
+                    else tuple(
+                        (i, pkeys[a])
+                        for i, a in enumerate(v.anchor.args)
+                        if isinstance(a, fx.Node) and a in pkeys
+                    )
+                )
+            self._keyed = _Keyed(table, by_anchor, pkeys, probes)
+        return self._keyed
 
     def anchor_keys(self, table: OpTable) -> tuple[Key, ...]:
-        return tuple(self._by_key(table))
+        return tuple(self._prepared(table).by_anchor)
 
     def describe_anchor(self) -> str:
         names = sorted({_target_label(v.anchor) for v in self.variants})
@@ -132,17 +161,22 @@ class SubgraphPattern(Pattern):
 
     # -- matching ---------------------------------------------------------------------------
     def match(self, node: fx.Node, ctx: RewriteContext) -> Match | None:
-        keys = ctx.keys(node)
-        by_key = self._by_key(ctx.table)
-        for key in keys:
-            for variant in by_key.get(key, ()):
-                m = self._match_variant(variant, node, ctx)
+        prepared = self._prepared(ctx.table)
+        for key in ctx.keys(node):
+            for variant in prepared.by_anchor.get(key, ()):
+                m = self._match_variant(variant, node, ctx, prepared)
                 if m is not None:
                     return m
         return None
 
-    def _match_variant(self, v: _Variant, node: fx.Node, ctx: RewriteContext) -> Match | None:
-        st = _State()
+    def _match_variant(
+        self, v: _Variant, node: fx.Node, ctx: RewriteContext, prepared: _Keyed
+    ) -> Match | None:
+        args = node.args
+        for i, key in prepared.probes[id(v)]:
+            if i >= len(args) or not isinstance(args[i], fx.Node) or key not in ctx.keys(args[i]):
+                return None
+        st = _State(prepared.pkeys)
         if not _match_value(v.anchor, node, st, ctx):
             return None
         matched = st.used
@@ -152,7 +186,7 @@ class SubgraphPattern(Pattern):
         for value in st.bind.values():
             if isinstance(value, fx.Node) and value in matched:
                 return None
-        positions = {n: i for i, n in enumerate(v.graph.nodes)}
+        positions = v.positions
         ordered = tuple(
             gn for _, gn in sorted(st.pmap.items(), key=lambda item: positions[item[0]])
         )
@@ -217,7 +251,7 @@ def _match_value(p: Any, g: Any, st: _State, ctx: RewriteContext) -> bool:
             return st.pmap[p] is g
         if g in st.used or g.op not in ("call_function", "call_method", "call_module"):
             return False
-        key = _pkey(p, ctx.table)
+        key = st.pkeys[p]
         if key not in ctx.keys(g):
             return False
         st.pmap[p] = g
