@@ -273,3 +273,41 @@ def test_optimize_accepts_pattern_objects_and_kwargs_inputs() -> None:
     assert ops(gm) == ["mul"]
     assert gm.meta["fxsym_passes"].order() == ["exp_log"]
     torch.testing.assert_close(gm(**inputs), inputs["x"] * inputs["scale"])
+
+
+def test_bad_example_inputs_raise_a_typed_error() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)
+
+    with pytest.raises(PassError, match="fails on the example inputs"):
+        optimize(fx.symbolic_trace(Net()), example_inputs=(torch.randn(2, 5),))
+    with pytest.raises(fxsym.FxsymError):
+        optimize(Net(), example_inputs=(torch.randn(2, 5),))
+
+
+def test_pattern_with_its_own_stage_gets_its_own_pass(
+    local_plugin: Callable[[list[Any]], str],
+) -> None:
+    from fxsym.passes import SubgraphPattern
+
+    late = SubgraphPattern(
+        "abs_abs", lambda x: torch.abs(torch.abs(x)), lambda x: torch.abs(x), stage="cleanup"
+    )
+    local_plugin([late])
+    names = [p.name for p in default_pipeline()]
+    assert names.index("remove_noops") < names.index("cleanup") < names.index("dce")
+
+    class Net(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.abs(torch.abs(x)) - 1
+
+    x = torch.randn(4)
+    gm = optimize(Net(), example_inputs=(x,))
+    assert ops(gm) == ["abs", "sub"]
+    assert gm.meta["fxsym_passes"]["cleanup"].changes == 1
+    torch.testing.assert_close(gm(x), x.abs() - 1)

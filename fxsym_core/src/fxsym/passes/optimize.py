@@ -73,7 +73,15 @@ def optimize(
         example_inputs = _default_inputs(model_or_gm)
     gm = working_copy(_to_graph_module(model_or_gm, example_inputs))
     inputs = normalize_inputs(example_inputs) if example_inputs is not None else None
-    reference = propagate_shapes(gm, *inputs) if inputs is not None else None
+    reference = None
+    if inputs is not None:
+        try:
+            reference = propagate_shapes(gm, *inputs)
+        except Exception as exc:
+            raise PassError(
+                f"the traced model fails on the example inputs ({type(exc).__name__}: {exc}); "
+                "check example_inputs (a tuple of args, a dict of kwargs or one tensor)"
+            ) from exc
     report = run_pipeline(
         gm,
         pipeline,
