@@ -87,7 +87,7 @@ class PatternEngine:
                 if not pats:
                     continue
             else:
-                pats = _merge(index, keys)
+                pats = _merge(index, keys, self._rank)
                 if not pats:
                     continue
             for p in pats:
@@ -159,13 +159,12 @@ def _downstream(start: Sequence[fx.Node], depth: int) -> set[fx.Node]:
     return seen
 
 
-def _merge(index: dict[Key, list[Pattern]], keys: Sequence[Key]) -> list[Pattern]:
-    out: list[Pattern] = []
-    for k in keys:
-        for p in index.get(k, ()):
-            if p not in out:
-                out.append(p)
-    return out
+def _merge(
+    index: dict[Key, list[Pattern]], keys: Sequence[Key], rank: dict[int, int]
+) -> list[Pattern]:
+    """Patterns anchored at any of ``keys`` (a module's class chain), in rank order."""
+    found = {id(p): p for k in keys for p in index.get(k, ())}
+    return sorted(found.values(), key=lambda p: rank[id(p)])
 
 
 def apply_patterns(

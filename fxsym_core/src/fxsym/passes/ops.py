@@ -360,11 +360,6 @@ def is_fresh(node: Any, table: OpTable, modules: Modules) -> bool:
     return False
 
 
-def is_view_like(node: fx.Node, table: OpTable, modules: Modules) -> bool:
-    """True unless ``node`` is known not to return an alias of one of its inputs."""
-    return not is_fresh(node, table, modules)
-
-
 def _bound_inplace(node: fx.Node) -> bool:
     if node.kwargs.get("inplace") is True:
         return True

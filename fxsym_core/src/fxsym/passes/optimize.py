@@ -85,7 +85,7 @@ def optimize(
     report = run_pipeline(
         gm,
         pipeline,
-        example_inputs=inputs,
+        example_inputs=example_inputs,
         reference=reference,
         verify=verify,
         on_mismatch=on_mismatch,

@@ -28,7 +28,7 @@ from .base import Pass, PassRecord, PassWarning, PipelineReport
 from .catalog import PatternPass, all_passes, catalog, distribution, get_pass
 from .ordering import order_passes
 from .pattern import Pattern
-from .verify import Snapshot, compare_outputs, run_graph
+from .verify import Snapshot, compare_outputs, normalize_inputs, run_graph
 
 PassSpec = str | Pass | Pattern
 OnMismatch = Literal["warn", "raise"]
@@ -77,7 +77,7 @@ def run_pipeline(
     gm: fx.GraphModule,
     passes: Sequence[Pass],
     *,
-    example_inputs: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
+    example_inputs: Any = None,
     reference: Any = None,
     verify: bool = True,
     on_mismatch: OnMismatch = "warn",
@@ -85,12 +85,17 @@ def run_pipeline(
     atol: float = 1e-4,
     recompile: bool = True,
 ) -> PipelineReport:
-    """Run ``passes`` (already ordered) on ``gm`` in place; see the module docstring."""
+    """Run ``passes`` (already ordered) on ``gm`` in place; see the module docstring.
+
+    ``example_inputs`` as for :func:`fxsym.optimize`; ``reference`` the outputs on them
+    before the first pass, when already known.
+    """
     report = PipelineReport()
-    checking = verify and example_inputs is not None
+    inputs = normalize_inputs(example_inputs) if example_inputs is not None else None
+    checking = verify and inputs is not None
     expected = reference
     if checking and expected is None:
-        expected = run_graph(gm, *example_inputs)  # type: ignore[misc]
+        expected = run_graph(gm, *inputs)  # type: ignore[misc]
     changed = False
     for p in passes:
         record = PassRecord(p.name, _source(p))
@@ -113,9 +118,9 @@ def run_pipeline(
         if not record.changes:
             continue
         if checking:
-            assert example_inputs is not None and snapshot is not None
+            assert inputs is not None and snapshot is not None
             try:
-                actual = run_graph(gm, *example_inputs)
+                actual = run_graph(gm, *inputs)
                 problem = compare_outputs(expected, actual, rtol, atol)
             except Exception as exc:  # the rewritten graph no longer runs
                 problem = f"the rewritten graph fails to run: {type(exc).__name__}: {exc}"

@@ -149,8 +149,6 @@ def remove_inplace(gm: fx.GraphModule) -> int:
     changes = 0
     for node in nodes:
         written = mutated_arg(node, ctx.modules)
-        if written is None and node.op != "call_module":
-            continue
         if written is None:
             continue
         reason = _unsafe(node, written, position, table, ctx.modules)
