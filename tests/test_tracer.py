@@ -192,3 +192,62 @@ def test_trace_context_hook_is_entered_and_restored_on_error() -> None:
     finally:
         pm.unregister(name="ctx")
     assert events == ["enter", "exit", "enter", "exit"]
+
+
+def test_decorated_root_forward_with_kwargs_is_called_by_keyword() -> None:
+    import functools
+    from collections import OrderedDict
+
+    def passes_through(fn):  # type: ignore[no-untyped-def]
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            kwargs.setdefault("scale", 3.0)
+            return fn(self, *args, **kwargs)
+
+        return wrapper
+
+    class Out(OrderedDict):  # a Mapping output type of its own
+        pass
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        @passes_through
+        def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                    scale: float = 1.0, **kwargs: object) -> Out:
+            y = self.lin(x) * scale
+            if mask is not None:
+                y = y * mask
+            return Out(logits=y, extra=None)
+
+    model = M()
+    x = torch.randn(2, 3, 4)
+    gm = fxsym.trace(model, example_inputs={"x": x})
+    assert [n.target for n in gm.graph.nodes if n.op == "placeholder"] == ["x"]
+    out = gm(x)
+    assert type(out) is dict and list(out) == ["logits"]  # None fields dropped
+    torch.testing.assert_close(out["logits"], model(x)["logits"])  # the decorator ran
+    gm2 = fxsym.trace(model, example_inputs={"x": x, "mask": torch.ones(2, 3, 1)})
+    assert [n.target for n in gm2.graph.nodes if n.op == "placeholder"] == ["x", "mask"]
+
+
+def test_buffers_follow_traced_sizes_and_inline_modules_are_traced_through() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("positions", torch.arange(16).float())
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pos = self.positions[: x.shape[1]]  # a buffer sliced by a traced size
+            return nn.ReLU()(self.lin(x)) + pos[None, :, None]  # a module built inline
+
+    model = M()
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 5, 4),))
+    assert any(n.op == "get_attr" and n.target == "positions" for n in gm.graph.nodes)
+    assert not any(n.op == "call_module" and n.target != "lin" for n in gm.graph.nodes)
+    for seq in (3, 5, 9):
+        x = torch.randn(2, seq, 4)
+        _same(gm, model, x)

@@ -125,6 +125,9 @@ def _dims_arg(ctx: OpContext, index: int, name: str, ndim: int) -> list[int] | N
 
 def reduction(ctx: OpContext) -> Layout:
     """``sum``/``mean``/``amax``/...: reduced dims end their groups; the others pass through."""
+    other = ctx.arg(1, "other", None)
+    if isinstance(other, torch.fx.Node) and isinstance(ctx.layout(other), TensorLayout):
+        return elementwise(ctx)  # torch.max(a, b): the binary, elementwise form
     x = ctx.arg(0, "input")
     lay = ctx.tensor_layout(x)
     ndim = len(lay)

@@ -9,7 +9,13 @@
 * **values** — with example inputs, each node's value is computed on the ``meta`` device when
   the node is created (``node.meta["val"]``), which is what :class:`ShapeProxy` answers from;
 * **proxy factory** — the class of each proxy is chosen by the type of its value (plugins may
-  give a value type its own ``ShapeProxy`` subclass).
+  give a value type its own ``ShapeProxy`` subclass);
+* **root call** — a root ``forward`` hidden behind ``functools.wraps`` decorators or taking
+  ``*args``/``**kwargs`` is called with keyword arguments (placeholders only for the example
+  inputs), so decorators run as ordinary Python; a ``Mapping`` output of another type (a
+  dataclass-like output object) is returned as a plain ``dict``;
+* **buffers** used in ``forward`` become ``get_attr`` nodes even when indexed or expanded
+  with traced sizes; a module built inside ``forward`` (not a submodule) is traced through.
 
 :func:`trace` wraps it: it loads plugins, fills default example inputs from the
 ``fxsym_example_inputs`` hook, enters every ``fxsym_trace_context``, concretizes unused
@@ -22,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -59,10 +65,14 @@ def to_meta(value: Any) -> Any:
 class FxsymTracer(torch.fx.Tracer):
     """A torch.fx Tracer whose leaf, proxy and fallback decisions are hooks."""
 
+    #: buffers become get_attr nodes, so ``self.ids[:, :n]`` follows a traced ``n``
+    proxy_buffer_attributes = True
+
     def __init__(
         self,
         placeholder_values: dict[str, Any] | None = None,
         report: TraceReport | None = None,
+        defaults: set[str] | None = None,
     ) -> None:
         super().__init__(autowrap_modules=(), autowrap_functions=())
         self.registry = get_registry()
@@ -71,6 +81,8 @@ class FxsymTracer(torch.fx.Tracer):
         self.with_values = placeholder_values is not None
         self.fallback_leaves: set[str] = set()
         self.concretized: set[str] = set()
+        #: arguments fixed to their defaults (not passed on a keyword root call)
+        self.defaults: set[str] = set(defaults or ())
         self._meta_state: dict[int, dict[str, torch.Tensor]] = {}
 
     # -- leaf policy -----------------------------------------------------------------------
@@ -90,7 +102,10 @@ class FxsymTracer(torch.fx.Tracer):
     def call_module(
         self, m: nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        path = self.path_of_module(m)
+        try:
+            path = self.path_of_module(m)
+        except NameError:  # built inside forward, not a submodule: trace through it
+            return forward(*args, **kwargs)
         if not path or self.is_leaf_module(m, path):
             return super().call_module(m, forward, args, kwargs)
         last = self.graph._root.prev  # the newest node before this call
@@ -112,6 +127,24 @@ class FxsymTracer(torch.fx.Tracer):
                 if user.op != "output":
                     self.graph.erase_node(user)
             self.graph.erase_node(node)
+
+    # -- root call -------------------------------------------------------------------------
+    def create_args_for_root(
+        self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None
+    ) -> tuple[Callable[..., Any], list[Any]]:
+        if not (self.with_values and is_module and _needs_keyword_call(root_fn)):
+            return super().create_args_for_root(root_fn, is_module, concrete_args)
+        assert self.placeholder_values is not None
+        params = inspect.signature(inspect.unwrap(root_fn)).parameters
+        names = [n for n in params if n in self.placeholder_values]
+        static = {k: v for k, v in (concrete_args or {}).items()
+                  if not k.startswith("*") and k not in self.defaults and k in params}
+        placeholders = [self.create_proxy("placeholder", n, (), {}) for n in names]
+
+        def root(module: nn.Module, *values: Any) -> Any:
+            return _plain_output(root_fn(module, **dict(zip(names, values)), **static))
+
+        return root, [self.root, *placeholders]
 
     # -- values ----------------------------------------------------------------------------
     def create_node(
@@ -212,6 +245,22 @@ class _UnknownValue(Exception):
     pass
 
 
+def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
+    """torch.fx patches the code of the outer function but reads the signature of the inner
+    one: a decorated ``forward``, or one with ``*args``/``**kwargs``, is called by keyword."""
+    if inspect.unwrap(fn) is not fn:
+        return True
+    kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
+    return bool(kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL})
+
+
+def _plain_output(out: Any) -> Any:
+    """A Mapping output of another type (an output dataclass) as a plain dict."""
+    if isinstance(out, Mapping) and type(out) is not dict:
+        return {k: v for k, v in out.items() if v is not None}
+    return out
+
+
 @contextlib.contextmanager
 def _unpatched_modules() -> Any:
     """Run real modules while torch.fx has ``nn.Module.__call__`` patched for tracing."""
@@ -309,7 +358,7 @@ def trace(
     inputs = resolve_example_inputs(model, example_inputs)
     values, concrete, auto = _bind(model, inputs, concrete_args)
     report = TraceReport()
-    tracer = FxsymTracer(values, report)
+    tracer = FxsymTracer(values, report, defaults=auto)
     before = set(vars(model))
     pm = get_plugin_manager()
     try:

@@ -1,0 +1,294 @@
+"""Attention modules: found by their structure, described as one leaf each.
+
+Every transformers attention module is built from the same blocks: query/key/value
+projections (separate ``nn.Linear``/``Conv1D`` children, or one fused ``c_attn``), an
+optional output projection, and a head layout read from attributes (``num_heads``,
+``head_dim``, ...) or the config. :func:`describe` recognizes that structure on any module, so
+a family needs no code of its own. A recognized module is traced as a leaf with these symbols:
+
+* ``hidden`` (INCOMING, last dim): the projections' input features;
+* ``out_features`` (OUTGOING, searchable): the output projection's rows; without an output
+  projection (BERT's self-attention) the output is the concatenated heads, and ``heads``
+  itself is the OUTGOING symbol, one unit per head of ``head_dim`` features (``block``);
+* ``heads`` (searchable, ``size`` = key/value heads): one unit is a key/value head *with its
+  group of query heads* (grouped-query attention); for plain multi-head attention that is one
+  query head;
+* ``queries_per_kv`` (grouped-query attention only): the query heads sharing one key/value
+  head, kept alike in every group;
+* ``head_dim``: the features of one head, kept alike in every head. Not resizable where
+  rotary position embeddings pair its two halves (the rotation mixes entry ``i`` with
+  ``i + head_dim/2``, and ``cos``/``sin`` are shared by all layers), nor where the heads leave
+  the module unprojected.
+
+A module is *not* made a leaf — it is traced through, and its projections are analyzed one by
+one — where a leaf would hide a tie: cross-attention (keys and values come from a second
+input), and attention sharing a per-head bias across layers (T5's ``position_bias``), whose
+heads then stay constant because the head split of a projection cannot be followed.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxsym import Symbol, SymInfo
+from fxsym.resize import keep_entries
+
+from .modules import IN, OUT
+
+Q_NAMES = ("q_proj", "query", "q", "q_lin", "to_q")
+K_NAMES = ("k_proj", "key", "k", "k_lin", "to_k")
+V_NAMES = ("v_proj", "value", "v", "v_lin", "to_v")
+O_NAMES = ("o_proj", "out_proj", "o", "out_lin", "c_proj", "dense", "proj", "to_out")
+FUSED_NAMES = ("c_attn",)
+HEAD_COUNT_ATTRS = ("num_heads", "num_attention_heads", "n_heads", "n_head")
+KV_COUNT_ATTRS = ("num_key_value_heads", "num_kv_heads")
+HEAD_DIM_ATTRS = ("head_dim", "attention_head_size", "head_size", "key_value_proj_dim")
+TOTAL_ATTRS = ("all_head_size", "inner_dim", "split_size")
+#: forward parameters that mean a leaf would hide a tie (see the module docstring)
+CROSS_PARAMS = ("key_value_states", "position_bias")
+
+
+@dataclass(frozen=True)
+class AttnSpec:
+    """The structure of one attention module."""
+
+    q: str | None  #: child names (``None`` when fused)
+    k: str | None
+    v: str | None
+    fused: str | None  #: the fused q/k/v projection
+    o: str | None  #: the output projection (``None``: heads leave the module unprojected)
+    n_q: int
+    n_kv: int
+    head_dim: int
+    rotary: bool
+    leaf: bool  #: trace as one leaf (else traced through)
+    why_not_leaf: str = ""
+
+    @property
+    def rep(self) -> int:
+        return self.n_q // self.n_kv
+
+
+def _is_projection(mod: Any) -> bool:
+    return isinstance(mod, nn.Linear) or (type(mod).__name__ == "Conv1D" and hasattr(mod, "nf"))
+
+
+def _features(mod: Any) -> tuple[int, int]:
+    """(in, out) of a Linear or Conv1D."""
+    if isinstance(mod, nn.Linear):
+        return mod.in_features, mod.out_features
+    return mod.nx, mod.nf
+
+
+def _child(module: nn.Module, names: tuple[str, ...]) -> str | None:
+    for name in names:
+        if _is_projection(module._modules.get(name)):
+            return name
+    return None
+
+
+def _int_attr(obj: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = vars(obj).get(name) if hasattr(obj, "__dict__") else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _forward_params(module: nn.Module) -> set[str]:
+    try:
+        return set(inspect.signature(inspect.unwrap(type(module).forward)).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def describe(module: nn.Module) -> AttnSpec | None:
+    """The attention structure of ``module``, or ``None`` if it is not an attention module."""
+    fused = _child(module, FUSED_NAMES)
+    q, k, v = (_child(module, names) for names in (Q_NAMES, K_NAMES, V_NAMES))
+    if fused is None and None in (q, k, v):
+        return None
+    params = _forward_params(module)
+    if "hidden_states" not in params:
+        return None
+    if fused is not None:
+        d_in, d_out = _features(module._modules[fused])
+        if d_out % 3:
+            return None
+        q_out = kv_out = d_out // 3
+    else:
+        d_in, q_out = _features(module._modules[q])  # type: ignore[index]
+        k_in, kv_out = _features(module._modules[k])  # type: ignore[index]
+        v_in, v_out = _features(module._modules[v])  # type: ignore[index]
+        if (k_in, v_in) != (d_in, d_in) or v_out != kv_out:
+            return None
+    # head counts: the module's own attributes, else the current weights, else the config
+    head_dim = _int_attr(module, HEAD_DIM_ATTRS)
+    n_q = _int_attr(module, HEAD_COUNT_ATTRS)
+    if n_q is None and head_dim:
+        n_q = q_out // head_dim
+    cfg = getattr(module, "config", None)
+    if n_q is None and cfg is not None:
+        n_q = _int_attr(cfg, ("num_attention_heads",))
+    if not n_q:
+        return None
+    head_dim = head_dim or q_out // n_q
+    if q_out != n_q * head_dim or kv_out % head_dim:
+        return None
+    n_kv = kv_out // head_dim
+    if n_kv == 0 or n_q % n_kv:
+        return None
+    o = _child(module, O_NAMES)
+    if o is not None and _features(module._modules[o])[0] != q_out:
+        o = None
+    why = ""
+    if getattr(module, "is_cross_attention", False) or any(p in params for p in CROSS_PARAMS):
+        why = "its keys and values may come from a second input, or it shares a per-head " \
+              "bias across layers"
+    elif o is None and n_kv != n_q:
+        why = "grouped-query heads leave it unprojected"
+    return AttnSpec(q, k, v, fused, o, n_q, n_kv, head_dim,
+                    rotary="position_embeddings" in params, leaf=not why, why_not_leaf=why)
+
+
+# -- SymInfo ---------------------------------------------------------------------------------
+def _internal(size: int, *, sortable: bool = True, constant: bool = False) -> Symbol:
+    sym = Symbol(is_searchable=not constant, is_sortable=sortable)
+    sym.size = size  # type: ignore[attr-defined]
+    if constant:
+        sym.disable()
+    return sym
+
+
+def attention_info(module: nn.Module) -> SymInfo:
+    spec = describe(module)
+    if spec is None or not spec.leaf:
+        return SymInfo()
+    symbols: dict[str, Symbol] = {"hidden": Symbol(cl_type=IN, elastic_dims={-1})}
+    if spec.o is None:  # the concatenated heads leave the module
+        heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
+        heads.block = spec.head_dim  # type: ignore[attr-defined]
+        symbols["heads"] = heads
+        return SymInfo(**symbols)
+    symbols["out_features"] = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
+    symbols["heads"] = _internal(spec.n_kv)
+    if spec.rep > 1:
+        symbols["queries_per_kv"] = _internal(spec.rep)
+    symbols["head_dim"] = _internal(spec.head_dim, sortable=not spec.rotary,
+                                    constant=spec.rotary)
+    return SymInfo(**symbols)
+
+
+# -- resize ----------------------------------------------------------------------------------
+def _layout(module: nn.Module, spec: AttnSpec) -> tuple[int, int, int]:
+    """The current (key/value heads, queries per key/value head, head_dim)."""
+    hd = _int_attr(module, HEAD_DIM_ATTRS) or spec.head_dim
+    if spec.fused is not None:
+        q_out = _features(module._modules[spec.fused])[1] // 3
+        kv_out = q_out
+    else:
+        q_out = _features(module._modules[spec.q])[1]  # type: ignore[index]
+        kv_out = _features(module._modules[spec.k])[1]  # type: ignore[index]
+    n_kv = kv_out // hd
+    return n_kv, q_out // (n_kv * hd), hd
+
+
+def _rows(heads: torch.Tensor, reps: torch.Tensor, dims: torch.Tensor, rep: int,
+          hd: int) -> torch.Tensor:
+    """Feature indices ``(head * rep + r) * hd + d`` for every kept head, r and d."""
+    idx = (heads[:, None, None] * rep + reps[None, :, None]) * hd + dims[None, None, :]
+    return idx.flatten()
+
+
+def _keep_out(mod: Any, index: torch.Tensor) -> None:
+    if isinstance(mod, nn.Linear):
+        keep_entries(mod, "weight", 0, index)
+        keep_entries(mod, "bias", 0, index)
+        mod.out_features = len(index)
+    else:
+        keep_entries(mod, "weight", 1, index)
+        keep_entries(mod, "bias", 0, index)
+        mod.nf = len(index)
+
+
+def _keep_in(mod: Any, index: torch.Tensor) -> None:
+    if isinstance(mod, nn.Linear):
+        keep_entries(mod, "weight", 1, index)
+        mod.in_features = len(index)
+    else:
+        keep_entries(mod, "weight", 0, index)
+        mod.nx = len(index)
+
+
+def _set_attrs(module: nn.Module, names: tuple[str, ...], value: int) -> None:
+    for name in names:
+        if isinstance(vars(module).get(name), int):
+            setattr(module, name, value)
+
+
+def attention_resize(module: nn.Module, name: str, index: torch.Tensor) -> None:
+    spec = describe(module)
+    if spec is None:
+        raise ValueError(f"{type(module).__name__} is no longer a recognized attention module")
+    mods = module._modules
+    projections = [spec.fused] if spec.fused else [spec.q, spec.k, spec.v]
+    if name == "hidden":
+        for p in projections:
+            _keep_in(mods[p], index)
+        return
+    if name == "out_features":
+        _keep_out(mods[spec.o], index)
+        return
+    n_kv, rep, hd = _layout(module, spec)
+    heads, reps, dims = torch.arange(n_kv), torch.arange(rep), torch.arange(hd)
+    if name == "heads":
+        heads = index[::hd] // hd if spec.o is None else index  # block-expanded without o
+    elif name == "queries_per_kv":
+        reps = index
+    elif name == "head_dim":
+        dims = index
+    else:
+        raise KeyError(name)
+    q_rows = _rows(heads, reps, dims, rep, hd)
+    kv_rows = _rows(heads, torch.zeros(1, dtype=torch.long), dims, 1, hd)
+    if spec.fused is not None:
+        width = n_kv * rep * hd
+        _keep_out(mods[spec.fused], torch.cat([q_rows, kv_rows + width, kv_rows + 2 * width]))
+    else:
+        _keep_out(mods[spec.q], q_rows)
+        _keep_out(mods[spec.k], kv_rows)
+        _keep_out(mods[spec.v], kv_rows)
+    if spec.o is not None:
+        _keep_in(mods[spec.o], q_rows)
+    new_kv, new_rep, new_hd = len(heads), len(reps), len(dims)
+    _set_attrs(module, HEAD_COUNT_ATTRS, new_kv * new_rep)
+    _set_attrs(module, KV_COUNT_ATTRS, new_kv)
+    _set_attrs(module, ("num_key_value_groups",), new_rep)
+    _set_attrs(module, HEAD_DIM_ATTRS, new_hd)
+    _set_attrs(module, TOTAL_ATTRS, new_kv * new_rep * new_hd)
+
+
+def attention_importance(module: nn.Module, name: str) -> torch.Tensor:
+    spec = describe(module)
+    assert spec is not None
+    mods = module._modules
+    if name == "out_features":
+        w = mods[spec.o].weight
+        return (w if isinstance(mods[spec.o], nn.Linear) else w.t()).detach().abs().sum(1)
+    n_kv, rep, hd = _layout(module, spec)
+    if spec.fused is not None:
+        w = mods[spec.fused].weight.detach().t()[: n_kv * rep * hd]
+    else:
+        qm = mods[spec.q]
+        w = qm.weight.detach() if isinstance(qm, nn.Linear) else qm.weight.detach().t()
+    scores = w.float().abs().sum(1).reshape(n_kv, rep, hd)
+    if name == "heads":
+        return scores.sum((1, 2))
+    if name == "queries_per_kv":
+        return scores.sum((0, 2))
+    return scores.sum((0, 1))

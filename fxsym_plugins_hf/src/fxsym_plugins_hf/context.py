@@ -1,0 +1,97 @@
+"""Trace preparation for transformers models (the ``fxsym_trace_context`` hook).
+
+For the duration of one trace, and restored afterwards even when tracing raises:
+
+* every config of the model (the model's and its submodules') asks for no KV cache
+  (``use_cache=False``: a cache object cannot be a graph value), and an attention
+  implementation other than ``eager``/``sdpa`` (flash, flex, paged) is switched to ``sdpa``,
+  whose masks and kernels run on the meta device;
+* the attention-mask builders become single opaque calls (:mod:`.masks`);
+* attention classes of the model are made known to fxsym (:mod:`.discovery`).
+
+Nothing else is patched: decorators, ``**kwargs`` and output objects are handled by fxsym's
+tracer (keyword root call, plain-dict outputs), shape and dtype control flow by its
+shape-aware proxies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from torch import nn
+
+from . import discovery
+from .masks import mask_builders_as_leaves
+
+TRACEABLE_ATTENTION = ("eager", "sdpa")
+
+
+def model_configs(model: nn.Module) -> list[Any]:
+    """Every distinct transformers config reachable from ``model``'s modules."""
+    from transformers import PretrainedConfig
+
+    seen: dict[int, Any] = {}
+    for mod in model.modules():
+        cfg = getattr(mod, "config", None)
+        if isinstance(cfg, PretrainedConfig) and id(cfg) not in seen:
+            seen[id(cfg)] = cfg
+            for sub in _sub_configs(cfg):
+                seen.setdefault(id(sub), sub)
+    return list(seen.values())
+
+
+def _sub_configs(cfg: Any) -> Iterator[Any]:
+    from transformers import PretrainedConfig
+
+    for key in getattr(cfg, "sub_configs", {}) or {}:
+        sub = getattr(cfg, key, None)
+        if isinstance(sub, PretrainedConfig):
+            yield sub
+
+
+def is_transformers_model(model: Any) -> bool:
+    return isinstance(model, nn.Module) and bool(model_configs(model))
+
+
+@contextmanager
+def _config_overrides(configs: list[Any]) -> Iterator[None]:
+    saved: list[tuple[Any, str, Any, bool]] = []
+
+    def put(cfg: Any, attr: str, value: Any) -> None:
+        had = attr in vars(cfg)
+        saved.append((cfg, attr, vars(cfg).get(attr), had))
+        vars(cfg)[attr] = value  # plain attributes: bypass validation side effects
+
+    try:
+        for cfg in configs:
+            if getattr(cfg, "use_cache", False):
+                put(cfg, "use_cache", False)
+            impl = vars(cfg).get("_attn_implementation_internal")
+            if impl is not None and impl not in TRACEABLE_ATTENTION:
+                put(cfg, "_attn_implementation_internal", "sdpa")
+        yield
+    finally:
+        for cfg, attr, value, had in reversed(saved):
+            if had:
+                vars(cfg)[attr] = value
+            else:
+                vars(cfg).pop(attr, None)
+
+
+@contextmanager
+def hf_trace_context(model: nn.Module) -> Iterator[None]:
+    """Everything a transformers model needs to be traced, undone on exit."""
+    with ExitStack() as stack:
+        discovery.discover(model)
+        stack.enter_context(_config_overrides(model_configs(model)))
+        stack.enter_context(mask_builders_as_leaves())
+        yield
+
+
+def trace_context(model: Any, example_inputs: Any) -> Any:
+    """The hook: a context manager for transformers models, ``None`` for anything else."""
+    if not is_transformers_model(model):
+        return None
+    return hf_trace_context(model)

@@ -1,0 +1,69 @@
+"""Which module classes of a model are attention modules.
+
+fxsym's registry is keyed by class. Rather than list attention classes family by family, the
+hf plugin inspects each model it is asked to trace (:func:`discover`, called from the trace
+context): every class with an instance that :func:`.attention.describe` recognizes is
+recorded, and the plugin's ``fxsym_register_sym_infos`` hook describes the recorded classes.
+When a model brings new classes, the plugin is registered again with fxsym's plugin manager
+(public pluggy calls), so the registry collects the hooks afresh. A registration describes a
+class, not a patch: it outlives the trace harmlessly.
+
+Each instance then decides on its own whether it is a leaf (:func:`leaf_policy`): one
+attention class may serve as self-attention (a leaf) and as cross-attention (traced through).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from torch import nn
+
+from .attention import describe
+
+#: attention classes found so far, and classes known not to be attention
+ATTENTION_CLASSES: dict[type, None] = {}
+_NOT_ATTENTION: set[type] = set()
+
+
+def discover(model: nn.Module) -> list[type]:
+    """Record the attention classes of ``model``; returns the new ones."""
+    new: list[type] = []
+    for mod in model.modules():
+        cls = type(mod)
+        if cls in ATTENTION_CLASSES or cls in _NOT_ATTENTION or cls.__module__.startswith(
+                "torch."):
+            continue
+        if describe(mod) is None:
+            _NOT_ATTENTION.add(cls)
+            continue
+        ATTENTION_CLASSES[cls] = None
+        new.append(cls)
+    if new:
+        _reregister()
+    return new
+
+
+def _reregister() -> None:
+    """Make fxsym collect the hf plugin's registrations again."""
+    from fxsym.plugins.manager import get_plugin_manager
+
+    plugin = sys.modules.get(f"{__package__}.plugin")
+    pm = get_plugin_manager()
+    name = pm.get_name(plugin) if plugin is not None else None
+    if name is None:
+        return
+    pm.unregister(name=name)
+    pm.register(plugin, name=name)
+
+
+def leaf_policy(module: nn.Module, qualname: str) -> bool | None:
+    """A recognized attention module is a leaf unless a leaf would hide a tie."""
+    if type(module) not in ATTENTION_CLASSES:
+        return None
+    spec = describe(module)
+    return bool(spec is not None and spec.leaf)
+
+
+def registered_classes() -> list[Any]:
+    return list(ATTENTION_CLASSES)

@@ -1,0 +1,45 @@
+"""SymInfos of transformers' own building blocks that are not attention.
+
+* ``transformers.pytorch_utils.Conv1D`` (GPT-2 and relatives): a linear layer whose weight is
+  stored transposed, ``(in, out)``, with its sizes kept in ``nx``/``nf`` (``forward`` reads
+  ``nf``). Described like ``nn.Linear``.
+
+Norms need no SymInfo: each family's RMSNorm (``LlamaRMSNorm``, ``T5LayerNorm``, ...) is traced
+through, and its ``weight`` becomes a parameter member tied to the hidden-size group by the
+elementwise product; ``nn.LayerNorm`` is described by the nn plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fxsym import Symbol, SymInfo
+from fxsym.resize import keep_entries, l1_scores
+
+IN = Symbol.CLType.INCOMING
+OUT = Symbol.CLType.OUTGOING
+
+CONV1D = "transformers.pytorch_utils.Conv1D"
+
+
+def conv1d_info(mod: Any) -> SymInfo:
+    return SymInfo(
+        in_features=Symbol(cl_type=IN, elastic_dims={-1}),
+        out_features=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}),
+    )
+
+
+def conv1d_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    if name == "in_features":
+        keep_entries(mod, "weight", 0, index)
+        mod.nx = len(index)
+    else:
+        keep_entries(mod, "weight", 1, index)
+        keep_entries(mod, "bias", 0, index)
+        mod.nf = len(index)
+
+
+def conv1d_importance(mod: Any, name: str) -> torch.Tensor:
+    return l1_scores(mod.weight, 1)
