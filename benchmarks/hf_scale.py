@@ -1,0 +1,68 @@
+"""Analyze a Llama-3-70B-shaped model built on the meta device (no weights allocated).
+
+80 layers, hidden 8192, 64 query heads, 8 key/value heads, intermediate 28672, vocabulary
+128256. Prints the time to build, trace and analyze, the number of groups, and the peak
+resident memory of the process. Target: under 60 s and under 4 GB.
+
+    python benchmarks/hf_scale.py [--layers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+
+import torch
+
+
+def peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 / 1024 if sys.platform == "darwin" else peak / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=80)
+    args = parser.parse_args()
+
+    import transformers
+
+    import fxsym
+
+    fxsym.load_plugins()
+    cfg = transformers.AutoConfig.for_model(
+        "llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=args.layers,
+        num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False)
+    rows: list[tuple[str, str]] = []
+    start = time.perf_counter()
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    built = time.perf_counter()
+    n_params = sum(p.numel() for p in model.parameters())
+    assert all(p.is_meta for p in model.parameters()), "weights were allocated"
+    sm = fxsym.analyze(model)
+    done = time.perf_counter()
+    groups = sm.groups()
+    by_kind: dict[str, int] = {}
+    for g in groups:
+        kind = g.name.rsplit(".", 1)[-1]
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+    rows += [
+        ("model", f"LlamaForCausalLM, {args.layers} layers, {n_params / 1e9:.2f}B params (meta)"),
+        ("graph nodes", str(len(sm.graph_module.graph.nodes))),
+        ("build (s)", f"{built - start:.2f}"),
+        ("analyze (s)", f"{done - built:.2f}"),
+        ("total (s)", f"{done - start:.2f}"),
+        ("groups", f"{len(groups)} " + str(dict(sorted(by_kind.items())))),
+        ("peak RSS (MB)", f"{peak_rss_mb():.0f}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()
