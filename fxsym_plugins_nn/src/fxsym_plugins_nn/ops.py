@@ -21,6 +21,7 @@ from fxsym.analysis import (
     Layout,
     OpContext,
     Seg,
+    SizeLayout,
     TensorLayout,
     concat_dims,
     fixed_dim,
@@ -79,7 +80,7 @@ def elementwise(ctx: OpContext) -> Layout:
     """Any number of tensor operands broadcast together (``a + b``, ``torch.where``...)."""
     args = _tensor_args(ctx)
     if not isinstance(ctx.value, torch.Tensor):
-        return ctx.fixed()
+        return _derived_size(ctx)
     if not args:
         return ctx.fixed()
     return _broadcast(ctx, [ctx.tensor_layout(a) for a in args], [ctx.shape(a) for a in args],
@@ -98,6 +99,28 @@ def same_as_input(ctx: OpContext) -> Layout:
         if other is not x:
             ctx.fix(ctx.layout(other), "extra tensor operand")
     return lay
+
+
+def _derived_size(ctx: OpContext) -> Layout:
+    """Arithmetic on sizes: the result follows every elastic dim it was computed from."""
+    dims = [d for a in ctx.node.all_input_nodes
+            if isinstance(lay := ctx.layout(a), SizeLayout) for d in lay if not is_fixed(d)]
+    return SizeLayout(dims, derived=True) if dims else ctx.fixed()
+
+
+def size(ctx: OpContext) -> Layout:
+    """``x.size()``, ``x.size(d)``, ``x.shape``: ints that follow the dims they read."""
+    lay = ctx.tensor_layout(ctx.arg(0))
+    d = ctx.val(ctx.arg(1, "dim", None))
+    if d is None:
+        return tuple(SizeLayout((dim,)) for dim in lay)
+    return SizeLayout((lay[_norm_dim(int(d), len(lay))],))
+
+
+def numel(ctx: OpContext) -> Layout:
+    lay = ctx.tensor_layout(ctx.arg(0))
+    dims = [d for d in lay if not is_fixed(d)]
+    return SizeLayout(dims, derived=True) if dims else None
 
 
 def not_a_tensor(ctx: OpContext) -> Layout:
@@ -298,9 +321,38 @@ def view(ctx: OpContext) -> Layout:
         shape_args = shape_args[0]
     if not shape_args:
         shape_args = node.kwargs.get("shape", ())
-    literal = [isinstance(a, int) and a != -1 for a in shape_args] if isinstance(
-        shape_args, (tuple, list)) else None
-    return reshape_layout(ctx, lay, ctx.shape(x), ctx.out_shape(), literal)
+    items: list[Any] = []
+    for a in shape_args if isinstance(shape_args, (tuple, list)) else (shape_args,):
+        al = ctx.layout(a) if isinstance(a, torch.fx.Node) else None
+        if isinstance(al, tuple) and not isinstance(al, SizeLayout):
+            items.extend(al)  # x.view(y.shape)
+        else:
+            items.append(a if al is None else al)
+    literal = [isinstance(a, int) and not isinstance(a, bool) and a != -1 for a in items]
+    out = reshape_layout(ctx, lay, ctx.shape(x), ctx.out_shape(), literal)
+    if len(items) != len(out):
+        return out
+    dims = list(out)
+    for i, item in enumerate(items):
+        if isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
+            if item.derived or len(item) != 1 or not _same_dim(ctx, item[0], dims[i]):
+                ctx.fix(item, "a size read from one dim reshapes another")
+                ctx.fix(dims[i], "a size read from one dim reshapes another")
+                dims[i] = fixed_dim(ctx.out_shape()[i])
+    return TensorLayout(dims)
+
+
+def _same_dim(ctx: OpContext, a: Dim, b: Dim) -> bool:
+    if len(a) != len(b):
+        return False
+    for sa, sb in zip(a, b):
+        if sa.length != sb.length:
+            return False
+        if (sa.group is None) != (sb.group is None):
+            return False
+        if sa.group is not None and ctx.table.find(sa.group) != ctx.table.find(sb.group):
+            return False
+    return True
 
 
 def reshape_as_value(ctx: OpContext) -> Layout:
@@ -463,6 +515,8 @@ def getitem(ctx: OpContext) -> Layout:
 
 def getattr_rule(ctx: OpContext) -> Layout:
     name = ctx.arg(1)
+    if name == "shape" and isinstance(ctx.layout(ctx.arg(0)), TensorLayout):
+        return tuple(SizeLayout((dim,)) for dim in ctx.tensor_layout(ctx.arg(0)))
     if not isinstance(ctx.value, torch.Tensor):
         return ctx.fixed()
     if name in ("T", "mT"):
@@ -592,8 +646,11 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
         register(t, squeeze)
     for t in ("expand", "expand_as", "repeat", torch.broadcast_to, "broadcast_to"):
         register(t, expand)
-    for t in ("size", "dim", "numel", "nelement", "element_size", "is_contiguous",
-              "is_floating_point", "tolist", "item", torch.numel, operator.not_, operator.is_,
+    register("size", size)
+    for t in ("numel", "nelement", torch.numel):
+        register(t, numel)
+    for t in ("dim", "element_size", "is_contiguous",
+              "is_floating_point", "tolist", "item", operator.not_, operator.is_,
               operator.is_not, len, isinstance, math.prod):
         register(t, not_a_tensor)
     for t in (torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand,

@@ -43,7 +43,26 @@ class TensorLayout(tuple):  # type: ignore[type-arg]
         return f"TensorLayout{tuple.__repr__(self)}"
 
 
-Layout = Any  # TensorLayout | tuple[Layout, ...] | None
+class SizeLayout(tuple):  # type: ignore[type-arg]
+    """The layout of an int read from a tensor's shape (``x.size(1)``, ``x.shape[1]``).
+
+    It holds the Dims the int follows at run time: one Dim for a size read directly, several
+    (``derived=True``) for arithmetic on sizes. A reshape may use a direct size only for a dim
+    with that same layout; anything else pins the groups involved.
+    """
+
+    derived: bool = False
+
+    def __new__(cls, dims: Any = (), derived: bool = False) -> SizeLayout:
+        obj = super().__new__(cls, tuple(dims))
+        obj.derived = derived
+        return obj
+
+    def __repr__(self) -> str:
+        return f"SizeLayout({tuple.__repr__(self)}, derived={self.derived})"
+
+
+Layout = Any  # TensorLayout | SizeLayout | tuple[Layout, ...] | None
 
 
 def fixed_dim(n: int) -> Dim:
@@ -79,7 +98,7 @@ def fixed_layout(value: Any) -> Layout:
 
 def iter_dims(layout: Layout) -> Iterator[Dim]:
     """Every dimension of every tensor in a (possibly nested) layout."""
-    if isinstance(layout, TensorLayout):
+    if isinstance(layout, (TensorLayout, SizeLayout)):
         yield from layout
     elif isinstance(layout, tuple):
         for item in layout:

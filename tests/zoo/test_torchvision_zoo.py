@@ -1,0 +1,51 @@
+"""Both oracles over torchvision's classification zoo.
+
+The default suite runs a representative subset (``test_zoo_subset``); ``pytest -m zoo`` runs
+every classification model (``test_zoo_all``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+torchvision = pytest.importorskip("torchvision")
+
+from helpers import assert_oracles  # noqa: E402
+
+from fxsym.oracles import coverage  # noqa: E402
+
+ALL = torchvision.models.list_models(module=torchvision.models)
+
+#: the default subset, with the least coverage a pruning expert would accept
+SUBSET = {
+    "resnet18": 0.9, "resnet50": 0.9, "vgg11_bn": 0.85, "mobilenet_v2": 0.9,
+    "densenet121": 0.95, "efficientnet_b0": 0.95, "mobilenet_v3_small": 0.9,
+    "convnext_tiny": 0.9, "shufflenet_v2_x0_5": 0.0, "squeezenet1_1": 0.8,
+    "regnet_x_400mf": 0.9, "googlenet": 0.85,
+}
+
+
+def input_size(name: str) -> int:
+    if name.startswith(("vit_", "swin", "maxvit")):
+        return 224
+    return 299 if name.startswith("inception") else 64
+
+
+def _check(name: str, min_coverage: float = 0.0) -> None:
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(name, weights=None).eval()
+    size = input_size(name)
+    sm = assert_oracles(model, (torch.randn(1, 3, size, size),), min_groups=0)
+    assert coverage(sm) >= min_coverage, (name, coverage(sm))
+
+
+@pytest.mark.parametrize("name", sorted(SUBSET))
+def test_zoo_subset(name: str) -> None:
+    _check(name, SUBSET[name])
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("name", ALL)
+def test_zoo_all(name: str) -> None:
+    _check(name, SUBSET.get(name, 0.0))
