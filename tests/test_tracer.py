@@ -115,9 +115,9 @@ def test_without_example_inputs_tracing_is_plain_fx() -> None:
 
 
 def test_errors_are_typed_and_say_what_to_do() -> None:
-    with pytest.raises(fxsym.TraceError, match="torch.nn.Module"):
+    with pytest.raises(fxsym.TraceError, match=r"torch\.nn\.Module"):
         fxsym.trace(lambda x: x)  # type: ignore[arg-type]
-    with pytest.raises(fxsym.AnalysisError, match="torch.nn.Module"):
+    with pytest.raises(fxsym.AnalysisError, match=r"torch\.nn\.Module"):
         fxsym.analyze("resnet")  # type: ignore[arg-type]
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.Linear(8 * 6 * 6, 2))
     with pytest.raises(fxsym.ModelError, match="example_inputs have the shapes"):
@@ -250,4 +250,41 @@ def test_buffers_follow_traced_sizes_and_inline_modules_are_traced_through() -> 
     assert not any(n.op == "call_module" and n.target != "lin" for n in gm.graph.nodes)
     for seq in (3, 5, 9):
         x = torch.randn(2, seq, 4)
+        _same(gm, model, x)
+
+
+def test_factories_with_traced_sizes_and_nested_fallback_unwinds_module_stack() -> None:
+    class Inner(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.sum() > 0:  # data-dependent: this module falls back to a leaf
+                return x + 1
+            return x - 1
+
+    class Middle(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.inner(x) * 2
+
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.middle = Middle()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s = x.shape[:2]
+            ones = torch.ones(b, s, device=x.device)  # several traced sizes as *size
+            return self.lin(self.middle(x)) + ones[..., None]
+
+    model = M()
+    ones_before = torch.ones
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 3, 4),))
+    assert [e.where for e in gm.trace_report.fallbacks] == ["middle.inner"]
+    assert any(n.target is torch.ones for n in gm.graph.nodes)
+    assert torch.ones is ones_before  # restored after tracing
+    for shape in ((2, 3, 4), (5, 7, 4)):
+        x = torch.randn(*shape)
         _same(gm, model, x)

@@ -5,7 +5,9 @@ For the duration of one trace, and restored afterwards even when tracing raises:
 * every config of the model (the model's and its submodules') asks for no KV cache
   (``use_cache=False``: a cache object cannot be a graph value), and an attention
   implementation other than ``eager``/``sdpa`` (flash, flex, paged) is switched to ``sdpa``,
-  whose masks and kernels run on the meta device;
+  whose masks and kernels run on the meta device; mixture-of-experts layers use the
+  ``batched_mm`` experts kernel (``eager`` loops over the experts hit, which depends on data;
+  ``grouped_mm`` has no meta kernel for float32);
 * the attention-mask builders become single opaque calls (:mod:`.masks`);
 * attention classes of the model are made known to fxsym (:mod:`.discovery`).
 
@@ -26,6 +28,8 @@ from . import discovery
 from .masks import mask_builders_as_leaves
 
 TRACEABLE_ATTENTION = ("eager", "sdpa")
+#: mixture-of-experts kernels that run on meta tensors without data-dependent control flow
+TRACEABLE_EXPERTS = ("batched_mm",)
 
 
 def model_configs(model: nn.Module) -> list[Any]:
@@ -71,6 +75,9 @@ def _config_overrides(configs: list[Any]) -> Iterator[None]:
             impl = vars(cfg).get("_attn_implementation_internal")
             if impl is not None and impl not in TRACEABLE_ATTENTION:
                 put(cfg, "_attn_implementation_internal", "sdpa")
+            experts = vars(cfg).get("_experts_implementation_internal")
+            if experts is not None and experts not in TRACEABLE_EXPERTS:
+                put(cfg, "_experts_implementation_internal", "batched_mm")
         yield
     finally:
         for cfg, attr, value, had in reversed(saved):

@@ -5,7 +5,8 @@
 * ``torch.nn.functional.embedding`` (an ``nn.Embedding`` subclass with its own ``forward``,
   such as OPT's learned positions, is traced through to it): the output's last dimension is
   the weight's columns, so the weight becomes a parameter member of the hidden-size group;
-  the indices' dimensions are fixed.
+  the indices' dimensions are fixed. The weight's rows (the vocabulary) do not reach the
+  output and are left alone.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ def embedding(ctx: OpContext) -> Layout:
     lw = ctx.tensor_layout(weight)
     if len(lw) != 2:
         ctx.unsupported("embedding weight of unexpected rank")
-    ctx.fix(lw[0], "embedding rows are looked up by index")
     return TensorLayout([*(fixed_dim(s) for s in ctx.shape(idx)), lw[1]])
 
 

@@ -21,6 +21,7 @@ from . import attention, context, discovery, inputs, modules, ops
 def fxsym_register_sym_infos(register: Any) -> None:
     register(modules.CONV1D, modules.conv1d_info, resize=modules.conv1d_resize,
              importance=modules.conv1d_importance)
+    register(modules.activation_classes(), modules.activation_info, resize=modules.no_resize)
     for cls in discovery.registered_classes():
         register(cls, attention.attention_info, leaf=False, resize=attention.attention_resize,
                  importance=attention.attention_importance)

@@ -95,6 +95,8 @@ def same_as_input(ctx: OpContext) -> Layout:
         return ctx.fixed()
     if ctx.shape(x) != ctx.out_shape():
         ctx.unsupported("expected the output shape to equal the input shape")
+    if ctx.node.target in ("type_as", "to"):  # x.type_as(y): only y's dtype/device is read
+        return lay
     for other in _tensor_args(ctx)[1:]:
         if other is not x:
             ctx.fix(ctx.layout(other), "extra tensor operand")

@@ -26,6 +26,7 @@ mutates the model.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import operator
 from collections.abc import Callable, Mapping
@@ -109,12 +110,15 @@ class FxsymTracer(torch.fx.Tracer):
         if not path or self.is_leaf_module(m, path):
             return super().call_module(m, forward, args, kwargs)
         last = self.graph._root.prev  # the newest node before this call
+        stack = self.module_stack.copy()  # torch.fx does not unwind it on an exception
         try:
             return super().call_module(m, forward, args, kwargs)
         except ModelError:
             raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
+        self.module_stack.clear()
+        self.module_stack.update(stack)
         self._rollback(last)
         self.fallback_leaves.add(path)
         self.report.add("leaf-fallback", path, f"{type(m).__name__} kept as a leaf: {reason}")
@@ -145,6 +149,10 @@ class FxsymTracer(torch.fx.Tracer):
             return _plain_output(root_fn(module, **dict(zip(names, values)), **static))
 
         return root, [self.root, *placeholders]
+
+    def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
+        with _traced_factories():
+            return super().trace(root, concrete_args)
 
     # -- values ----------------------------------------------------------------------------
     def create_node(
@@ -252,6 +260,33 @@ def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
         return True
     kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
     return bool(kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL})
+
+
+#: factories taking sizes as ``*size``: torch's argument parser rejects several traced sizes
+_FACTORIES = ("ones", "zeros", "empty", "rand", "randn")
+
+
+@contextlib.contextmanager
+def _traced_factories() -> Any:
+    """While tracing, ``torch.ones(b, s)`` with traced sizes records a node instead of failing."""
+    saved = {name: getattr(torch, name) for name in _FACTORIES}
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def factory(*args: Any, **kwargs: Any) -> Any:
+            for a in (*args, *kwargs.values()):
+                if isinstance(a, torch.fx.Proxy):
+                    return a.tracer.create_proxy("call_function", fn, args, kwargs)
+            return fn(*args, **kwargs)
+
+        return functools.wraps(fn)(factory)
+
+    try:
+        for name, fn in saved.items():
+            setattr(torch, name, wrap(fn))
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
 
 
 def _plain_output(out: Any) -> Any:
