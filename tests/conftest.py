@@ -13,7 +13,7 @@ import torch
 import fxsym
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plugin_wheels import build_wheel, pip_install_target  # noqa: E402
+from plugin_wheels import build_wheel, pip_install_target
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 
 import torch
+from helpers import assert_oracles
 from torch import nn
 
 import fxsym
-from helpers import assert_oracles
 
 
 class ResidualNet(nn.Module):
@@ -106,16 +106,52 @@ def test_grouped_and_depthwise_conv() -> None:
         nn.Conv2d(3, 8, 1), nn.ReLU(),
         nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.BatchNorm2d(8),  # depthwise: passes through
         nn.Conv2d(8, 12, 1),
-        nn.Conv2d(12, 12, 3, padding=1, groups=4),  # channel groups: pinned
+        nn.Conv2d(12, 12, 3, padding=1, groups=4),  # 4 conv groups of 3 channels
         nn.Conv2d(12, 6, 1), nn.Conv2d(6, 2, 1),
     )
-    sm = assert_oracles(model, (torch.randn(2, 3, 6, 6),), min_groups=2)
+    sm = assert_oracles(model, (torch.randn(2, 3, 6, 6),), min_groups=3)
     groups = {g.name: g.members for g in sm.groups()}
     assert groups == {
         "0.out_channels": (("0", "out_channels"), ("2", "in_channels"), ("2", "out_channels"),
                            ("3", "num_features"), ("4", "in_channels")),
+        "4.out_channels": (("4", "out_channels"), ("5", "in_channels"), ("5", "out_channels"),
+                           ("6", "in_channels")),
         "6.out_channels": (("6", "out_channels"), ("7", "in_channels")),
     }
+    grouped = sm.group("4.out_channels")
+    assert (grouped.size, grouped.unit) == (4, 3)  # whole conv groups only
+    assert sm.group("0.out_channels").unit == 1
+    fxsym.resize(model, sm, {"4.out_channels": [3, 1]})
+    assert (model[5].in_channels, model[5].groups, model[5].weight.shape[0]) == (6, 2, 6)
+    assert model(torch.randn(1, 3, 6, 6)).shape == (1, 2, 6, 6)
+
+
+def test_attention_heads_become_units() -> None:
+    class Attention(nn.Module):
+        def __init__(self, dim: int = 16, heads: int = 4) -> None:
+            super().__init__()
+            self.heads = heads
+            self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+            self.o = nn.Linear(dim, dim)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, n, _ = x.shape
+            q, k, v = (p(x).view(b, n, -1, 4).transpose(1, 2) for p in (self.q, self.k, self.v))
+            att = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+            out = (att @ v).transpose(1, 2).reshape(b, n, -1)
+            return self.o(out)
+
+    model = Attention()
+    sm = assert_oracles(model, (torch.randn(2, 5, 16),), min_groups=1)
+    heads = {g.name: g for g in sm.groups()}
+    # head i of v goes with head i of q and k: one group of 4 heads of 4 channels
+    assert set(heads) == {"q.out_features"}
+    assert (heads["q.out_features"].size, heads["q.out_features"].unit) == (4, 4)
+    assert set(heads["q.out_features"].members) == {
+        ("q", "out_features"), ("k", "out_features"), ("v", "out_features"), ("o", "in_features")}
+    fxsym.resize(model, sm, {"q.out_features": [2, 0]})
+    assert model.q.weight.shape == (8, 16) and model.o.weight.shape == (16, 8)
+    assert model(torch.randn(1, 3, 16)).shape == (1, 3, 16)
 
 
 def test_broadcast_mask_does_not_tie_groups() -> None:

@@ -19,9 +19,10 @@ def _model() -> nn.Module:
 
 
 X = (torch.randn(2, 3, 4, 4),)
+Snapshot = tuple[dict[str, torch.Tensor], dict[str, object]]
 
 
-def _snapshot(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, object]]:
+def _snapshot(model: nn.Module) -> Snapshot:
     state = {k: v.clone() for k, v in model.state_dict().items()}
     attrs = {name: {k: copy.copy(v) for k, v in vars(m).items()
                     if k not in ("_parameters", "_buffers", "_modules")}
@@ -29,7 +30,7 @@ def _snapshot(model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, obje
     return state, attrs
 
 
-def _assert_unchanged(model: nn.Module, snap: tuple[dict[str, torch.Tensor], dict[str, object]]) -> None:
+def _assert_unchanged(model: nn.Module, snap: Snapshot) -> None:
     state, attrs = snap
     now = model.state_dict()
     assert now.keys() == state.keys()
@@ -119,7 +120,8 @@ def test_failing_resize_rule_restores_every_module() -> None:
     pm = fxsym.load_plugins()
     pm.register(Plugin(), name="broken-resize")
     try:
-        with pytest.warns(fxsym.PluginWarning), pytest.raises(fxsym.ResizeError, match="rule broke"):
+        with pytest.warns(fxsym.PluginWarning), \
+                pytest.raises(fxsym.ResizeError, match="rule broke"):
             fxsym.resize(model, sm, {"0.out_channels": [0, 1], "3.out_channels": [1, 2]})
     finally:
         pm.unregister(name="broken-resize")

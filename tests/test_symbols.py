@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import fxsym
-from fxsym import SymInfo, SymMap, Symbol
+from fxsym import Symbol, SymInfo, SymMap
 
 IN, OUT = Symbol.CLType.INCOMING, Symbol.CLType.OUTGOING
 

@@ -20,7 +20,7 @@ from .errors import (
 )
 from .plugins import PluginManager, hookimpl, load_plugins
 from .resize import resize
-from .symbols import SymGroup, SymInfo, SymMap, Symbol
+from .symbols import Symbol, SymGroup, SymInfo, SymMap
 from .tracer import TraceReport, trace
 
 __version__ = "0.1.0"

@@ -117,7 +117,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         if not contributed:
             print("    contributes nothing")
         for kind, items in contributed.items():
-            shown = ", ".join(items[:6]) + (f", ... ({len(items)} in all)" if len(items) > 6 else "")
+            more = f", ... ({len(items)} in all)" if len(items) > 6 else ""
+            shown = ", ".join(items[:6]) + more
             print(f"    {kind}: {shown}")
     for failure in pm.failed:
         print(f"{failure.name}  ({failure.distribution})  INACTIVE: {failure.error}")

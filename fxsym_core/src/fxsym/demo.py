@@ -18,7 +18,8 @@ class DemoNet(nn.Module):
         )
         self.left = nn.Conv2d(32, 24, 1)
         self.right = nn.Conv2d(32, 40, 3, padding=1)
-        self.head = nn.Sequential(nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, num_classes))
+        self.head = nn.Sequential(
+            nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Linear(128, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)

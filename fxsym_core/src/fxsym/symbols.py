@@ -194,15 +194,18 @@ SymInfoFactory = Callable[[nn.Module], SymInfo]
 class SymGroup:
     """One searchable cross-layer size: a root symbol and every symbol tied to it.
 
-    ``size`` counts *units* of the root symbol (channels, features, or heads where the root
-    is a head count); ``members`` lists ``(module_qualname, symbol_name)`` for every symbol
-    that must change with the root, the root first.
+    ``size`` counts *units*; ``unit`` is how many entries of the root symbol's dimension one
+    unit spans (1 for channels; ``head_dim`` where the group's units are attention heads, the
+    channels of a conv group for grouped convs). ``members`` lists
+    ``(module_qualname, symbol_name)`` for every symbol that must change with the root, the
+    root first; a parameter used directly in the graph appears as ``(owner, "name:dim")``.
     """
 
     name: str
     size: int
     is_sortable: bool
     members: tuple[tuple[str, str], ...]
+    unit: int = 1
     id: int = field(repr=False, compare=False, default=-1)
 
 
@@ -348,7 +351,8 @@ class SymMap:
 
     def prune(self) -> None:
         """Drop the modules whose symbols are all constant."""
-        for mod in [m for m, i in self._map.items() if all(s.is_constant for s in i.symbols.values())]:
+        for mod in [m for m, i in self._map.items()
+                    if all(s.is_constant for s in i.symbols.values())]:
             del self._map[mod]
             del self._mod_to_name[mod]
 

@@ -15,16 +15,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxsym import SymInfo, Symbol
+from fxsym import Symbol, SymInfo
 from fxsym.resize import keep_entries, l1_scores
 
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING
-
-
-def _constant(sym: Symbol) -> Symbol:
-    sym.disable()
-    return sym
 
 
 # -- Linear ------------------------------------------------------------------------------------
@@ -56,29 +51,35 @@ def _channel_dims(mod: Any) -> set[int]:
 
 def conv_info(mod: nn.Module) -> SymInfo:
     dims = _channel_dims(mod)
-    c_in, c_out, groups = mod.in_channels, mod.out_channels, mod.groups  # type: ignore[attr-defined]
+    groups = mod.groups  # type: ignore[attr-defined]
     in_sym = Symbol(cl_type=IN, elastic_dims=dims)
     out_sym = Symbol(is_searchable=True, cl_type=OUT, elastic_dims=dims)
     if groups == 1:
         return SymInfo(in_channels=in_sym, out_channels=out_sym)
-    if groups == c_in == c_out:  # depthwise: output channel c reads input channel c only
-        out_sym = Symbol(cl_type=OUT, elastic_dims=dims)
-        out_sym.link_to(in_sym)
+    if isinstance(mod, nn.modules.conv._ConvTransposeNd):  # grouped transposed: not yet
+        in_sym.disable()
+        out_sym.disable()
         return SymInfo(in_channels=in_sym, out_channels=out_sym)
-    # channel groups (or a depth multiplier): whole groups would have to go at once
-    return SymInfo(in_channels=_constant(in_sym), out_channels=_constant(out_sym))
+    # grouped (and depthwise): output channels of conv group g read only the input channels of
+    # group g, so channels can only go a whole conv group at a time, on both sides at once
+    in_sym.units = groups  # type: ignore[attr-defined]
+    out_sym = Symbol(cl_type=OUT, elastic_dims=dims)
+    out_sym.link_to(in_sym)
+    return SymInfo(in_channels=in_sym, out_channels=out_sym)
 
 
 def conv_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     transposed = isinstance(mod, nn.modules.conv._ConvTransposeNd)
     out_dim, in_dim = (1, 0) if transposed else (0, 1)
-    if mod.groups > 1:  # depthwise: both symbols carry the same index
+    if mod.groups > 1:  # whole conv groups go: the per-group weight slice is unchanged
         if name == "out_channels":
             keep_entries(mod, "weight", 0, index)
             keep_entries(mod, "bias", 0, index)
             mod.out_channels = len(index)
         else:
-            mod.in_channels = mod.groups = len(index)
+            per_group = mod.in_channels // mod.groups
+            mod.in_channels = len(index)
+            mod.groups = len(index) // per_group
         return
     if name == "in_channels":
         keep_entries(mod, "weight", in_dim, index)
@@ -195,7 +196,8 @@ Family = tuple[Any, Callable[..., SymInfo], Any, Any]
 
 FAMILIES: list[Family] = [
     (nn.Linear, linear_info, linear_resize, linear_importance),
-    ((nn.Conv1d, nn.Conv2d, nn.Conv3d), conv_info, conv_resize, conv_importance),
+    ((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+      nn.ConvTranspose3d), conv_info, conv_resize, conv_importance),
     ((nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm), batchnorm_info,
      batchnorm_resize, None),
     (nn.LayerNorm, layernorm_info, layernorm_resize, None),

@@ -288,18 +288,21 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
                 ctx.unsupported("merging dims with an elastic inner dim")
             inner = math.prod(in_shape[i] for i in ca[1:])
             out[cb[0]] = scale_block(dims[0], inner)
-        elif len(ca) == 1:  # split: the outer piece must be exactly the group's units
+        elif len(ca) == 1:  # split: the outer piece indexes whole units (or parts of one)
             segs = dims[0]
             if len(segs) != 1:
                 ctx.unsupported("splitting a concatenated elastic dim")
             seg = segs[0]
             first = out_shape[cb[0]]
-            rest = math.prod(out_shape[i] for i in cb[1:])
-            if first == seg.units and rest == seg.block:
-                out[cb[0]] = (Seg(seg.group, seg.units, 1),)
+            if first % seg.units == 0 and seg.block % (first // seg.units) == 0:
+                out[cb[0]] = (Seg(seg.group, seg.units, first // seg.units),)
+            elif seg.units % first == 0:  # e.g. channels into (heads, head_dim)
+                assert seg.group is not None
+                ctx.table.constrain(seg.group, first)
+                out[cb[0]] = (Seg(seg.group, first, 1),)
             else:
-                ctx.unsupported(
-                    f"splitting an elastic dim of {seg.units} units into {first} x {rest}")
+                ctx.unsupported(f"splitting an elastic dim of {seg.units} units into "
+                                f"{[out_shape[i] for i in cb]}")
         else:
             ctx.unsupported("reshaping several elastic dims at once")
     if literal is not None:
@@ -565,8 +568,69 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
     return rule
 
 
-def softmax(ctx: OpContext) -> Layout:
-    return same_as_input(ctx)
+def matmul(ctx: OpContext) -> Layout:
+    """``a @ b``: batch dims broadcast, the contracted dims tie, the rest pass through."""
+    a, b = ctx.arg(0, "input"), ctx.arg(1, "other")
+    la, lb = list(ctx.tensor_layout(a)), list(ctx.tensor_layout(b))
+    sa, sb = list(ctx.shape(a)), list(ctx.shape(b))
+    a1, b1 = len(la) == 1, len(lb) == 1
+    if a1:
+        la, sa = [fixed_dim(1), *la], [1, *sa]
+    if b1:
+        lb, sb = [*lb, fixed_dim(1)], [*sb, 1]
+    ctx.unify(la[-1], lb[-2])
+    batch_shape = tuple(torch.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2])))
+    batch = _broadcast(ctx, [TensorLayout(la[:-2]), TensorLayout(lb[:-2])],
+                       [tuple(sa[:-2]), tuple(sb[:-2])], batch_shape)
+    dims = [*batch, *([] if a1 else [la[-2]]), *([] if b1 else [lb[-1]])]
+    return TensorLayout(dims)
+
+
+def einsum(ctx: OpContext) -> Layout:
+    """``torch.einsum``: dims sharing a letter tie; letters missing from the output end."""
+    eq = str(ctx.arg(0, "equation")).replace(" ", "")
+    operands = list(ctx.node.args[1:])
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = list(operands[0])
+    if "..." in eq or "->" not in eq:
+        ctx.unsupported("einsum with an ellipsis or an implicit output")
+    inputs, output = eq.split("->")
+    by_letter: dict[str, list[Dim]] = {}
+    for spec, op in zip(inputs.split(","), operands):
+        lay = ctx.tensor_layout(op)
+        shape = ctx.shape(op)
+        for letter, dim, n in zip(spec, lay, shape):
+            if n != 1:
+                by_letter.setdefault(letter, []).append(dim)
+    tied = {k: ctx.unify(*v) for k, v in by_letter.items()}
+    out_shape = ctx.out_shape()
+    return TensorLayout(tied.get(letter, fixed_dim(n)) for letter, n in zip(output, out_shape))
+
+
+def sdpa(ctx: OpContext) -> Layout:
+    """``F.scaled_dot_product_attention(q, k, v, attn_mask)``: heads and batch tie across q, k,
+    v (and broadcast with the mask); q and k tie on the feature dim."""
+    q, k, v = ctx.arg(0, "query"), ctx.arg(1, "key"), ctx.arg(2, "value")
+    lq, lk, lv = ctx.tensor_layout(q), ctx.tensor_layout(k), ctx.tensor_layout(v)
+    sq, sk, sv = ctx.shape(q), ctx.shape(k), ctx.shape(v)
+    if ctx.val(ctx.arg(7, "enable_gqa", False)) and sq[:-2] != sk[:-2]:
+        ctx.unsupported("grouped-query attention inside scaled_dot_product_attention")
+    ctx.unify(lq[-1], lk[-1])
+    ctx.unify(lk[-2], lv[-2])
+    layouts = [TensorLayout(lq[:-2]), TensorLayout(lk[:-2]), TensorLayout(lv[:-2])]
+    shapes = [sq[:-2], sk[:-2], sv[:-2]]
+    mask = ctx.arg(3, "attn_mask", None)
+    if isinstance(mask, torch.fx.Node):
+        lm, sm = ctx.tensor_layout(mask), ctx.shape(mask)
+        if sm[-1] != 1:
+            ctx.unify(lm[-1], lk[-2])
+        if len(sm) > 1 and sm[-2] != 1:
+            ctx.unify(lm[-2], lq[-2])
+        layouts.append(TensorLayout(lm[:-2]))
+        shapes.append(tuple(sm[:-2]))
+    out_shape = ctx.out_shape()
+    batch = _broadcast(ctx, layouts, shapes, tuple(out_shape[:-2]))
+    return TensorLayout([*batch, lq[-2], lv[-1]])
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -596,7 +660,8 @@ _UNARY_FUNCS: list[Any] = [
     torch.log_softmax, torch.dropout, torch.alpha_dropout, torch.feature_dropout,
     F.relu, F.relu_, F.relu6, F.elu, F.selu, F.celu, F.leaky_relu, F.leaky_relu_, F.gelu,
     F.silu, F.mish, F.hardswish, F.hardsigmoid, F.hardtanh, F.hardtanh_, F.sigmoid, F.tanh,
-    F.softplus, F.softsign, F.tanhshrink, F.logsigmoid, F.threshold, F.rrelu, F.dropout, F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
+    F.softplus, F.softsign, F.tanhshrink, F.logsigmoid, F.threshold, F.rrelu, F.dropout,
+    F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout,
     F.feature_alpha_dropout, F.softmax, F.log_softmax, F.softmin, F.normalize,
 ]
 _UNARY_METHODS = [
@@ -678,6 +743,11 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
     register(operator.getitem, getitem)
     register(getattr, getattr_rule)
     register(F.linear, linear_fn)
+    for t in (torch.matmul, operator.matmul, torch.bmm, torch.mm, "matmul", "bmm", "mm",
+              "__matmul__"):
+        register(t, matmul)
+    register(torch.einsum, einsum)
+    register(F.scaled_dot_product_attention, sdpa)
     register(F.layer_norm, norm_fn(None, [(2, "weight"), (3, "bias")]))
     register(F.batch_norm, norm_fn(1, [(1, "running_mean"), (2, "running_var"),
                                        (3, "weight"), (4, "bias")]))

@@ -156,7 +156,7 @@ class Analyzer:
             if other is not tensors[0]:  # self-attention passes one value three times
                 self.fix(ctx.layout(other), f"extra input of {type(mod).__name__}", node)
         consumed: set[int] = set()
-        incoming: dict[int, Dim] = {}
+        incoming: dict[int, tuple[Dim, int | None]] = {}
         for sname, sym in info.symbols.items():
             if not sym.is_incoming:
                 continue
@@ -167,8 +167,14 @@ class Analyzer:
             consumed.add(d)
             if sym.is_constant:
                 self.fix(x[d], f"{name}.{sname} cannot change", node)
+            units = getattr(sym, "units", None)
+            if units and not sym.is_constant:  # e.g. conv groups: whole groups only
+                if len(x[d]) != 1:
+                    self.fix(x[d], f"{name}.{sname}: groups over concatenated inputs", node)
+                elif x[d][0].group is not None:
+                    self.table.constrain(x[d][0].group, int(units))
             self._attach(name, sname, x[d], node)
-            incoming[id(sym)] = x[d]
+            incoming[id(sym)] = (x[d], units)
         for sname, sym in info.symbols.items():  # internal searchable sizes (heads, ...)
             size = getattr(sym, "size", None)
             if not sym.is_cross_layer and sym.is_searchable and size and (
@@ -189,7 +195,8 @@ class Analyzer:
             return out
         return self._outputs(ctx, name, info, incoming, out, ctx.value)
 
-    def _outputs(self, ctx: OpContext, name: str, info: Any, incoming: dict[int, Dim],
+    def _outputs(self, ctx: OpContext, name: str, info: Any,
+                 incoming: dict[int, tuple[Dim, int | None]],
                  out: TensorLayout, value: torch.Tensor) -> TensorLayout:
         dims = list(out)
         shape = tuple(value.shape)
@@ -199,10 +206,14 @@ class Analyzer:
             d = resolve_dim(sym.elastic_dims, len(dims))
             if d is None:
                 continue
-            source = incoming.get(id(sym.parent)) if sym.parent is not None else None
-            if source is not None:  # follows an input dim (a depthwise conv's channels)
+            found = incoming.get(id(sym.parent)) if sym.parent is not None else None
+            if found is not None:  # follows an input dim (depthwise and grouped convs)
+                source, units = found
                 if dim_size(source) != shape[d]:
-                    ctx.unsupported(f"{name}.{sname} follows an input dim of another size")
+                    seg = source[0]
+                    if not (units and len(source) == 1 and shape[d] % units == 0):
+                        ctx.unsupported(f"{name}.{sname} follows an input dim of another size")
+                    source = (Seg(seg.group, int(units), shape[d] // int(units)),)
                 self._attach(name, sname, source, ctx.node)
                 dims[d] = source
                 continue

@@ -10,6 +10,7 @@ from ..errors import AnalysisError
 from ..symbols import SymGroup, SymMap
 from ..tracer import trace
 from .analyzer import Analyzer, analyze_graph
+from .layout import dim_size
 
 
 def analyze(
@@ -72,6 +73,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         groups.append(SymGroup(
             name=f"{head[0]}.{head[1]}" if head[0] else head[1],
             size=table.units[root],
+            unit=dim_size(an.symbol_dims[head]) // table.units[root],
             is_sortable=all(k in an.param_members or symbol(k)._is_sortable for k in keys),
             members=keys,
             id=root,

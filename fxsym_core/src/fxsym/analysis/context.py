@@ -110,8 +110,8 @@ class OpContext:
         size = dim_size(first)
         if any(dim_size(d) != size for d in dims):
             raise Unsupported("dims of different sizes")
-        shape = [(s.units, s.block) for s in first]
-        if any([(s.units, s.block) for s in d] != shape for d in dims):
+        lengths = [s.length for s in first]
+        if any([s.length for s in d] != lengths for d in dims):
             for d in dims:
                 self.fix(d, "dimensions with different group structure meet")
             return fixed_dim(size)
@@ -124,10 +124,13 @@ class OpContext:
             if len(groups) < len(segs):
                 for g in groups:
                     self.fix((segs[0]._replace(group=g),), "meets a dimension of fixed size")
+            for seg in segs:  # a unit of the tied group must be whole in every segment
+                if seg.group is not None:
+                    self.table.constrain(seg.group, seg.units)
             root = groups[0]
             for g in groups[1:]:
                 root = self.table.union(root, g)
-            out.append(segs[0]._replace(group=groups[0]))
+            out.append(next(s for s in segs if s.group is not None))
         return tuple(out)
 
     def unsupported(self, reason: str) -> None:

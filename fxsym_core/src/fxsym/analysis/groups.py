@@ -1,12 +1,17 @@
 """The group table: a union-find over groups of tensor-dimension entries.
 
-A group is created for each OUTGOING symbol of a module call (its *producer*). Ops unify
+A group is created for each OUTGOING symbol of a module call (its *producer*), with a count of
+*units* (channels, features). Segments of tensor dims refer to a group at any granularity that
+is a multiple of its unit count; tying dims that split a group differently (channels against
+heads of ``head_dim`` channels) coarsens it to the gcd, so each unit stays whole everywhere.
+Ops unify
 groups that must keep the same size and order; boundaries make them constant. A group stays
 searchable only if no boundary touched it and one of its producers is searchable.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -36,14 +41,25 @@ class GroupTable:
             parent[g], g = root, parent[g]
         return root
 
+    def constrain(self, g: int, units: int) -> None:
+        """Make ``g``'s unit count divide ``units`` (coarser units: e.g. whole heads, whole
+        conv groups). A group coarsened to one unit cannot shrink: it becomes constant."""
+        r = self.find(g)
+        new = math.gcd(self.units[r], units)
+        if new != self.units[r]:
+            self.units[r] = new
+            if new == 1:
+                self.fix(r, "coarsened to a single unit")
+
     def union(self, a: int, b: int) -> int:
-        """Tie ``a`` and ``b``; the older root stays root. Different sizes make both constant."""
+        """Tie ``a`` and ``b``; the older root stays root. The merged group's unit count is the
+        gcd of both (each unit stays a whole number of either group's units)."""
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return ra
-        if self.units[ra] != self.units[rb]:
-            self.fix(ra, "tied to a dimension of another size")
-            self.fix(rb, "tied to a dimension of another size")
+        units = math.gcd(self.units[ra], self.units[rb])
+        self.constrain(ra, units)
+        self.constrain(rb, units)
         if rb < ra:
             ra, rb = rb, ra
         self.parent[rb] = ra

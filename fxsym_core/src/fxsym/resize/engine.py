@@ -69,14 +69,16 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), entry))
 
     saved = {id(m): (m, _snapshot(m)) for m, *_ in work}
+    where = ""
     try:
         for mod, qualname, sname, index, entry in work:
+            where = f"{qualname}.{sname}"
             assert entry.resize is not None
             entry.resize(mod, sname, index)
     except Exception as exc:
         for mod, state in saved.values():
             _restore(mod, state)
-        raise ResizeError(f"resizing {qualname}.{sname} failed, model restored: {exc}") from exc
+        raise ResizeError(f"resizing {where} failed, model restored: {exc}") from exc
     symmap._stale = True
     return model
 
@@ -143,9 +145,11 @@ def _dim_index(symmap: SymMap, dim: Any, plans: dict[int, torch.Tensor]) -> torc
         plan = plans.get(symmap._table.find(seg.group)) if seg.group is not None else None
         if plan is None:
             parts.append(torch.arange(offset, offset + length))
-        else:
+        else:  # group units -> this segment's (finer) units -> entries
+            per_unit = seg.units // symmap._table.units[symmap._table.find(seg.group)]
+            fine = (plan[:, None] * per_unit + torch.arange(per_unit)[None, :]).flatten()
             block = torch.arange(seg.block)
-            parts.append((plan[:, None] * seg.block + block[None, :]).flatten() + offset)
+            parts.append((fine[:, None] * seg.block + block[None, :]).flatten() + offset)
         offset += length
     return torch.cat(parts)
 
