@@ -175,6 +175,39 @@ def prelu_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     mod.num_parameters = len(index)
 
 
+# -- MultiheadAttention --------------------------------------------------------------------------
+def mha_info(mod: nn.Module) -> SymInfo:
+    """nn.MultiheadAttention ties its input width to its packed q/k/v width (``embed_dim`` =
+    ``num_heads * head_dim``): the embedding dim can only change a whole head at a time, and
+    the output (``out_proj``) follows it."""
+    m: Any = mod
+    embed = Symbol(cl_type=IN, elastic_dims={-1})
+    out = Symbol(cl_type=OUT, elastic_dims={-1})
+    if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+        embed.disable()
+        out.disable()
+        return SymInfo(embed_dim=embed, embed_dim_out=out)
+    embed.units = m.num_heads  # type: ignore[attr-defined]
+    out.link_to(embed)
+    return SymInfo(embed_dim=embed, embed_dim_out=out)
+
+
+def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    if name != "embed_dim":
+        return  # embed_dim_out carries the same index: everything is done once
+    e = mod.embed_dim
+    rows = torch.cat([index + i * e for i in range(3)])
+    keep_entries(mod, "in_proj_weight", 0, rows)
+    keep_entries(mod, "in_proj_weight", 1, index)
+    keep_entries(mod, "in_proj_bias", 0, rows)
+    keep_entries(mod.out_proj, "weight", 0, index)
+    keep_entries(mod.out_proj, "weight", 1, index)
+    keep_entries(mod.out_proj, "bias", 0, index)
+    mod.out_proj.in_features = mod.out_proj.out_features = len(index)
+    mod.num_heads = len(index) // mod.head_dim
+    mod.embed_dim = mod.kdim = mod.vdim = len(index)
+
+
 # -- stateless, shape-preserving -----------------------------------------------------------------
 def shape_preserving_info(mod: nn.Module) -> SymInfo:
     return SymInfo(is_shape_preserving=True)
@@ -208,6 +241,7 @@ FAMILIES: list[Family] = [
      batchnorm_resize, None),
     (nn.Embedding, embedding_info, embedding_resize, embedding_importance),
     (nn.PReLU, prelu_info, prelu_resize, None),
+    (nn.MultiheadAttention, mha_info, mha_resize, None),
     (SHAPE_PRESERVING, shape_preserving_info, no_resize, None),
 ]
 
@@ -217,7 +251,7 @@ TRACE_INTO: tuple[type[nn.Module], ...] = (
     nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d,
     nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d, nn.Flatten, nn.Unflatten, nn.Upsample,
     nn.ZeroPad2d, nn.ConstantPad1d, nn.ConstantPad2d, nn.ConstantPad3d, nn.ReflectionPad2d,
-    nn.ReplicationPad2d, nn.LPPool2d,
+    nn.ReplicationPad2d, nn.LPPool2d, nn.PixelShuffle, nn.PixelUnshuffle, nn.ChannelShuffle,
 )
 
 

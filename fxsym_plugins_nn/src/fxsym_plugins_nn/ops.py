@@ -174,12 +174,20 @@ def reduction(ctx: OpContext) -> Layout:
     return result
 
 
+def _tensor_list(ctx: OpContext, a: Any) -> tuple[list[TensorLayout], list[tuple[int, ...]]]:
+    """Layouts and shapes of a list of tensors: a list of nodes, or one node holding a tuple."""
+    if isinstance(a, torch.fx.Node):
+        lays, vals = ctx.layout(a), ctx.val(a)
+        if not isinstance(lays, tuple) or isinstance(lays, TensorLayout):
+            ctx.unsupported("expected a sequence of tensors")
+        return list(lays), [tuple(v.shape) for v in vals]
+    return [ctx.tensor_layout(t) for t in a], [ctx.shape(t) for t in a]
+
+
 def concat(ctx: OpContext) -> Layout:
     """``torch.cat``: segments laid end to end along ``dim``; other dims tied."""
-    tensors = ctx.arg(0, "tensors")
     dim = ctx.val(ctx.arg(1, "dim", 0))
-    lays = [ctx.tensor_layout(t) for t in tensors]
-    shapes = [ctx.shape(t) for t in tensors]
+    lays, shapes = _tensor_list(ctx, ctx.arg(0, "tensors"))
     lays = [lay for lay, s in zip(lays, shapes) if s != (0,)]
     if not lays:
         return ctx.fixed()
@@ -195,9 +203,8 @@ def concat(ctx: OpContext) -> Layout:
 
 
 def stack(ctx: OpContext) -> Layout:
-    tensors = ctx.arg(0, "tensors")
     dim = ctx.val(ctx.arg(1, "dim", 0))
-    lays = [ctx.tensor_layout(t) for t in tensors]
+    lays, _ = _tensor_list(ctx, ctx.arg(0, "tensors"))
     ndim = len(lays[0])
     d = _norm_dim(dim, ndim + 1)
     dims = [ctx.unify(*[lay[i] for lay in lays]) for i in range(ndim)]
@@ -568,6 +575,50 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
     return rule
 
 
+def conv_fn(ctx: OpContext) -> Layout:
+    """``F.conv1d/2d/3d(x, w, b)`` with one group: x's channels meet w's input channels; the
+    output channels are w's rows (a group with no producer unless tied to one)."""
+    x, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
+    lx, lw = ctx.tensor_layout(x), ctx.tensor_layout(w)
+    if int(ctx.val(ctx.arg(6, "groups", 1))) != 1:
+        ctx.unsupported("functional grouped convolution")
+    batched = len(lx) == len(lw)
+    c = 1 if batched else 0
+    ctx.unify(lx[c], lw[1])
+    out_c = lw[0]
+    b = ctx.arg(2, "bias", None)
+    if isinstance(b, torch.fx.Node):
+        out_c = ctx.unify(out_c, ctx.tensor_layout(b)[0])
+    shape = ctx.out_shape()
+    dims = [*lx[:c], out_c, *(fixed_dim(n) for n in shape[c + 1:])]
+    return TensorLayout(dims)
+
+
+def pixel_shuffle(ctx: OpContext) -> Layout:
+    """``pixel_shuffle``: r*r consecutive channels become one channel (coarser units);
+    ``pixel_unshuffle``: each channel becomes r*r consecutive ones (a longer block)."""
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    c = len(lay) - 3
+    seg_dim = lay[c]
+    out_shape = ctx.out_shape()
+    dims = [*lay[:c], fixed_dim(out_shape[c]), *(fixed_dim(n) for n in out_shape[c + 1:])]
+    if is_fixed(seg_dim):
+        return TensorLayout(dims)
+    if len(seg_dim) != 1:
+        ctx.unsupported("pixel shuffle of concatenated groups")
+    seg = seg_dim[0]
+    assert seg.group is not None
+    if out_shape[c] > seg.length:  # unshuffle
+        dims[c] = (Seg(seg.group, seg.units, seg.block * out_shape[c] // seg.length),)
+    elif seg.block == 1 and seg.units % out_shape[c] == 0:
+        ctx.table.constrain(seg.group, out_shape[c])
+        dims[c] = (Seg(seg.group, out_shape[c], 1),)
+    else:
+        ctx.unsupported("pixel shuffle within a unit")
+    return TensorLayout(dims)
+
+
 def matmul(ctx: OpContext) -> Layout:
     """``a @ b``: batch dims broadcast, the contracted dims tie, the rest pass through."""
     a, b = ctx.arg(0, "input"), ctx.arg(1, "other")
@@ -747,6 +798,10 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
               "__matmul__"):
         register(t, matmul)
     register(torch.einsum, einsum)
+    for t in (F.conv1d, F.conv2d, F.conv3d):
+        register(t, conv_fn)
+    for t in (F.pixel_shuffle, F.pixel_unshuffle, torch.pixel_shuffle, torch.pixel_unshuffle):
+        register(t, pixel_shuffle)
     register(F.scaled_dot_product_attention, sdpa)
     register(F.layer_norm, norm_fn(None, [(2, "weight"), (3, "bias")]))
     register(F.batch_norm, norm_fn(1, [(1, "running_mean"), (2, "running_var"),

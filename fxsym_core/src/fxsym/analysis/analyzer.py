@@ -91,6 +91,8 @@ class Analyzer:
             return rule(ctx)
         except Unsupported as exc:
             return self.boundary(node, str(exc) or "unsupported")
+        except Exception as exc:  # a broken rule costs precision, never correctness
+            return self.boundary(node, f"op rule failed: {type(exc).__name__}: {exc}")
 
     def _parameter(self, node: torch.fx.Node) -> Layout:
         """A parameter or buffer of the model used in the graph: each dim of size > 1 starts a
