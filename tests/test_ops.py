@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from helpers import assert_oracles
 from torch import nn
 
 import fxsym
-from helpers import assert_oracles
 
 
 def _groups(sm: fxsym.SymMap) -> dict[str, set[tuple[str, str]]]:
