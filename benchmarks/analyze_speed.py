@@ -1,0 +1,73 @@
+"""fxsym.analyze time over plain torch.fx.symbolic_trace time, per torchvision model.
+
+    python benchmarks/analyze_speed.py [--models resnet50,densenet121] [--repeat 5]
+
+Both are measured in the same run, on the same model, as medians of ``--repeat`` runs after
+one warm-up. Target: median ratio <= 3 over the zoo, no model above 6. Torch-Pruning's
+dependency graph and ModelOpt's ``analyze_symbols`` are timed too when installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _common import input_size, median_time, table, zoo_names  # noqa: E402
+
+import fxsym  # noqa: E402
+
+
+def _torch_pruning(model: torch.nn.Module, x: torch.Tensor) -> float | None:
+    if importlib.util.find_spec("torch_pruning") is None:
+        return None
+    import torch_pruning as tp
+
+    return median_time(lambda: tp.DependencyGraph().build_dependency(model, example_inputs=x), 1)
+
+
+def _modelopt(model: torch.nn.Module, x: torch.Tensor) -> float | None:
+    if importlib.util.find_spec("modelopt") is None:
+        return None
+    from modelopt.torch.trace import analyze_symbols  # type: ignore[import-not-found]
+
+    return median_time(lambda: analyze_symbols(model, (x,)), 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", help="comma-separated torchvision names (default: all)")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    import torchvision
+
+    fxsym.load_plugins()
+    names = args.models.split(",") if args.models else zoo_names()
+    rows, ratios = [], []
+    for i, name in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {name}", file=sys.stderr, flush=True)
+        model = torchvision.models.get_model(name, weights=None).eval()
+        size = input_size(name)
+        x = torch.randn(1, 3, size, size)
+        fxsym.analyze(model, example_inputs=(x,))  # warm-up
+        t_fx = median_time(lambda: torch.fx.symbolic_trace(model), args.repeat)
+        t_ours = median_time(lambda: fxsym.analyze(model, example_inputs=(x,)), args.repeat)
+        ratios.append(t_ours / t_fx)
+        tp_time, mo_time = _torch_pruning(model, x), _modelopt(model, x)
+        rows.append([name, f"{t_fx * 1000:.1f}", f"{t_ours * 1000:.1f}", f"{t_ours / t_fx:.2f}",
+                     "-" if tp_time is None else f"{tp_time * 1000:.0f}",
+                     "-" if mo_time is None else f"{mo_time * 1000:.0f}"])
+        del model
+    print(table(rows, ["model", "symbolic_trace ms", "analyze ms", "ratio",
+                       "torch-pruning ms", "modelopt ms"]))
+    print(f"\nmodels: {len(ratios)}  median ratio: {statistics.median(ratios):.2f}  "
+          f"max ratio: {max(ratios):.2f} ({names[ratios.index(max(ratios))]})")
+
+
+if __name__ == "__main__":
+    main()

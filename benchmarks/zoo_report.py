@@ -1,0 +1,55 @@
+"""Per torchvision classification model: groups, coverage, both oracles, analyze time.
+
+    python benchmarks/zoo_report.py [--models resnet50,vit_b_16]
+
+Coverage is the share of modules with an output size (Conv, Linear, ...) whose output
+belongs to a searchable group; the classifier head, which feeds the model output, always
+counts against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _common import input_size, table, zoo_names  # noqa: E402
+
+import fxsym  # noqa: E402
+from fxsym.oracles import check_permutation, check_shrink, coverage  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", help="comma-separated torchvision names (default: all)")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    import torchvision
+
+    fxsym.load_plugins()
+    names = args.models.split(",") if args.models else zoo_names()
+    rows = []
+    for i, name in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {name}", file=sys.stderr, flush=True)
+        torch.manual_seed(0)
+        model = torchvision.models.get_model(name, weights=None).eval()
+        size = input_size(name)
+        x = (torch.randn(1, 3, size, size),)
+        start = time.perf_counter()
+        sm = fxsym.analyze(model, example_inputs=x)
+        elapsed = time.perf_counter() - start
+        perm, shrink = check_permutation(model, sm, x), check_shrink(model, sm, x)
+        rows.append([name, len(sm.groups()), f"{coverage(sm):.2f}",
+                     "ok" if perm.ok else f"FAIL {perm.failed[:2]} {perm.error or ''}",
+                     "ok" if shrink.ok else f"FAIL {shrink.error}",
+                     len(sm.trace_report.fallbacks), f"{elapsed:.2f}"])
+        del model, sm
+    print(table(rows, ["model", "groups", "coverage", "permutation", "shrink", "fallbacks",
+                       "analyze s"]))
+
+
+if __name__ == "__main__":
+    main()
