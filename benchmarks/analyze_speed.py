@@ -17,9 +17,9 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import input_size, median_time, table, zoo_names  # noqa: E402
+from _common import input_size, median_time, table, zoo_names
 
-import fxsym  # noqa: E402
+import fxsym
 
 
 def _torch_pruning(model: torch.nn.Module, x: torch.Tensor) -> float | None:
@@ -38,31 +38,36 @@ def _modelopt(model: torch.nn.Module, x: torch.Tensor) -> float | None:
     return median_time(lambda: analyze_symbols(model, (x,)), 1)
 
 
+def measure(name: str, repeat: int) -> tuple[list[str], float]:
+    import torchvision
+
+    model = torchvision.models.get_model(name, weights=None).eval()
+    size = input_size(name)
+    x = torch.randn(1, 3, size, size)
+    fxsym.analyze(model, example_inputs=(x,))  # warm-up
+    t_fx = median_time(lambda: torch.fx.symbolic_trace(model), repeat)
+    t_ours = median_time(lambda: fxsym.analyze(model, example_inputs=(x,)), repeat)
+    tp_time, mo_time = _torch_pruning(model, x), _modelopt(model, x)
+    row = [name, f"{t_fx * 1000:.1f}", f"{t_ours * 1000:.1f}", f"{t_ours / t_fx:.2f}",
+           "-" if tp_time is None else f"{tp_time * 1000:.0f}",
+           "-" if mo_time is None else f"{mo_time * 1000:.0f}"]
+    return row, t_ours / t_fx
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", help="comma-separated torchvision names (default: all)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    import torchvision
-
     fxsym.load_plugins()
     names = args.models.split(",") if args.models else zoo_names()
     rows, ratios = [], []
     for i, name in enumerate(names, 1):
         print(f"[{i}/{len(names)}] {name}", file=sys.stderr, flush=True)
-        model = torchvision.models.get_model(name, weights=None).eval()
-        size = input_size(name)
-        x = torch.randn(1, 3, size, size)
-        fxsym.analyze(model, example_inputs=(x,))  # warm-up
-        t_fx = median_time(lambda: torch.fx.symbolic_trace(model), args.repeat)
-        t_ours = median_time(lambda: fxsym.analyze(model, example_inputs=(x,)), args.repeat)
-        ratios.append(t_ours / t_fx)
-        tp_time, mo_time = _torch_pruning(model, x), _modelopt(model, x)
-        rows.append([name, f"{t_fx * 1000:.1f}", f"{t_ours * 1000:.1f}", f"{t_ours / t_fx:.2f}",
-                     "-" if tp_time is None else f"{tp_time * 1000:.0f}",
-                     "-" if mo_time is None else f"{mo_time * 1000:.0f}"])
-        del model
+        row, ratio = measure(name, args.repeat)
+        rows.append(row)
+        ratios.append(ratio)
     print(table(rows, ["model", "symbolic_trace ms", "analyze ms", "ratio",
                        "torch-pruning ms", "modelopt ms"]))
     print(f"\nmodels: {len(ratios)}  median ratio: {statistics.median(ratios):.2f}  "

@@ -16,10 +16,10 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import input_size, table, zoo_names  # noqa: E402
+from _common import input_size, table, zoo_names
 
-import fxsym  # noqa: E402
-from fxsym.oracles import check_permutation, check_shrink, coverage  # noqa: E402
+import fxsym
+from fxsym.oracles import check_permutation, check_shrink, coverage
 
 
 def main() -> None:
