@@ -1,0 +1,47 @@
+"""The command line: analyze (demo, torchvision, JSON), plugins, errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from fxsym.cli import main
+
+
+def test_analyze_demo_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze"]) == 0
+    out = capsys.readouterr().out
+    assert "built-in demo" in out and "5 searchable groups" in out
+    for name in ("stem.0.out_channels", "block.0.out_channels", "left.out_channels",
+                 "right.out_channels", "head.0.out_features"):
+        assert name in out
+
+
+def test_analyze_json_torchvision(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torchvision")
+    assert main(["analyze", "torchvision:resnet18", "--input-shape", "1,3,64,64", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "torchvision:resnet18"
+    names = {g["name"]: g for g in data["groups"]}
+    assert len(names) == 12 and names["conv1.out_channels"]["size"] == 64
+    assert ["bn1", "num_features"] in names["conv1.out_channels"]["members"]
+
+
+def test_analyze_factory_spec_and_bad_specs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,3,16,16"]) == 0
+    assert "5 searchable groups" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="MODEL must look like"):
+        main(["analyze", "resnet18"])
+    # wrong input shape: a clear error, exit code 2
+    assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,4,16,16"]) == 2
+    assert "ModelError" in capsys.readouterr().err
+
+
+def test_console_script_runs() -> None:
+    exe = shutil.which("fxsym")
+    assert exe is not None, "the fxsym console script is not installed"
+    res = subprocess.run([exe, "plugins"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "fxsym-plugins-nn" in res.stdout
