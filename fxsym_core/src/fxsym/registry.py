@@ -133,9 +133,6 @@ class Registry:
         self._sym_cache[cls] = entry
         return entry
 
-    def resize_entry(self, cls: type) -> SymInfoEntry | None:
-        return self.sym_info_entry(cls)
-
     def leaf_policies(self) -> list[tuple[LeafPolicy, str]]:
         self._refresh()
         return self._plugins.leaf_policies

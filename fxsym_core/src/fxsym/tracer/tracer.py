@@ -81,7 +81,6 @@ class FxsymTracer(torch.fx.Tracer):
         self.placeholder_values = placeholder_values
         self.with_values = placeholder_values is not None
         self.fallback_leaves: set[str] = set()
-        self.concretized: set[str] = set()
         #: arguments fixed to their defaults (not passed on a keyword root call)
         self.defaults: set[str] = set(defaults or ())
         self._quiet = False
