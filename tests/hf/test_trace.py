@@ -123,3 +123,20 @@ main(["plugins"])
 
 def test_transformers_is_really_installed() -> None:
     assert transformers.__version__.split(".")[0] >= "5"
+
+
+def test_data_dependent_rope_is_a_leaf_that_updates_at_run_time() -> None:
+    rope = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    model = build("llama", rope_parameters=rope, max_position_embeddings=16)
+    sm = fxsym.analyze(model)
+    assert [g.name for g in sm.groups()] == [g.name for g in fxsym.analyze(build("llama")).groups()]
+    assert "forward" not in vars(model.model.rotary_emb)  # the meta path is gone after tracing
+    gm = sm.graph_module
+    assert [n.target for n in gm.graph.nodes if n.op == "call_module"
+            and "rotary" in str(n.target)] == ["model.rotary_emb"]
+    for seq in (8, 40):  # 40 > 16 positions: the dynamic update runs inside the leaf
+        ids = torch.randint(0, 100, (2, seq))
+        mask = torch.ones(2, seq, dtype=torch.long)
+        with torch.no_grad():
+            torch.testing.assert_close(gm(input_ids=ids, attention_mask=mask)["logits"],
+                                       model(input_ids=ids, attention_mask=mask).logits)

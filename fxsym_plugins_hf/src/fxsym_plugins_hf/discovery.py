@@ -1,4 +1,4 @@
-"""Which module classes of a model are attention modules.
+"""Which module classes of a model are attention (or rotary-embedding) modules.
 
 fxsym's registry is keyed by class. Rather than list attention classes family by family, the
 hf plugin inspects each model it is asked to trace (:func:`discover`, called from the trace
@@ -19,25 +19,30 @@ from typing import Any
 
 from torch import nn
 
+from . import rotary
 from .attention import describe
 
-#: attention classes found so far, and classes known not to be attention
+#: attention and rotary-embedding classes found so far, and classes known to be neither
 ATTENTION_CLASSES: dict[type, None] = {}
-_NOT_ATTENTION: set[type] = set()
+ROTARY_CLASSES: dict[type, None] = {}
+_NEITHER: set[type] = set()
 
 
 def discover(model: nn.Module) -> list[type]:
-    """Record the attention classes of ``model``; returns the new ones."""
+    """Record the attention and rotary classes of ``model``; returns the new ones."""
     new: list[type] = []
     for mod in model.modules():
         cls = type(mod)
-        if cls in ATTENTION_CLASSES or cls in _NOT_ATTENTION or cls.__module__.startswith(
-                "torch."):
+        if (cls in ATTENTION_CLASSES or cls in ROTARY_CLASSES or cls in _NEITHER
+                or cls.__module__.startswith("torch.")):
             continue
-        if describe(mod) is None:
-            _NOT_ATTENTION.add(cls)
+        if describe(mod) is not None:
+            ATTENTION_CLASSES[cls] = None
+        elif rotary.is_rotary(mod):
+            ROTARY_CLASSES[cls] = None
+        else:
+            _NEITHER.add(cls)
             continue
-        ATTENTION_CLASSES[cls] = None
         new.append(cls)
     if new:
         _reregister()
@@ -58,12 +63,20 @@ def _reregister() -> None:
 
 
 def leaf_policy(module: nn.Module, qualname: str) -> bool | None:
-    """A recognized attention module is a leaf unless a leaf would hide a tie."""
-    if type(module) not in ATTENTION_CLASSES:
-        return None
-    spec = describe(module)
-    return bool(spec is not None and spec.leaf)
+    """A recognized attention module is a leaf unless a leaf would hide a tie; a rotary
+    module is a leaf if its update depends on data."""
+    cls = type(module)
+    if cls in ATTENTION_CLASSES:
+        spec = describe(module)
+        return bool(spec is not None and spec.leaf)
+    if cls in ROTARY_CLASSES:
+        return rotary.data_dependent(module)
+    return None
 
 
-def registered_classes() -> list[Any]:
+def attention_classes() -> list[Any]:
     return list(ATTENTION_CLASSES)
+
+
+def rotary_classes() -> list[Any]:
+    return list(ROTARY_CLASSES)
