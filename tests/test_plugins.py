@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import assert_oracles
 from torch import nn
 
 import fxsym
@@ -234,8 +235,13 @@ def test_overriding_subclass_is_traced_into_not_misdescribed() -> None:
     assert get_registry().sym_info_entry(WSConv) is None
     gm = sm.graph_module
     assert "1" not in {n.target for n in gm.graph.nodes if n.op == "call_module"}
-    # conv2d's weight is a fixed attribute: the channels around it cannot change
-    assert sm.groups() == []
+    [note] = sm.trace_report.of_kind("traced-into")
+    assert note.where == "1" and "overrides forward of Conv2d" in note.message
+    # traced into: the functional conv ties conv 0's channels to WSConv's weight columns
+    # (standardising over them is permutation-invariant), and both oracles hold
+    assert [(g.name, g.members) for g in sm.groups()] == [
+        ("0.out_channels", (("0", "out_channels"), ("1", "weight:1")))]
+    assert_oracles(model, (torch.randn(1, 3, 6, 6),))
 
 
 def test_cli_plugins_lists_contributions() -> None:

@@ -133,6 +133,18 @@ class Registry:
         self._sym_cache[cls] = entry
         return entry
 
+    def shadowed_base(self, cls: type) -> type | None:
+        """The registered base class whose SymInfo ``cls`` does not inherit because it
+        overrides ``forward`` (``None`` if there is none, or if ``cls`` has its own)."""
+        if self.sym_info_entry(cls) is not None:
+            return None
+        for base in cls.__mro__[1:]:
+            name = f"{base.__module__}.{base.__qualname__}"
+            for table in (self._user, self._plugins.sym_infos):
+                if base in table or name in table:
+                    return base
+        return None
+
     def leaf_policies(self) -> list[tuple[LeafPolicy, str]]:
         self._refresh()
         return self._plugins.leaf_policies

@@ -98,6 +98,12 @@ class FxsymTracer(torch.fx.Tracer):
         entry = self.registry.sym_info_entry(type(m))
         if entry is not None:
             return entry.leaf
+        base = self.registry.shadowed_base(type(m))
+        if base is not None:
+            self.report.add("traced-into", module_qualified_name,
+                            f"{type(m).__name__} overrides forward of {base.__name__}, whose "
+                            "SymInfo therefore does not apply; traced into it")
+            return False
         return super().is_leaf_module(m, module_qualified_name)
 
     # -- robust tracing --------------------------------------------------------------------
