@@ -18,11 +18,18 @@ Rounds repeat until one makes no change (a rewrite may expose a new match), at m
 inserted, or an input of a node it erased (which lost a user) — and ends at most ``depth``
 edges downstream of it (``depth`` = the largest pattern size), so later rounds only offer
 those nodes as anchors. The engine never recompiles: callers recompile once at the end.
+
+The cyclic garbage collector is paused while the engine runs: matching allocates many
+short-lived objects, and on a graph of 100k nodes the collections they trigger would scan the
+whole graph again and again (time per node doubled at 100k nodes in
+``benchmarks/rewrite_speed.py``). Collection resumes, and catches up, when the run ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
 
 from torch import fx
 
@@ -58,12 +65,13 @@ class PatternEngine:
         total = 0
         self.stats = {}
         candidates: set[fx.Node] | None = None
-        for _ in range(self.max_rounds):
-            changed, touched = self._round(ctx, candidates)
-            total += changed
-            if not changed:
-                break
-            candidates = _downstream(touched, self.depth)
+        with _gc_paused():
+            for _ in range(self.max_rounds):
+                changed, touched = self._round(ctx, candidates)
+                total += changed
+                if not changed:
+                    break
+                candidates = _downstream(touched, self.depth)
         return total
 
     def find(self, gm: fx.GraphModule) -> list[Match]:
@@ -140,6 +148,17 @@ class PatternEngine:
             changes += 1
             self.stats[m.pattern.name] = self.stats.get(m.pattern.name, 0) + 1
         return changes, touched
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _downstream(start: Sequence[fx.Node], depth: int) -> set[fx.Node]:
