@@ -140,3 +140,20 @@ def test_data_dependent_rope_is_a_leaf_that_updates_at_run_time() -> None:
         with torch.no_grad():
             torch.testing.assert_close(gm(input_ids=ids, attention_mask=mask)["logits"],
                                        model(input_ids=ids, attention_mask=mask).logits)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "bert"])
+def test_token_ids_alone_trace_and_analyze(family: str) -> None:
+    """No attention mask: the mask builders see position ids only (a packed-sequence check
+    that depends on data is skipped at trace time, and runs for real in the graph)."""
+    model = build(family)
+    ids = torch.randint(0, 100, (2, 8))
+    sm = fxsym.analyze(model, example_inputs={"input_ids": ids})
+    assert not [e for e in sm.trace_report if e.kind in ("unknown-value", "leaf-fallback")]
+    reference = fxsym.analyze(model)
+    assert [g.name for g in sm.groups()] == [g.name for g in reference.groups()]
+    gm = sm.graph_module
+    for seq in (8, 11):
+        ids = torch.randint(0, 100, (3, seq))
+        with torch.no_grad():
+            torch.testing.assert_close(gm(input_ids=ids)["logits"], model(input_ids=ids).logits)

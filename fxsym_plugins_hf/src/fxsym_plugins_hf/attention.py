@@ -17,13 +17,14 @@ a family needs no code of its own. A recognized module is traced as a leaf with 
   head, kept alike in every group;
 * ``head_dim``: the features of one head, kept alike in every head. Not resizable where
   rotary position embeddings pair its two halves (the rotation mixes entry ``i`` with
-  ``i + head_dim/2``, and ``cos``/``sin`` are shared by all layers), nor where the heads leave
-  the module unprojected.
+  ``i + head_dim/2``, and ``cos``/``sin`` are shared by all layers), where a query/key norm
+  weighs it, nor where the heads leave the module unprojected.
 
-A module is *not* made a leaf — it is traced through, and its projections are analyzed one by
-one — where a leaf would hide a tie: cross-attention (keys and values come from a second
-input), and attention sharing a per-head bias across layers (T5's ``position_bias``), whose
-heads then stay constant because the head split of a projection cannot be followed.
+A module is *not* made a leaf — it is traced through, and fxsym follows its projections and
+head splits op by op — where a leaf would hide a tie: cross-attention (keys and values come
+from a second input), attention sharing a per-head bias across layers (T5's
+``position_bias``), and attention holding other sized tensors (per-head sinks, a norm over
+all heads) that the resize rule would not know how to slice.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class AttnSpec:
     n_q: int
     n_kv: int
     head_dim: int
-    rotary: bool
+    rotary: bool  #: ``head_dim`` is paired by rotary embeddings or normed per head: constant
     leaf: bool  #: trace as one leaf (else traced through)
     why_not_leaf: str = ""
 
@@ -147,13 +148,38 @@ def describe(module: nn.Module) -> AttnSpec | None:
     if o is not None and _features(module._modules[o])[0] != q_out:
         o = None
     why = ""
+    per_head_dim, other = _other_tensors(module, {q, k, v, fused, o} - {None}, head_dim)
     if getattr(module, "is_cross_attention", False) or any(p in params for p in CROSS_PARAMS):
         why = "its keys and values may come from a second input, or it shares a per-head " \
               "bias across layers"
     elif o is None and n_kv != n_q:
         why = "grouped-query heads leave it unprojected"
+    elif other:
+        why = f"it holds other sized tensors ({', '.join(other)})"
     return AttnSpec(q, k, v, fused, o, n_q, n_kv, head_dim,
-                    rotary="position_embeddings" in params, leaf=not why, why_not_leaf=why)
+                    rotary="position_embeddings" in params or per_head_dim,
+                    leaf=not why, why_not_leaf=why)
+
+
+def _other_tensors(module: nn.Module, projections: set[str],
+                   head_dim: int) -> tuple[bool, list[str]]:
+    """Parameters and buffers outside the projections: whether some are per-head_dim
+    vectors (a query/key norm: ``head_dim`` must stay), and the names of any others (a
+    resize of the heads would not know how to slice them)."""
+    per_head_dim = False
+    other: list[str] = []
+    for name, t in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
+        if t.numel() > 1:
+            other.append(name)
+    for child_name, child in module.named_children():
+        if child_name in projections:
+            continue
+        for name, t in [*child.named_parameters(), *child.named_buffers()]:
+            if t.dim() == 1 and t.numel() == head_dim:
+                per_head_dim = True
+            elif t.numel() > 1:
+                other.append(f"{child_name}.{name}")
+    return per_head_dim, other
 
 
 # -- SymInfo ---------------------------------------------------------------------------------

@@ -9,6 +9,9 @@ config, ``None`` caches, Python flags) is bound in a small function object. The 
 carries the fixed name :data:`MASK_LEAF_NAME`, so one op rule covers every builder: the mask
 depends on the shapes of its inputs, never on their feature dimensions.
 
+The node's value at trace time is the builder run on meta tensors, which count as traced
+for that call (the builders skip their data-dependent shortcuts for traced values).
+
 The builders may return ``None`` at run time when no padding is seen (a shortcut for SDPA's
 ``is_causal``), while the traced attention was recorded with an explicit mask. The leaf
 therefore always asks for the mask (``allow_is_causal_skip=False``,
@@ -24,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 import torch.fx
 
 #: ``module.qualname`` of every recorded mask leaf (the op-rule key)
@@ -51,10 +55,32 @@ class MaskLeaf:
         self.__name__ = self.__qualname__ = "mask_leaf"
 
     def __call__(self, **traced: Any) -> Any:
+        if any(isinstance(v, torch.Tensor) and v.is_meta for v in traced.values()):
+            with _meta_is_tracing():
+                return self.builder(**self.static, **traced)
         return self.builder(**self.static, **traced)
 
     def __repr__(self) -> str:
         return f"mask_leaf({self.builder.__name__})"
+
+
+@contextmanager
+def _meta_is_tracing() -> Iterator[None]:
+    """While a mask's trace-time value is computed, meta tensors count as traced: the
+    builders then skip their data-dependent shortcuts (``(mask[:, -1] == 0).all()``), as
+    they do for fx proxies."""
+    import transformers.masking_utils as mu
+
+    original = mu.is_tracing
+
+    def is_tracing(tensor: Any = None) -> bool:
+        return (isinstance(tensor, torch.Tensor) and tensor.is_meta) or original(tensor)
+
+    mu.is_tracing = is_tracing
+    try:
+        yield
+    finally:
+        mu.is_tracing = original
 
 
 def _leaf_wrapper(builder: Callable[..., Any]) -> Callable[..., Any]:

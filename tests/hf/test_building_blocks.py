@@ -1,0 +1,50 @@
+"""Models assembled from transformers building blocks need no code of their own; attention
+the resize rule could not slice correctly is traced through instead of guessed."""
+
+from __future__ import annotations
+
+import torch
+from conftest import build
+from helpers import assert_oracles
+from torch import nn
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+
+class Assembled(nn.Module):
+    """Not a PreTrainedModel: an embedding, Llama decoder layers and a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cfg = build("llama").config
+        self.embed = nn.Embedding(100, 64)
+        self.rotary = LlamaRotaryEmbedding(cfg)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(cfg, i) for i in range(2))
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        positions = torch.arange(ids.shape[1], device=ids.device)[None]
+        cos_sin = self.rotary(h, positions)
+        for layer in self.layers:
+            h = layer(h, position_embeddings=cos_sin)
+        return self.head(h)
+
+
+def test_a_model_assembled_from_llama_blocks() -> None:
+    model = Assembled().eval()
+    sm = assert_oracles(model, (torch.randint(0, 100, (2, 6)),), min_groups=7)
+    names = {g.name for g in sm.groups()}
+    assert {"embed.embedding_dim", "layers.0.self_attn.heads", "layers.1.self_attn.heads",
+            "layers.0.self_attn.queries_per_kv", "layers.0.mlp.gate_proj.out_features"} <= names
+
+
+def test_attention_with_per_head_tensors_is_traced_through() -> None:
+    model = build("llama")
+    attn = model.model.layers[0].self_attn
+    attn.sinks = nn.Parameter(torch.zeros(4))  # per-head: a heads resize could not slice it
+    sm = assert_oracles(model, {"input_ids": torch.randint(0, 100, (2, 8))}, min_groups=3)
+    assert "model.layers.0.self_attn.heads" not in {g.name for g in sm.groups()}
+    assert "model.layers.1.self_attn.heads" in {g.name for g in sm.groups()}
+    nodes = [n for n in sm.graph_module.graph.nodes if n.op == "call_module"]
+    assert "model.layers.0.self_attn.q_proj" in {n.target for n in nodes}  # traced through
+    assert "model.layers.1.self_attn" in {n.target for n in nodes}  # still a leaf
