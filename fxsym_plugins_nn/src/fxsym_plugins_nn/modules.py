@@ -208,6 +208,40 @@ def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     mod.embed_dim = mod.kdim = mod.vdim = len(index)
 
 
+# -- torchvision's Swin window attention (named: torchvision stays optional) ---------------------
+def swin_attention_info(mod: nn.Module) -> SymInfo:
+    """Like MultiheadAttention: the width is ``num_heads * head_dim`` on both sides, so the
+    embedding dim changes a whole head at a time and the output follows the input."""
+    dim = Symbol(cl_type=IN, elastic_dims={-1})
+    dim.units = mod.num_heads  # type: ignore[attr-defined]
+    out = Symbol(cl_type=OUT, elastic_dims={-1})
+    out.link_to(dim)
+    return SymInfo(dim=dim, dim_out=out)
+
+
+def swin_attention_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    if name != "dim":
+        return  # dim_out carries the same index
+    c = mod.proj.in_features
+    head_dim = c // mod.num_heads
+    heads = index[::head_dim] // head_dim
+    rows = torch.cat([index + i * c for i in range(3)])
+    for lin, out_idx in ((mod.qkv, rows), (mod.proj, index)):
+        keep_entries(lin, "weight", 0, out_idx)
+        keep_entries(lin, "weight", 1, index)
+        keep_entries(lin, "bias", 0, out_idx)
+        lin.in_features, lin.out_features = len(index), len(out_idx)
+    if hasattr(mod, "relative_position_bias_table"):
+        keep_entries(mod, "relative_position_bias_table", 1, heads)
+    if hasattr(mod, "logit_scale"):  # V2: per-head scale and continuous position bias
+        keep_entries(mod, "logit_scale", 0, heads)
+        last = mod.cpb_mlp[-1]
+        keep_entries(last, "weight", 0, heads)
+        keep_entries(last, "bias", 0, heads)
+        last.out_features = len(heads)
+    mod.num_heads = len(heads)
+
+
 # -- stateless, shape-preserving -----------------------------------------------------------------
 def shape_preserving_info(mod: nn.Module) -> SymInfo:
     return SymInfo(is_shape_preserving=True)
@@ -242,6 +276,9 @@ FAMILIES: list[Family] = [
     (nn.Embedding, embedding_info, embedding_resize, embedding_importance),
     (nn.PReLU, prelu_info, prelu_resize, None),
     (nn.MultiheadAttention, mha_info, mha_resize, None),
+    (("torchvision.models.swin_transformer.ShiftedWindowAttention",
+      "torchvision.models.swin_transformer.ShiftedWindowAttentionV2"),
+     swin_attention_info, swin_attention_resize, None),
     (SHAPE_PRESERVING, shape_preserving_info, no_resize, None),
 ]
 

@@ -619,6 +619,14 @@ def pixel_shuffle(ctx: OpContext) -> Layout:
     return TensorLayout(dims)
 
 
+def patch_merging_pad(ctx: OpContext) -> Layout:
+    """torchvision's Swin ``_patch_merging_pad``: 2x2 neighbours concatenated on channels."""
+    lay = ctx.tensor_layout(ctx.arg(0, "x"))
+    shape = ctx.out_shape()
+    return TensorLayout([*lay[:-3], fixed_dim(shape[-3]), fixed_dim(shape[-2]),
+                         concat_dims([lay[-1]] * 4)])
+
+
 def matmul(ctx: OpContext) -> Layout:
     """``a @ b``: batch dims broadcast, the contracted dims tie, the rest pass through."""
     a, b = ctx.arg(0, "input"), ctx.arg(1, "other")
@@ -791,6 +799,7 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
     register(F.pad, pad)
     # stochastic depth drops whole samples: channels pass through
     register("torchvision.ops.stochastic_depth.stochastic_depth", same_as_input)
+    register("torchvision.models.swin_transformer._patch_merging_pad", patch_merging_pad)
     register(operator.getitem, getitem)
     register(getattr, getattr_rule)
     register(F.linear, linear_fn)
