@@ -9,13 +9,12 @@ becomes constant) and the reason goes to the trace report. Never guess.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
 
-from .layout import Dim, Layout, TensorLayout, dim_size, fixed_dim, fixed_layout, iter_dims
+from .layout import Dim, Layout, TensorLayout, dim_size, fixed_dim, fixed_layout
 
 if TYPE_CHECKING:
     from .analyzer import Analyzer
@@ -83,9 +82,6 @@ class OpContext:
             raise Unsupported("the node's value is not a tensor")
         return tuple(self.value.shape)
 
-    def input_nodes(self) -> Iterator[torch.fx.Node]:
-        yield from self.node.all_input_nodes
-
     # -- writing ---------------------------------------------------------------------------
     def fixed(self, value: Any = _NO_DEFAULT) -> Layout:
         """A fully fixed layout for ``value`` (default: the node's value)."""
@@ -135,6 +131,3 @@ class OpContext:
 
     def unsupported(self, reason: str) -> None:
         raise Unsupported(reason)
-
-    def dims_of(self, layout: Layout) -> Iterator[Dim]:
-        return iter_dims(layout)

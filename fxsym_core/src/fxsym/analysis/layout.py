@@ -73,10 +73,6 @@ def dim_size(dim: Dim) -> int:
     return sum(s.units * s.block for s in dim)
 
 
-def dim_groups(dim: Dim) -> list[int]:
-    return [s.group for s in dim if s.group is not None]
-
-
 def is_fixed(dim: Dim) -> bool:
     return all(s.group is None for s in dim)
 

@@ -1,6 +1,6 @@
 """The tracer: torch.fx with hook-driven leaves, shape-aware proxies and robust fallback."""
 
-from .proxy import ShapeProxy, has_value, value_of
+from .proxy import ShapeProxy, value_of
 from .report import ReportEntry, TraceReport
 from .tracer import FxsymTracer, resolve_example_inputs, to_meta, trace
 
@@ -9,7 +9,6 @@ __all__ = [
     "ReportEntry",
     "ShapeProxy",
     "TraceReport",
-    "has_value",
     "resolve_example_inputs",
     "to_meta",
     "trace",

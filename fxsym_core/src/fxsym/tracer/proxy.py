@@ -33,10 +33,6 @@ def value_of(node: torch.fx.Node) -> Any:
     return node.meta.get("val", _MISSING)
 
 
-def has_value(node: torch.fx.Node) -> bool:
-    return "val" in node.meta
-
-
 class ShapeProxy(torch.fx.Proxy):
     """A Proxy that answers shape, length, truth and dtype questions from its node's value."""
 
