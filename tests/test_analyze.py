@@ -248,3 +248,13 @@ def test_model_on_several_input_shapes() -> None:
     for shape in [(1, 3, 8, 8), (3, 3, 16, 12)]:
         sm = assert_oracles(model, (torch.randn(*shape),))
         assert [g.name for g in sm.groups()] == ["0.out_channels"]
+
+
+def test_default_example_inputs_from_the_first_layer() -> None:
+    torchvision = __import__("pytest").importorskip("torchvision")
+    model = torchvision.models.resnet18()
+    sm = fxsym.analyze(model)  # no inputs: the nn plugin guesses (1, 3, 224, 224)
+    assert len(sm.groups()) == 12
+    assert tuple(sm.graph_module.example_inputs[0].shape) == (1, 3, 224, 224)
+    with __import__("pytest").raises(fxsym.AnalysisError, match="example_inputs"):
+        fxsym.analyze(nn.Sequential(nn.ReLU()))

@@ -300,3 +300,18 @@ def trace_into_functional(module: nn.Module, qualname: str) -> bool | None:
 def register_sym_infos(register: Callable[..., None]) -> None:
     for classes, factory, resize, importance in FAMILIES:
         register(classes, factory, resize=resize, importance=importance)
+
+
+def guess_example_inputs(model: nn.Module) -> tuple[torch.Tensor, ...] | None:
+    """Default example inputs from the model's first module that fixes an input size: an
+    image for a 2-d conv (224x224), a sequence for a 1-d conv, token ids for an embedding,
+    a feature vector for a linear. ``None`` when nothing tells."""
+    for mod in model.modules():
+        if isinstance(mod, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+            spatial = {1: (256,), 2: (224, 224), 3: (16, 112, 112)}[len(mod.kernel_size)]
+            return (torch.randn(1, mod.in_channels, *spatial),)
+        if isinstance(mod, nn.Embedding):
+            return (torch.zeros(1, 16, dtype=torch.long),)
+        if isinstance(mod, nn.Linear):
+            return (torch.randn(1, mod.in_features),)
+    return None

@@ -27,3 +27,8 @@ def fxsym_register_op_rules(register: Any) -> None:
 @fxsym.hookimpl
 def fxsym_register_patterns(register: Any) -> None:
     patterns.register_patterns(register)
+
+
+@fxsym.hookimpl(trylast=True)
+def fxsym_example_inputs(model: Any) -> Any:
+    return modules.guess_example_inputs(model)
