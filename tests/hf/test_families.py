@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import build
 from helpers import assert_oracles
 
@@ -101,3 +102,19 @@ def test_other_families_need_no_code_of_their_own(family: str) -> None:
     assert any(g.name.endswith(".heads") for g in sm.groups())
     assert any(g.name.endswith(("gate_proj.out_features", "intermediate.dense.out_features"))
                for g in sm.groups())
+
+
+def test_tied_embeddings_and_lm_head_are_resized_together() -> None:
+    model = build("gpt2")
+    assert model.lm_head.weight is model.transformer.wte.weight
+    sm = fxsym.analyze(model)
+    g = sm.group("transformer.wte.embedding_dim")
+    assert ("lm_head", "in_features") in g.members
+    keep = torch.arange(0, 64, 2)
+    fxsym.resize(model, sm, {g.name: keep})
+    torch.testing.assert_close(model.lm_head.weight, model.transformer.wte.weight)
+    assert model.lm_head.weight.shape == (100, 32)
+    model.tie_weights()  # one parameter again
+    assert model.lm_head.weight is model.transformer.wte.weight
+    with torch.no_grad():
+        assert model(input_ids=torch.randint(0, 100, (2, 5))).logits.shape == (2, 5, 100)
