@@ -42,6 +42,24 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma": (LM, dict(_DECODER, head_dim=16, num_key_value_heads=1)),
     "roberta": (CLS, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                           num_attention_heads=4, vocab_size=100, num_labels=3)),
+    "electra": (CLS, dict(hidden_size=64, embedding_size=32, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, vocab_size=100)),
+    "starcoder2": (LM, _DECODER),
+    "dinov2": (IMG, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, image_size=32, patch_size=8)),
+    # sound, with heads (or more) constant for reasons the trace report gives
+    "phi3": (LM, dict(_DECODER, pad_token_id=0)),
+    "olmo2": (LM, _DECODER),
+    "gpt_bigcode": (LM, dict(n_embd=64, n_layer=2, n_head=4, vocab_size=100,
+                             multi_query=True)),
+    "falcon": (LM, dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        vocab_size=100)),
+    "swin": (IMG, dict(embed_dim=16, depths=[1, 1], num_heads=[2, 4], image_size=32,
+                       patch_size=4, window_size=4)),
+    "bart": (S2S, dict(d_model=64, encoder_ffn_dim=128, decoder_ffn_dim=128, encoder_layers=2,
+                       decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                       vocab_size=100)),
+    "mixtral": (LM, dict(_DECODER, num_local_experts=4)),
 }
 
 

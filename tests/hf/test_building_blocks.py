@@ -3,11 +3,14 @@ the resize rule could not slice correctly is traced through instead of guessed."
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import build
 from helpers import assert_oracles
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+from fxsym.tracer import resolve_example_inputs
 
 
 class Assembled(nn.Module):
@@ -48,3 +51,30 @@ def test_attention_with_per_head_tensors_is_traced_through() -> None:
     nodes = [n for n in sm.graph_module.graph.nodes if n.op == "call_module"]
     assert "model.layers.0.self_attn.q_proj" in {n.target for n in nodes}  # traced through
     assert "model.layers.1.self_attn" in {n.target for n in nodes}  # still a leaf
+
+
+@pytest.mark.parametrize("family", ["electra", "starcoder2", "dinov2"])
+def test_more_families_find_their_heads(family: str) -> None:
+    model = build(family)
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    assert any(g.name.endswith(".heads") for g in sm.groups())
+
+
+#: family -> a construct the trace report names (why some sizes stay constant)
+REPORTED = {
+    "phi3": "an elastic dim is sliced",  # fused qkv_proj sliced at config sizes
+    "olmo2": "",  # q_norm over all heads: attention traced through
+    "gpt_bigcode": "split along an elastic dimension",  # multi-query fused c_attn
+    "falcon": "overrides forward of Linear",  # FalconLinear
+    "swin": "advanced (tensor or list) indexing",  # relative position bias table
+    "bart": "one entry of an elastic dim is picked by index",  # inputs_embeds[:, :, -1]
+    "mixtral": "reshaped to a size written as a literal",  # the router
+}
+
+
+@pytest.mark.parametrize("family", sorted(REPORTED))
+def test_unsupported_constructs_stay_sound_and_are_reported(family: str) -> None:
+    model = build(family)
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=0)
+    assert sm.groups(), "some size is still found"
+    assert any(REPORTED[family] in e.message for e in sm.trace_report)
