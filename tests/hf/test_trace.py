@@ -15,6 +15,7 @@ from transformers.models.llama import modeling_llama
 
 import fxsym
 from fxsym.tracer import resolve_example_inputs
+from fxsym_plugins_hf import inputs as hf_inputs
 from fxsym_plugins_hf.masks import MaskLeaf
 
 
@@ -82,7 +83,7 @@ def test_default_example_inputs_follow_the_family() -> None:
             assert int(inputs["input_ids"].max()) < model.config.vocab_size
         else:
             assert inputs["pixel_values"].shape == (2, 3, 32, 32)
-    assert resolve_example_inputs(torch.nn.Linear(2, 2), None) is None  # not a transformers model
+    assert hf_inputs.example_inputs(torch.nn.Linear(2, 2)) is None  # not a transformers model
 
 
 def test_meta_device_model_is_analyzed_without_allocating() -> None:
