@@ -1,7 +1,9 @@
 """The analyzer: one pass over the traced graph, in topological order.
 
-For every value it keeps a layout (see :mod:`fxsym.analysis.layout`). Placeholders and
-attributes are fixed. A ``call_module`` node of a module with a SymInfo ties its INCOMING
+For every value it keeps a layout (see :mod:`fxsym.analysis.layout`). Placeholders are
+fixed; parameters used directly (``get_attr``) start groups with no producer, which become
+parameter members if an op ties them to a real group. A ``call_module`` node of a module with
+a SymInfo ties its INCOMING
 symbols to the groups of its first input and starts a new group for each OUTGOING symbol
 (a shape-preserving module passes its input layout through). ``call_function`` and
 ``call_method`` nodes follow the op rules plugins registered. Anything else — an unknown op,
