@@ -267,9 +267,11 @@ FAMILIES: list[Family] = [
       nn.ConvTranspose3d), conv_info, conv_resize, conv_importance),
     ((nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm), batchnorm_info,
      batchnorm_resize, None),
-    (nn.LayerNorm, layernorm_info, layernorm_resize, None),
-    # torchvision's channels-first LayerNorm (ConvNeXt): named, so torchvision stays optional
-    ("torchvision.models.convnext.LayerNorm2d", layernorm2d_info, layernorm_resize, None),
+    # LayerNorm subclasses of optional packages that only change how they compute: named, so
+    # torchvision and timm stay optional
+    ((nn.LayerNorm, "timm.layers.norm.LayerNorm"), layernorm_info, layernorm_resize, None),
+    (("torchvision.models.convnext.LayerNorm2d", "timm.layers.norm.LayerNorm2d"),
+     layernorm2d_info, layernorm_resize, None),
     (nn.GroupNorm, groupnorm_info, groupnorm_resize, None),
     ((nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d), instancenorm_info,
      batchnorm_resize, None),
