@@ -231,6 +231,9 @@ def test_decorated_root_forward_with_kwargs_is_called_by_keyword() -> None:
     torch.testing.assert_close(out["logits"], model(x)["logits"])  # the decorator ran
     gm2 = fxsym.trace(model, example_inputs={"x": x, "mask": torch.ones(2, 3, 1)})
     assert [n.target for n in gm2.graph.nodes if n.op == "placeholder"] == ["x", "mask"]
+    gm3 = fxsym.trace(model, example_inputs=(x,))  # positional: binds past the decorator
+    assert [n.target for n in gm3.graph.nodes if n.op == "placeholder"] == ["x"]
+    torch.testing.assert_close(gm3(x)["logits"], model(x)["logits"])
 
 
 def test_buffers_follow_traced_sizes_and_inline_modules_are_traced_through() -> None:

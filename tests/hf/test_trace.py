@@ -158,3 +158,12 @@ def test_token_ids_alone_trace_and_analyze(family: str) -> None:
         ids = torch.randint(0, 100, (3, seq))
         with torch.no_grad():
             torch.testing.assert_close(gm(input_ids=ids)["logits"], model(input_ids=ids).logits)
+
+
+def test_positional_example_inputs() -> None:
+    model = build("gpt2")
+    ids = torch.randint(0, 100, (2, 7))
+    sm = fxsym.analyze(model, example_inputs=(ids,))
+    assert [n.target for n in sm.graph_module.graph.nodes if n.op == "placeholder"] == [
+        "input_ids"]
+    assert [g.name for g in sm.groups()] == [g.name for g in fxsym.analyze(model).groups()]

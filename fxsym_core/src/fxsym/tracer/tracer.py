@@ -366,7 +366,7 @@ def _bind(
     model: nn.Module, example_inputs: ExampleInputs | None, concrete_args: dict[str, Any] | None
 ) -> tuple[dict[str, Any] | None, dict[str, Any], set[str]]:
     """Placeholder values by name, the concrete args to trace with, and the auto-concretized."""
-    sig = inspect.signature(inspect.unwrap(model.forward))
+    sig = inspect.signature(model.forward)  # follows decorators; a bound method has no self
     params = sig.parameters
     concrete = dict(concrete_args or {})
     values: dict[str, Any] | None = None
