@@ -162,7 +162,8 @@ def test_linear_bn1d_needs_shapes() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.bn(self.fc(x))
 
-    gm = optimize(randomize_bn(Net()).eval())  # no example inputs: rank unknown
+    # a plain torch.fx graph without example inputs carries no shapes: the rank is unknown
+    gm = optimize(torch.fx.symbolic_trace(randomize_bn(Net()).eval()))
     assert count(gm, nn.BatchNorm1d) == 1
 
 

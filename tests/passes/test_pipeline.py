@@ -311,3 +311,20 @@ def test_pattern_with_its_own_stage_gets_its_own_pass(
     assert ops(gm) == ["abs", "sub"]
     assert gm.meta["fxsym_passes"]["cleanup"].changes == 1
     torch.testing.assert_close(gm(x), x.abs() - 1)
+
+
+def test_verification_of_a_graph_writing_into_its_input() -> None:
+    class Net(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            torch.relu(x)  # dead: dce removes it
+            x.mul_(2)  # writes into the input
+            return x + 1
+
+    x = torch.randn(3)
+    original = x.clone()
+    gm = optimize(Net(), example_inputs=(x,))
+    assert torch.equal(x, original)  # the caller's example tensor is untouched
+    record = gm.meta["fxsym_passes"]["dce"]
+    assert record.status == "ok" and record.changes == 1  # not rolled back
+    y = torch.randn(3)
+    torch.testing.assert_close(gm(y.clone()), y * 2 + 1)

@@ -378,8 +378,12 @@ def _bound_inplace(node: fx.Node) -> bool:
     return bound.arguments.get("inplace") is True
 
 
-def mutated_arg(node: fx.Node, modules: Modules) -> Any:
-    """The argument ``node`` writes into, or ``None`` when it mutates nothing known."""
+def mutated_arg(node: fx.Node, modules: Modules, table: OpTable | None = None) -> Any:
+    """The argument ``node`` writes into, or ``None`` when it mutates nothing known.
+
+    With ``table``, a module call the table says is an identity (``Dropout(inplace=True)``
+    in eval mode) writes nothing.
+    """
     if node.op == "call_method":
         name = str(node.target)
         if name.endswith("_") and not name.startswith("__") and name not in NOT_DATA_INPLACE:
@@ -401,11 +405,14 @@ def mutated_arg(node: fx.Node, modules: Modules) -> Any:
             return get_arg(node, 0, "input")
         return None
     if node.op == "call_module":
-        if getattr(modules.get(node.target), "inplace", False) is True:
+        module = modules.get(node.target)
+        if getattr(module, "inplace", False) is True:
+            if table is not None and table.is_identity_module(module):
+                return None
             return node.args[0] if node.args else None
     return None
 
 
-def may_be_mutated(value: fx.Node, modules: Modules) -> bool:
+def may_be_mutated(value: fx.Node, modules: Modules, table: OpTable | None = None) -> bool:
     """True when a user of ``value`` writes into it."""
-    return any(mutated_arg(user, modules) is value for user in value.users)
+    return any(mutated_arg(user, modules, table) is value for user in value.users)

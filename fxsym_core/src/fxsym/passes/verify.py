@@ -62,8 +62,15 @@ def placeholder_values(
     return values
 
 
+def _fresh(values: list[Any]) -> list[Any]:
+    """Clones of the tensors in ``values``: a graph that writes into an input must not change
+    the inputs the next run sees."""
+    return [fx.node.map_aggregate(v, lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+            for v in values]
+
+
 def run_graph(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    values = placeholder_values(gm.graph, args, kwargs)
+    values = _fresh(placeholder_values(gm.graph, args, kwargs))
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(_SEED)
         return fx.Interpreter(gm, graph=gm.graph).run(*values)
@@ -71,7 +78,7 @@ def run_graph(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any])
 
 def propagate_shapes(gm: fx.GraphModule, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run the graph once, recording each node's shape and dtype in ``meta['tensor_meta']``."""
-    values = placeholder_values(gm.graph, args, kwargs)
+    values = _fresh(placeholder_values(gm.graph, args, kwargs))
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(_SEED)
         return ShapeProp(gm).propagate(*values)

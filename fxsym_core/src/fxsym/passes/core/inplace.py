@@ -68,7 +68,7 @@ def _unsafe(
     for user in written.users:
         if user is node or position.get(user, here + 1) > here:
             continue
-        if not is_fresh(user, table, modules) and mutated_arg(user, modules) is not written:
+        if not is_fresh(user, table, modules) and mutated_arg(user, modules, table) is not written:
             return f"{user.name!r} ({_label(user)}) may alias {written.name!r} before the write"
     return None
 
@@ -148,7 +148,7 @@ def remove_inplace(gm: fx.GraphModule) -> int:
     refused: list[str] = []
     changes = 0
     for node in nodes:
-        written = mutated_arg(node, ctx.modules)
+        written = mutated_arg(node, ctx.modules, table)  # eval Dropout(inplace=True): None
         if written is None:
             continue
         reason = _unsafe(node, written, position, table, ctx.modules)

@@ -129,7 +129,7 @@ def _collapse_reshape(node: fx.Node, ctx: RewriteContext) -> fx.Node | None:
     inner = node.args[0]
     if not isinstance(inner, fx.Node) or (inner.op, inner.target) not in _INNER_RESHAPES:
         return None
-    if len(inner.users) != 1 or not inner.args or may_be_mutated(inner, ctx.modules):
+    if len(inner.users) != 1 or not inner.args or may_be_mutated(inner, ctx.modules, ctx.table):
         return None
     shape = node.args[1:] if node.op == "call_method" else (get_arg(node, 1, "shape"),)
     if not shape or node.kwargs or any(isinstance(s, torch.dtype) for s in shape):
@@ -157,9 +157,9 @@ def remove_noops(gm: fx.GraphModule) -> int:
             continue
         src = _noop_source(node, table, ctx.modules)
         if src is not None:
-            if not isinstance(src, fx.Node) or may_be_mutated(node, ctx.modules):
+            if not isinstance(src, fx.Node) or may_be_mutated(node, ctx.modules, table):
                 continue
-            if may_be_mutated(src, ctx.modules):
+            if may_be_mutated(src, ctx.modules, table):
                 continue
             node.replace_all_uses_with(src)
             graph.erase_node(node)
