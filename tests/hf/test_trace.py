@@ -16,7 +16,7 @@ from transformers.models.llama import modeling_llama
 import fxsym
 from fxsym.tracer import resolve_example_inputs
 from fxsym_plugins_hf import inputs as hf_inputs
-from fxsym_plugins_hf.masks import MaskLeaf
+from fxsym_plugins_hf.masks import MaskLeaf, mask_builders
 
 
 def _padded_inputs(model: torch.nn.Module, batch: int, seq: int) -> dict[str, torch.Tensor]:
@@ -65,6 +65,12 @@ def test_nothing_patched_outlives_the_trace_even_when_it_raises() -> None:
     assert cfg.use_cache is True and cfg._attn_implementation == "flash_attention_2"
     assert modeling_llama.create_causal_mask is masking_utils.create_causal_mask
     assert isinstance(seen["out"]["logits"], torch.fx.Proxy)  # the whole model was traced
+    builders = set(map(id, mask_builders().values()))
+    for name, mod in list(sys.modules.items()):  # no wrapper left in any transformers module
+        if name.partition(".")[0] == "transformers" and mod is not None:
+            for value in list(vars(mod).values()):
+                wrapped = getattr(value, "__wrapped__", None) if callable(value) else None
+                assert id(wrapped) not in builders, (name, value)
 
 
 def test_default_example_inputs_follow_the_family() -> None:
