@@ -93,7 +93,7 @@ def _out_of_place(node: fx.Node, ctx: RewriteContext) -> fx.Node | str:
             return f".{name}() has no out-of-place form"
         if name == "zero_":
             return graph.call_function(torch.zeros_like, (args[0],))
-        if name == "fill_" and len(args) == 2 and not kwargs:
+        if name == "fill_" and len(args) == 2 and not kwargs and isinstance(args[1], (int, float)):
             return graph.call_function(torch.full_like, (args[0], args[1]))
         twin = name[:-1]
         if not hasattr(torch.Tensor, twin):
