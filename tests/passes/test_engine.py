@@ -63,6 +63,30 @@ def test_chain_pattern_with_aliases_and_predicates() -> None:
     assert ops(gm) == ["Linear", "Linear", "relu"]
 
 
+def test_chain_argument_predicates() -> None:
+    class Net(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return (
+                torch.exp(torch.softmax(x, -1)),
+                torch.exp(torch.softmax(x, dim=0)),
+                torch.exp(x.softmax(1)),
+            )
+
+    last_dim = ChainPattern(
+        "exp_softmax_last",
+        [Step(torch.softmax, args={(1, "dim"): lambda d: d in (-1, 1)}), Step(torch.exp)],
+        lambda m, ctx: ctx.graph.call_function(torch.neg, (m["input"],)),
+    )
+    keyword_only = ChainPattern(
+        "exp_softmax_kw",
+        [Step(torch.softmax, args={"dim": 0}), Step(torch.exp)],
+        lambda m, ctx: ctx.graph.call_function(torch.abs, (m["input"],)),
+    )
+    gm = fx.symbolic_trace(Net())
+    assert apply_patterns(gm, [last_dim, keyword_only]) == 3
+    assert ops(gm) == ["neg", "abs", "neg"]
+
+
 def test_interior_node_used_elsewhere_blocks_the_match() -> None:
     class Net(nn.Module):
         def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

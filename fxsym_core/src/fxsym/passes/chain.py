@@ -3,8 +3,10 @@
 ``ChainPattern("fold", [Step(nn.Conv2d, name="conv"), Step(nn.BatchNorm2d, name="bn")],
 rewrite)`` matches a BatchNorm node whose input (argument ``Step.input``, 0 by default) is a
 Conv2d node. Each step lists the kinds it accepts — module classes, functions, method names —
-and may add predicates: ``attrs`` on the called module's attributes (a value to compare or a
-callable to test) and ``where(node, ctx)`` on anything else. Every step but the anchor must
+and may add predicates, each a value to compare or a callable to test: ``args`` on the node's
+arguments (key ``i`` for positional argument ``i``, ``"name"`` for a keyword, ``(i, "name")``
+for either), ``attrs`` on the called module's attributes; and ``where(node, ctx)`` on
+anything else. Every step but the anchor must
 feed only the next step (its value must not escape the chain), unless ``escape=True``.
 
 The matched nodes are bound by step name; the chain's input (the value entering the first
@@ -34,6 +36,7 @@ class Step:
         *kinds: OpKind,
         name: str | None = None,
         input: int = 0,
+        args: dict[Any, Any] | None = None,
         attrs: dict[str, Any] | None = None,
         where: StepPredicate | None = None,
         escape: bool = False,
@@ -43,6 +46,7 @@ class Step:
         self.kinds = kinds
         self.name = name
         self.input = input
+        self.args = dict(args or {})
         self.attrs = dict(attrs or {})
         self.where = where
         self.escape = escape
@@ -56,6 +60,10 @@ class Step:
             return False
         if keys.isdisjoint(ctx.keys(node)):
             return False
+        for key, expected in self.args.items():
+            value = _argument(node, key)
+            if value is _MISSING or not _check(expected, value):
+                return False
         if self.attrs:
             if node.op != "call_module":
                 return False
@@ -63,9 +71,7 @@ class Step:
             for attr, expected in self.attrs.items():
                 if not hasattr(module, attr):
                     return False
-                value = getattr(module, attr)
-                ok = expected(value) if callable(expected) else value == expected
-                if not ok:
+                if not _check(expected, getattr(module, attr)):
                     return False
         return self.where is None or bool(self.where(node, ctx))
 
@@ -74,6 +80,29 @@ class Step:
 
     def label(self) -> str:
         return "|".join(_kind_label(k) for k in self.kinds)
+
+
+_MISSING = object()
+
+
+def _argument(node: fx.Node, key: Any) -> Any:
+    if isinstance(key, int):
+        return node.args[key] if key < len(node.args) else _MISSING
+    if isinstance(key, str):
+        return node.kwargs.get(key, _MISSING)
+    index, name = key
+    if index < len(node.args):
+        return node.args[index]
+    return node.kwargs.get(name, _MISSING)
+
+
+def _check(expected: Any, value: Any) -> bool:
+    if callable(expected) and not isinstance(expected, type):
+        return bool(expected(value))
+    try:
+        return bool(value == expected)
+    except Exception:
+        return False
 
 
 def _kind_label(kind: OpKind) -> str:
