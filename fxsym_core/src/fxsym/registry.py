@@ -112,6 +112,11 @@ class Registry:
         self._refresh()
         return self._plugins
 
+    def invalidate(self) -> None:
+        """Collect the plugins' registrations again at the next lookup: for a plugin whose
+        contributions grow with what it has seen (classes discovered in a model)."""
+        self._generation = -1
+
     def _refresh(self) -> None:
         pm = get_plugin_manager()
         if pm.generation == self._generation:

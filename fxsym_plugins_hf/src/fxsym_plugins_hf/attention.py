@@ -38,8 +38,7 @@ from torch import nn
 
 from fxsym import Symbol, SymInfo
 from fxsym.resize import keep_entries
-
-from .modules import IN, OUT
+from fxsym_plugins_nn.modules import IN, OUT
 
 Q_NAMES = ("q_proj", "query", "q", "q_lin", "to_q")
 K_NAMES = ("k_proj", "key", "k", "k_lin", "to_k")

@@ -4,8 +4,8 @@ fxsym's registry is keyed by class. Rather than list attention classes family by
 hf plugin inspects each model it is asked to trace (:func:`discover`, called from the trace
 context): every class with an instance that :func:`.attention.describe` recognizes is
 recorded, and the plugin's ``fxsym_register_sym_infos`` hook describes the recorded classes.
-When a model brings new classes, the plugin is registered again with fxsym's plugin manager
-(public pluggy calls), so the registry collects the hooks afresh. A registration describes a
+When a model brings new classes, the registry is told to collect the plugins' hooks afresh
+(``Registry.invalidate``). A registration describes a
 class, not a patch: it outlives the trace harmlessly.
 
 Each instance then decides on its own whether it is a leaf (:func:`leaf_policy`): one
@@ -14,7 +14,6 @@ attention class may serve as self-attention (a leaf) and as cross-attention (tra
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from torch import nn
@@ -51,15 +50,9 @@ def discover(model: nn.Module) -> list[type]:
 
 def _reregister() -> None:
     """Make fxsym collect the hf plugin's registrations again."""
-    from fxsym.plugins.manager import get_plugin_manager
+    from fxsym.registry import get_registry
 
-    plugin = sys.modules.get(f"{__package__}.plugin")
-    pm = get_plugin_manager()
-    name = pm.get_name(plugin) if plugin is not None else None
-    if name is None:
-        return
-    pm.unregister(name=name)
-    pm.register(plugin, name=name)
+    get_registry().invalidate()
 
 
 def leaf_policy(module: nn.Module, qualname: str) -> bool | None:

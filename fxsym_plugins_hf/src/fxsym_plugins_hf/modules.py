@@ -19,20 +19,16 @@ from typing import Any
 
 import torch
 
-from fxsym import Symbol, SymInfo
+from fxsym import SymInfo
 from fxsym.resize import keep_entries, l1_scores
-
-IN = Symbol.CLType.INCOMING
-OUT = Symbol.CLType.OUTGOING
+from fxsym_plugins_nn.modules import linear_info
 
 CONV1D = "transformers.pytorch_utils.Conv1D"
 
 
 def conv1d_info(mod: Any) -> SymInfo:
-    return SymInfo(
-        in_features=Symbol(cl_type=IN, elastic_dims={-1}),
-        out_features=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}),
-    )
+    """GPT-2's Conv1D is a linear layer with a transposed weight: the same symbols."""
+    return linear_info(mod)
 
 
 def conv1d_resize(mod: Any, name: str, index: torch.Tensor) -> None:

@@ -24,8 +24,7 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-
-from .modules import IN
+from fxsym_plugins_nn.modules import IN
 
 
 def _forward_params(module: nn.Module) -> set[str]:
