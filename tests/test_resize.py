@@ -138,3 +138,25 @@ def test_stale_symmap_and_wrong_model_are_refused() -> None:
         fxsym.resize(model, sm, {"0.out_channels": 2})
     sm = fxsym.analyze(model, example_inputs=X)
     assert sm.group("0.out_channels").size == 4
+
+
+def test_tied_parameters_stay_tied() -> None:
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(10, 8)
+            self.mid = nn.Linear(8, 8)
+            self.head = nn.Linear(8, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.relu(self.mid(self.emb(ids))) + self.emb(ids))
+
+    model = Tied()
+    ids = torch.tensor([[1, 2, 3]])
+    sm = fxsym.analyze(model, example_inputs=(ids,))
+    g = sm.group("emb.embedding_dim")
+    assert ("head", "in_features") in g.members
+    fxsym.resize(model, sm, {"emb.embedding_dim": [7, 0, 3]})
+    assert model.head.weight is model.emb.weight and model.emb.weight.shape == (10, 3)
+    assert model(ids).shape == (1, 3, 10)

@@ -68,19 +68,49 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             )
         work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), entry))
 
+    ties = _tied_parameters(model)
     saved = {id(m): (m, _snapshot(m)) for m, *_ in work}
+    for places in ties:  # a tied partner may be touched only through the tie
+        for m, _ in places:
+            saved.setdefault(id(m), (m, _snapshot(m)))
     where = ""
     try:
         for mod, qualname, sname, index, entry in work:
             where = f"{qualname}.{sname}"
             assert entry.resize is not None
             entry.resize(mod, sname, index)
+        where = "tied parameters"
+        _retie(ties)
     except Exception as exc:
         for mod, state in saved.values():
             _restore(mod, state)
         raise ResizeError(f"resizing {where} failed, model restored: {exc}") from exc
     symmap._stale = True
     return model
+
+
+def _tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """Places sharing one Parameter object (a tied ``lm_head`` and embedding)."""
+    places: dict[int, list[tuple[nn.Module, str]]] = {}
+    for mod in model.modules():
+        for pname, p in mod._parameters.items():
+            if p is not None:
+                places.setdefault(id(p), []).append((mod, pname))
+    return [v for v in places.values() if len(v) > 1]
+
+
+def _retie(ties: list[list[tuple[nn.Module, str]]]) -> None:
+    """Make tied places share one Parameter again; they must have been resized alike."""
+    for places in ties:
+        first = getattr(places[0][0], places[0][1])
+        for mod, pname in places[1:]:
+            other = getattr(mod, pname)
+            if other is first:
+                continue
+            if other.shape != first.shape or not torch.equal(other, first):
+                raise ResizeError(
+                    f"tied parameter {type(mod).__name__}.{pname} was resized unlike its tie")
+            setattr(mod, pname, first)
 
 
 def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) -> None:
