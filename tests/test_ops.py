@@ -205,3 +205,19 @@ def test_stochastic_depth_and_dropout_pass_channels() -> None:
     sm = assert_oracles(M(), (torch.randn(2, 3, 4, 4),))
     assert _groups(sm)["a.out_channels"] == {("a", "out_channels"), ("b", "in_channels"),
                                             ("b", "out_channels"), ("c", "in_channels")}
+
+
+def test_a_slice_read_only_for_its_shape_does_not_pin() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 8)
+            self.b = nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.a(x)
+            n = h[:, 0].shape[0]  # only the shape of the slice is used
+            return self.b(h).view(n, -1)
+
+    sm = assert_oracles(M(), (torch.randn(3, 4),))
+    assert [g.name for g in sm.groups()] == ["a.out_features"]

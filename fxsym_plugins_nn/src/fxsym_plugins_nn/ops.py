@@ -492,6 +492,7 @@ def getitem(ctx: OpContext) -> Layout:
             return lay.get(index)
         return ctx.fixed()
     shape = ctx.shape(container)
+    shape_only = _read_for_shape_only(ctx.node)
     items = index if isinstance(index, tuple) else (index,)
     if any(isinstance(i, (torch.Tensor, list)) for i in items):
         ctx.unsupported("advanced (tensor or list) indexing")
@@ -508,14 +509,15 @@ def getitem(ctx: OpContext) -> Layout:
             out.append(fixed_dim(1))
         elif isinstance(item, int):
             if not is_fixed(lay[d]):
-                ctx.fix(lay[d], "one entry of an elastic dim is picked by index")
+                if not shape_only:
+                    ctx.fix(lay[d], "one entry of an elastic dim is picked by index")
             d += 1
         elif isinstance(item, slice):
             start, stop, step = item.indices(shape[d])
             if (start, stop, step) == (0, shape[d], 1):
                 out.append(lay[d])
             else:
-                if not is_fixed(lay[d]):
+                if not is_fixed(lay[d]) and not shape_only:
                     ctx.fix(lay[d], "an elastic dim is sliced")
                 out.append(fixed_dim(len(range(start, stop, step))))
             d += 1
@@ -523,6 +525,20 @@ def getitem(ctx: OpContext) -> Layout:
             ctx.unsupported(f"index {item!r}")
     out.extend(lay[d:])
     return TensorLayout(out)
+
+
+_SHAPE_READS = frozenset({"size", "dim", "numel", "nelement"})
+
+
+def _read_for_shape_only(node: torch.fx.Node) -> bool:
+    """Whether the value is only asked for its shape, dtype or device (its entries unused)."""
+    def shape_read(user: torch.fx.Node) -> bool:
+        if user.op == "call_method":
+            return user.target in _SHAPE_READS
+        return user.op == "call_function" and user.target is getattr and len(user.args) > 1 \
+            and user.args[1] in ("shape", "dtype", "device", "ndim")
+
+    return bool(node.users) and all(shape_read(u) for u in node.users)
 
 
 def getattr_rule(ctx: OpContext) -> Layout:
