@@ -27,13 +27,21 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AnalysisError",
+    "ChainPattern",
     "FxsymError",
     "ModelError",
+    "ModuleSemantics",
+    "OpAlias",
+    "Pass",
     "PassError",
+    "PassWarning",
+    "Pattern",
     "PluginError",
     "PluginManager",
     "PluginWarning",
     "ResizeError",
+    "Step",
+    "SubgraphPattern",
     "SymGroup",
     "SymInfo",
     "SymMap",
@@ -41,17 +49,23 @@ __all__ = [
     "TraceError",
     "TraceReport",
     "analyze",
+    "graph_pass",
     "hookimpl",
     "load_plugins",
+    "optimize",
     "resize",
     "trace",
 ]
 
 
+_PASSES = frozenset({"optimize", "Pass", "Pattern", "ChainPattern", "Step", "SubgraphPattern",
+                     "OpAlias", "ModuleSemantics", "PassWarning", "graph_pass"})
+
+
 def __getattr__(name: str) -> object:
     # the pass pipeline is imported on first use
-    if name == "optimize":
-        from .passes import optimize
+    if name in _PASSES:
+        from . import passes
 
-        return optimize
+        return getattr(passes, name)
     raise AttributeError(f"module 'fxsym' has no attribute {name!r}")
