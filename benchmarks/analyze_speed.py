@@ -13,6 +13,7 @@ import argparse
 import importlib.util
 import statistics
 import sys
+from typing import Any
 
 import torch
 
@@ -22,20 +23,28 @@ from _common import input_size, median_time, table, zoo_names
 import fxsym
 
 
-def _torch_pruning(model: torch.nn.Module, x: torch.Tensor) -> float | None:
+def _torch_pruning(model: torch.nn.Module, x: torch.Tensor) -> str:
     if importlib.util.find_spec("torch_pruning") is None:
-        return None
+        return "-"
     import torch_pruning as tp
 
-    return median_time(lambda: tp.DependencyGraph().build_dependency(model, example_inputs=x), 1)
+    return _timed(lambda: tp.DependencyGraph().build_dependency(model, example_inputs=x))
 
 
-def _modelopt(model: torch.nn.Module, x: torch.Tensor) -> float | None:
+def _modelopt(model: torch.nn.Module, x: torch.Tensor) -> str:
     if importlib.util.find_spec("modelopt") is None:
-        return None
+        return "-"
     from modelopt.torch.trace import analyze_symbols  # type: ignore[import-not-found]
 
-    return median_time(lambda: analyze_symbols(model, (x,)), 1)
+    return _timed(lambda: analyze_symbols(model, (x,)))
+
+
+def _timed(fn: Any) -> str:
+    """One run of another tool, in ms, or why it failed."""
+    try:
+        return f"{median_time(fn, 1) * 1000:.0f}"
+    except Exception as exc:
+        return f"failed ({type(exc).__name__})"
 
 
 def measure(name: str, repeat: int) -> tuple[list[str], float]:
@@ -49,8 +58,7 @@ def measure(name: str, repeat: int) -> tuple[list[str], float]:
     t_ours = median_time(lambda: fxsym.analyze(model, example_inputs=(x,)), repeat)
     tp_time, mo_time = _torch_pruning(model, x), _modelopt(model, x)
     row = [name, f"{t_fx * 1000:.1f}", f"{t_ours * 1000:.1f}", f"{t_ours / t_fx:.2f}",
-           "-" if tp_time is None else f"{tp_time * 1000:.0f}",
-           "-" if mo_time is None else f"{mo_time * 1000:.0f}"]
+           tp_time, mo_time]
     return row, t_ours / t_fx
 
 
