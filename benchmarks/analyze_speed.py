@@ -2,9 +2,11 @@
 
     python benchmarks/analyze_speed.py [--models resnet50,densenet121] [--repeat 5]
 
-Both are measured in the same run, on the same model and a 224x224 input (299 for Inception),
-as medians of ``--repeat`` runs after one warm-up. Target: median ratio <= 3 over the zoo, no model above 6. Torch-Pruning's
-dependency graph and ModelOpt's ``analyze_symbols`` are timed too when installed.
+Both are measured in the same run, on the same model and a 224x224 input (299 for
+Inception), as medians of ``--repeat`` runs after one warm-up. Target: median ratio <= 3 over
+the zoo, no model above 6. Torch-Pruning's dependency graph and ModelOpt's
+``analyze_symbols`` are timed too (one run each) when installed; both run the model, so their
+times grow with the input size, while fxsym computes shapes on the meta device.
 """
 
 from __future__ import annotations
