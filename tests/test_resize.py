@@ -160,3 +160,25 @@ def test_tied_parameters_stay_tied() -> None:
     fxsym.resize(model, sm, {"emb.embedding_dim": [7, 0, 3]})
     assert model.head.weight is model.emb.weight and model.emb.weight.shape == (10, 3)
     assert model(ids).shape == (1, 3, 10)
+
+
+def test_shared_weight_in_two_groups_is_untied_with_a_warning() -> None:
+    class TwoTowers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc = nn.Embedding(10, 8)
+            self.dec = nn.Embedding(10, 8)
+            self.dec.weight = self.enc.weight
+            self.out = nn.Linear(8, 3)
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.enc(a), self.out(torch.relu(self.dec(b)))  # enc's width is an output
+
+    model = TwoTowers()
+    ids = torch.tensor([[1, 2]])
+    sm = fxsym.analyze(model, example_inputs=(ids, ids))
+    assert [g.name for g in sm.groups()] == ["dec.embedding_dim"]
+    with pytest.warns(fxsym.ResizeWarning, match="no longer share"):
+        fxsym.resize(model, sm, {"dec.embedding_dim": [1, 5]})
+    assert model.enc.weight.shape == (10, 8) and model.dec.weight.shape == (10, 2)
+    assert model(ids, ids)[1].shape == (1, 2, 3)

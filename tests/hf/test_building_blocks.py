@@ -67,7 +67,9 @@ REPORTED = {
     "gpt_bigcode": "split along an elastic dimension",  # multi-query fused c_attn
     "falcon": "overrides forward of Linear",  # FalconLinear
     "swin": "advanced (tensor or list) indexing",  # relative position bias table
-    "bart": "one entry of an elastic dim is picked by index",  # inputs_embeds[:, :, -1]
+    # one embedding weight read by encoder and decoder: one hidden size, which the encoder's
+    # last hidden state (a model output) pins
+    "bart": "reaches the model output",
     "mixtral": "reshaped to a size written as a literal",  # the router
 }
 

@@ -16,6 +16,7 @@ from .errors import (
     PluginError,
     PluginWarning,
     ResizeError,
+    ResizeWarning,
     TraceError,
 )
 from .plugins import PluginManager, hookimpl, load_plugins
@@ -40,6 +41,7 @@ __all__ = [
     "PluginManager",
     "PluginWarning",
     "ResizeError",
+    "ResizeWarning",
     "Step",
     "SubgraphPattern",
     "SymGroup",

@@ -10,6 +10,7 @@ __all__ = [
     "PluginError",
     "PluginWarning",
     "ResizeError",
+    "ResizeWarning",
     "TraceError",
 ]
 
@@ -40,6 +41,10 @@ class PluginError(FxsymError):
 
 class PassError(FxsymError):
     """A pass of the optimize pipeline failed or changed the model's outputs."""
+
+
+class ResizeWarning(UserWarning):
+    """A resize did something the caller may not expect (it untied a shared parameter)."""
 
 
 class PluginWarning(UserWarning):

@@ -63,6 +63,7 @@ class Analyzer:
         self._out_groups: dict[tuple[str, str], int] = {}
         #: keys of ``symbol_dims`` that are parameter members, not symbols
         self.param_members: set[tuple[str, str]] = set()
+        self._params: dict[str, Layout] = {}
         self.registry = get_registry()
 
     # -- driver ----------------------------------------------------------------------------
@@ -97,6 +98,12 @@ class Analyzer:
             return self.boundary(node, f"op rule failed: {type(exc).__name__}: {exc}")
 
     def _parameter(self, node: torch.fx.Node) -> Layout:
+        known = self._params.get(str(node.target))  # one tensor read twice: the same groups
+        if known is None:
+            known = self._params[str(node.target)] = self._new_parameter(node)
+        return known
+
+    def _new_parameter(self, node: torch.fx.Node) -> Layout:
         """A parameter or buffer of the model used in the graph: each dim of size > 1 starts a
         group with no producer. If an op ties it to a producer's group, the tensor becomes a
         *parameter member* ``(owner, "name:dim")`` that resize slices along that dim."""

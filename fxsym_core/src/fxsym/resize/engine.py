@@ -10,13 +10,14 @@ it is stale and must be recomputed with :func:`fxsym.analyze`.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..errors import ResizeError
+from ..errors import ResizeError, ResizeWarning
 from ..registry import SymInfoEntry, get_registry
 from ..symbols import SymGroup, SymMap
 from .helpers import keep_entries
@@ -100,17 +101,22 @@ def _tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
 
 
 def _retie(ties: list[list[tuple[nn.Module, str]]]) -> None:
-    """Make tied places share one Parameter again; they must have been resized alike."""
+    """Make tied places share one Parameter again where they were resized alike. Places in
+    different groups (an encoder's and a decoder's shared embedding, resized apart) keep
+    their own parameters: weight sharing is storage, not computation; a warning says so."""
     for places in ties:
         first = getattr(places[0][0], places[0][1])
         for mod, pname in places[1:]:
             other = getattr(mod, pname)
             if other is first:
                 continue
-            if other.shape != first.shape or not torch.equal(other, first):
-                raise ResizeError(
-                    f"tied parameter {type(mod).__name__}.{pname} was resized unlike its tie")
-            setattr(mod, pname, first)
+            if other.shape == first.shape and torch.equal(other, first):
+                setattr(mod, pname, first)
+            else:
+                warnings.warn(
+                    f"a parameter shared by {type(places[0][0]).__name__}.{places[0][1]} and "
+                    f"{type(mod).__name__}.{pname} was resized differently in each; they no "
+                    "longer share it", ResizeWarning, stacklevel=3)
 
 
 def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) -> None:
