@@ -37,8 +37,9 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym.resize import keep_entries
-from fxsym_plugins_nn.modules import IN, OUT
+from fxsym_plugins_nn.modules import IN, OUT, linear_resize
+
+from .modules import conv1d_resize
 
 Q_NAMES = ("q_proj", "query", "q", "q_lin", "to_q")
 K_NAMES = ("k_proj", "key", "k", "k_lin", "to_k")
@@ -231,23 +232,13 @@ def _rows(heads: torch.Tensor, reps: torch.Tensor, dims: torch.Tensor, rep: int,
 
 
 def _keep_out(mod: Any, index: torch.Tensor) -> None:
-    if isinstance(mod, nn.Linear):
-        keep_entries(mod, "weight", 0, index)
-        keep_entries(mod, "bias", 0, index)
-        mod.out_features = len(index)
-    else:
-        keep_entries(mod, "weight", 1, index)
-        keep_entries(mod, "bias", 0, index)
-        mod.nf = len(index)
+    """Keep output features of a projection (``nn.Linear`` or GPT-2's ``Conv1D``)."""
+    (linear_resize if isinstance(mod, nn.Linear) else conv1d_resize)(mod, "out_features", index)
 
 
 def _keep_in(mod: Any, index: torch.Tensor) -> None:
-    if isinstance(mod, nn.Linear):
-        keep_entries(mod, "weight", 1, index)
-        mod.in_features = len(index)
-    else:
-        keep_entries(mod, "weight", 0, index)
-        mod.nx = len(index)
+    """Keep input features of a projection (``nn.Linear`` or GPT-2's ``Conv1D``)."""
+    (linear_resize if isinstance(mod, nn.Linear) else conv1d_resize)(mod, "in_features", index)
 
 
 def _set_attrs(module: nn.Module, names: tuple[str, ...], value: int) -> None:
