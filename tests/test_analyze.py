@@ -258,3 +258,22 @@ def test_default_example_inputs_from_the_first_layer() -> None:
     assert tuple(sm.graph_module.example_inputs[0].shape) == (1, 3, 224, 224)
     with __import__("pytest").raises(fxsym.AnalysisError, match="example_inputs"):
         fxsym.analyze(nn.Sequential(nn.ReLU()))
+
+
+def test_why_constant_names_the_boundary() -> None:
+    class M(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 6)
+            self.b = nn.Linear(6, 5)
+            self.c = nn.Linear(5, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(torch.cumsum(self.b(torch.relu(self.a(x))), dim=-1))
+
+    sm = fxsym.analyze(M(), example_inputs=(torch.randn(3, 4),))
+    assert [g.name for g in sm.groups()] == ["a.out_features"]
+    assert sm.why_constant("a", "out_features") is None
+    assert "cumsum" in (sm.why_constant("b", "out_features") or "")
+    assert "output" in (sm.why_constant("c", "out_features") or "")
+    assert "fixed" in (sm.why_constant("a", "in_features") or "")

@@ -367,6 +367,20 @@ class SymMap:
                 return g
         raise KeyError(name)
 
+    def why_constant(self, qualname: str, symbol: str) -> str | None:
+        """Why a cross-layer symbol cannot change (the first boundary its group met), or
+        ``None`` if it belongs to a searchable group."""
+        dim = self._symbol_dims.get((qualname, symbol))
+        if dim is None or self._table is None:
+            return "not reached by the traced graph (unused, or inside a leaf without a SymInfo)"
+        reasons = [self._table.reason(s.group) for s in dim if s.group is not None]
+        if not reasons:
+            return "its dimension is fixed where it enters the module (a model input or a literal)"
+        live = {g.id for g in self._groups}
+        if any(self._table.find(s.group) in live for s in dim if s.group is not None):
+            return None
+        return next((r for r in reasons if r), "no searchable producer feeds its group")
+
     def __repr__(self) -> str:
         lines = [f"SymMap(model={type(self.model).__name__}, groups={len(self._groups)})"]
         for g in self._groups:
