@@ -119,14 +119,6 @@ class Catalog:
     semantics: list[tuple[ModuleSemantics, str]] = field(default_factory=list)
     table: OpTable = field(default_factory=builtin_table)
 
-    def source_of(self, item: Any) -> str:
-        if isinstance(item, Pass):
-            return self.pass_sources.get(item.name, "<user>")
-        for p, src in self.patterns:
-            if p is item:
-                return src
-        return "<user>"
-
 
 _CACHE: tuple[int, Catalog] | None = None
 

@@ -28,21 +28,19 @@ def order_passes(passes: Sequence[Pass]) -> list[Pass]:
         if a != b:
             succ[a].add(b)
 
+    def others(target: str, side: str) -> list[int]:
+        """The passes a constraint names: one by name, or ``*`` for all without their own."""
+        if target == "*":
+            return [j for j, q in enumerate(passes) if "*" not in getattr(q, side)]
+        return [names[target]] if target in names else []
+
     for i, p in enumerate(passes):
-        for b in p.before:
-            if b == "*":
-                for j, q in enumerate(passes):
-                    if "*" not in q.before:
-                        edge(i, j)
-            elif b in names:
-                edge(i, names[b])
-        for a in p.after:
-            if a == "*":
-                for j, q in enumerate(passes):
-                    if "*" not in q.after:
-                        edge(j, i)
-            elif a in names:
-                edge(names[a], i)
+        for target in p.before:
+            for j in others(target, "before"):
+                edge(i, j)
+        for target in p.after:
+            for j in others(target, "after"):
+                edge(j, i)
     indegree = [0] * len(passes)
     for targets in succ:
         for j in targets:
