@@ -87,6 +87,7 @@ class Registry:
         self._plugins = Contributions()
         self._generation = -1
         self._sym_cache: dict[type, SymInfoEntry | None] = {}
+        self._shadow_cache: dict[type, type | None] = {}
         self._proxy_cache: dict[type, type | None] = {}
 
     # -- user layer -------------------------------------------------------------------------
@@ -100,11 +101,11 @@ class Registry:
         importance: ImportanceFn | None = None,
     ) -> None:
         self._user[cls] = SymInfoEntry(cls, factory, leaf, resize, importance, "<user>")
-        self._sym_cache.clear()
+        self._forget()
 
     def unregister_user(self, cls: type[nn.Module]) -> None:
         del self._user[cls]
-        self._sym_cache.clear()
+        self._forget()
 
     # -- plugin layer -----------------------------------------------------------------------
     @property
@@ -123,7 +124,7 @@ class Registry:
             return
         self._generation = pm.generation
         self._plugins = _collect(pm)
-        self._sym_cache.clear()
+        self._forget()
         self._proxy_cache.clear()
 
     # -- lookups ----------------------------------------------------------------------------
@@ -138,17 +139,27 @@ class Registry:
         self._sym_cache[cls] = entry
         return entry
 
+    def _forget(self) -> None:
+        self._sym_cache.clear()
+        self._shadow_cache.clear()
+
     def shadowed_base(self, cls: type) -> type | None:
         """The registered base class whose SymInfo ``cls`` does not inherit because it
         overrides ``forward`` (``None`` if there is none, or if ``cls`` has its own)."""
         if self.sym_info_entry(cls) is not None:
             return None
+        try:
+            return self._shadow_cache[cls]
+        except KeyError:
+            pass
+        found = None
         for base in cls.__mro__[1:]:
             name = f"{base.__module__}.{base.__qualname__}"
-            for table in (self._user, self._plugins.sym_infos):
-                if base in table or name in table:
-                    return base
-        return None
+            if any(base in t or name in t for t in (self._user, self._plugins.sym_infos)):
+                found = base
+                break
+        self._shadow_cache[cls] = found
+        return found
 
     def leaf_policies(self) -> list[tuple[LeafPolicy, str]]:
         self._refresh()
