@@ -13,6 +13,9 @@ SymInfo precedence for a module class ``C``:
 A registration for a base class applies to ``C`` only if ``C`` does not override ``forward``
 (a subclass that computes something else must not inherit a SymInfo that no longer fits);
 otherwise the tracer traces into ``C``.
+
+A plugin whose registration hook or leaf policy raises is disabled (see
+:mod:`fxsym.plugins.calls`): none of its contributions is kept, from any hook.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 from torch import nn
 
 from .errors import PluginWarning
-from .plugins.manager import get_plugin_manager
+from .plugins.calls import call_impl, leaf_vote
+from .plugins.manager import PLUGIN_ERRORS, get_plugin_manager
 
 ResizeFn = Callable[[nn.Module, str, Any], None]
 ImportanceFn = Callable[[nn.Module, str], Any]
@@ -122,8 +126,9 @@ class Registry:
         pm = get_plugin_manager()
         if pm.generation == self._generation:
             return
+        plugins = _collect(pm)  # may disable plugins, which changes the generation
         self._generation = pm.generation
-        self._plugins = _collect(pm)
+        self._plugins = plugins
         self._forget()
         self._proxy_cache.clear()
 
@@ -164,6 +169,11 @@ class Registry:
     def leaf_policies(self) -> list[tuple[LeafPolicy, str]]:
         self._refresh()
         return self._plugins.leaf_policies
+
+    def leaf_vote(self, module: nn.Module, qualname: str) -> bool | None:
+        """The plugins' vote on whether ``module`` is a leaf: the first policy answering
+        ``True``/``False``, or ``None``. A policy that raises disables its plugin."""
+        return leaf_vote(self.leaf_policies(), module, qualname)
 
     def op_rule(self, target: Any) -> Callable[..., Any] | None:
         """The rule for a node target: the callable itself, a method name, or the callable's
@@ -208,17 +218,29 @@ def _lookup(cls: type, table: dict[Any, SymInfoEntry]) -> SymInfoEntry | None:
 
 
 def _collect(pm: Any) -> Contributions:
-    """Call every plugin's registration hooks, attributing each contribution to its plugin."""
+    """Call every plugin's registration hooks, attributing each contribution to its plugin.
+
+    Registrations are recorded per plugin first and applied once every hook has run, leaving
+    out the plugins whose hook raised (they are disabled, so half of a broken plugin never
+    takes part, and conflict warnings only name plugins that stay)."""
     contrib = Contributions()
     sym_owner: dict[type, str] = {}
+    recorded: list[tuple[str, str, Callable[[], None]]] = []
+    failed: list[tuple[str, BaseException, str]] = []
+
+    def recorder(name: str, hook_name: str, apply: Callable[..., None]) -> Callable[..., None]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            recorded.append((name, hook_name, lambda: apply(*args, **kwargs)))
+
+        return record
 
     def run(hook_name: str, make_register: Callable[[str], Callable[..., None]]) -> None:
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             name = impl.plugin_name
             try:
-                impl.function(register=make_register(name))
-            except Exception as exc:  # a broken plugin is reported and skipped
-                pm.report_failure(name, pm.source(name).distribution, exc)
+                call_impl(impl, register=recorder(name, hook_name, make_register(name)))
+            except PLUGIN_ERRORS as exc:
+                failed.append((name, exc, hook_name))
 
     def sym_infos(src: str) -> Callable[..., None]:
         def register(
@@ -271,6 +293,17 @@ def _collect(pm: Any) -> Contributions:
     run("fxsym_register_op_rules", op_rules)
     run("fxsym_register_proxies", proxies)
     run("fxsym_register_patterns", patterns)
+    for name, exc, hook_name in failed:  # in strict mode the first one raises
+        pm.disable(name, exc, hook_name)
+    broken = {name for name, _, _ in failed}
+    for name, hook_name, apply in recorded:
+        if name in broken:
+            continue
+        try:
+            apply()
+        except PLUGIN_ERRORS as exc:  # a registration with bad arguments
+            pm.disable(name, exc, hook_name)
+            return _collect(pm)  # without any of that plugin's registrations
     return contrib
 
 

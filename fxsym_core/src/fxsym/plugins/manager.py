@@ -1,15 +1,27 @@
-"""Loading plugins from the ``fxsym`` entry-point group.
+"""Loading plugins from the ``fxsym`` entry-point group, and disabling the ones that fail.
 
 The entry-point scan runs once per process (``rescan=True`` repeats it); loading is
 idempotent. Each entry point is loaded on its own: one that fails is recorded in
 :attr:`PluginManager.failed`, reported with a :class:`~fxsym.errors.PluginWarning` naming the
 entry point and its distribution, and skipped. ``FXSYM_STRICT_PLUGINS=1`` raises instead.
 
+Importing a plugin runs arbitrary code: anything it raises is caught, ``SystemExit`` included
+(a plugin calling ``sys.exit()`` at import must not end the host). Only ``KeyboardInterrupt``
+and ``GeneratorExit`` keep their meaning (:data:`PLUGIN_ERRORS`).
+
+A plugin that fails later, in any hook (see :mod:`fxsym.plugins.calls`), is *disabled*
+(:meth:`PluginManager.disable`): unregistered (which bumps :attr:`PluginManager.generation`,
+so the registry collects the contributions again without it), recorded in ``failed`` and
+reported once. It stays off for the rest of the process; ``load_plugins(rescan=True)`` clears
+the failures and tries every entry point again (e.g. after installing a fixed version).
+
 Environment:
 
 * ``FXSYM_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry point;
-* ``FXSYM_PLUGINS=a,b``: load only the entry points named ``a`` and ``b``;
-* ``FXSYM_STRICT_PLUGINS=1``: a failing plugin raises :class:`~fxsym.errors.PluginError`.
+* ``FXSYM_PLUGINS=a,b``: load only the entry points named ``a`` and ``b`` (a name that matches
+  no installed entry point warns, listing the known ones);
+* ``FXSYM_STRICT_PLUGINS=1``: a failing plugin raises :class:`~fxsym.errors.PluginError`
+  (after being disabled and recorded, like in the lenient mode).
 """
 
 from __future__ import annotations
@@ -29,14 +41,20 @@ from . import hookspecs
 
 GROUP = "fxsym"
 
+#: what a plugin may raise and be isolated from; ``KeyboardInterrupt`` and ``GeneratorExit``
+#: are not a plugin's failure and propagate
+PLUGIN_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
 
 @dataclass(frozen=True)
 class PluginFailure:
-    """An entry point that could not be loaded or whose hook raised."""
+    """A plugin that could not be loaded (``during="import"``) or whose hook raised
+    (``during`` names the hook); it is not registered."""
 
     name: str
     distribution: str
     error: str
+    during: str = "import"
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,7 @@ class PluginManager(pluggy.PluginManager):
         self.sources: dict[str, PluginSource] = {}
         self.generation = 0
         self._from_entry_points: set[str] = set()
+        self._unknown_warned: tuple[list[str], list[str]] | None = None
 
     def register(self, plugin: Any, name: str | None = None) -> str | None:
         result = super().register(plugin, name)
@@ -93,16 +112,41 @@ class PluginManager(pluggy.PluginManager):
         """The distribution behind a plugin (``<local>`` for one registered in code)."""
         return self.sources.get(plugin_name, PluginSource(plugin_name, "<local>", ""))
 
-    def report_failure(self, name: str, distribution: str, error: BaseException) -> None:
-        failure = PluginFailure(name, distribution, f"{type(error).__name__}: {error}")
+    def report_failure(
+        self,
+        name: str,
+        distribution: str,
+        error: BaseException,
+        during: str = "import",
+        *,
+        raise_strict: bool = True,
+    ) -> None:
+        """Record that plugin ``name`` failed and warn, or raise :class:`PluginError` in strict
+        mode (unless ``raise_strict=False``: another exception is already on its way)."""
+        failure = PluginFailure(name, distribution, f"{type(error).__name__}: {error}", during)
         self.failed = [f for f in self.failed if f.name != name] + [failure]
+        where = "" if during == "import" else f" in {during}"
         message = (
-            f"fxsym plugin {name!r} (distribution {distribution!r}) failed and was skipped: "
-            f"{failure.error}"
+            f"fxsym plugin {name!r} (distribution {distribution!r}) failed{where} and was "
+            f"disabled: {failure.error}"
         )
-        if strict():
+        if raise_strict and strict():
             raise PluginError(message) from error
         warnings.warn(message, PluginWarning, stacklevel=3)
+
+    def disable(
+        self, name: str, error: BaseException, during: str, *, raise_strict: bool = True
+    ) -> None:
+        """Turn off plugin ``name`` for the rest of the process because ``during`` raised
+        ``error``: unregister it, record and report the failure (once: a plugin already
+        disabled is left alone)."""
+        if not self.has_plugin(name):
+            return
+        distribution = self.source(name).distribution
+        self.unregister(name=name)
+        self._from_entry_points.discard(name)
+        self.sources.pop(name, None)
+        self.report_failure(name, distribution, error, during, raise_strict=raise_strict)
 
     def load(
         self, allow: Iterable[str] | None, block: Iterable[str] | None, rescan: bool
@@ -112,12 +156,15 @@ class PluginManager(pluggy.PluginManager):
             self.failed = []
         allowed = set(allow) if allow is not None else None
         env = os.environ.get("FXSYM_PLUGINS", "").strip()
+        autoload = not _env_flag("FXSYM_DISABLE_PLUGIN_AUTOLOAD")
         if env:
             names = {n.strip() for n in env.split(",") if n.strip()}
             allowed = names if allowed is None else allowed & names
+            if autoload:
+                self._warn_unknown(names)
         blocked = set(block or ())
         wanted: dict[str, metadata.EntryPoint] = {}
-        if not _env_flag("FXSYM_DISABLE_PLUGIN_AUTOLOAD"):
+        if autoload:
             for ep in _entry_points():
                 if (allowed is None or ep.name in allowed) and ep.name not in blocked:
                     wanted.setdefault(ep.name, ep)
@@ -132,11 +179,26 @@ class PluginManager(pluggy.PluginManager):
             try:
                 plugin = ep.load()
                 self.register(plugin, name=name)
-            except Exception as exc:  # a broken plugin never takes the host down
+            except PLUGIN_ERRORS as exc:  # a broken plugin never takes the host down
                 self.report_failure(name, dist, exc)
                 continue
             self._from_entry_points.add(name)
             self.sources[name] = PluginSource(name, dist, version)
+
+    def _warn_unknown(self, names: set[str]) -> None:
+        """Warn (once per distinct question) about ``FXSYM_PLUGINS`` names that match no
+        installed entry point."""
+        known = sorted({ep.name for ep in _entry_points()})
+        unknown = sorted(names - set(known))
+        if not unknown or (unknown, known) == self._unknown_warned:
+            return
+        self._unknown_warned = (unknown, known)
+        warnings.warn(
+            f"FXSYM_PLUGINS names {', '.join(map(repr, unknown))}, which match no installed "
+            f"fxsym plugin; known: {', '.join(map(repr, known)) or 'none'}",
+            PluginWarning,
+            stacklevel=4,
+        )
 
 
 _MANAGER: PluginManager | None = None

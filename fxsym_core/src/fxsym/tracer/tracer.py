@@ -26,7 +26,6 @@ mutates the model.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import operator
@@ -36,19 +35,24 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
-from torch.fx._symbolic_trace import _assert_is_none
+from torch.nn.utils import parametrize
+from torch.fx._symbolic_trace import _assert_is_none, _Patcher
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..errors import ModelError, TraceError
-from ..plugins.manager import get_plugin_manager, load_plugins
+from ..errors import ModelError, PluginError, TraceError
+from ..plugins import calls as plugin_calls
+from ..plugins.manager import load_plugins
 from ..registry import get_registry
+from .guard import TRACE_LOCK, ModuleGuard, tracing_here, tracing_thread
 from .proxy import ShapeProxy, value_of
 from .report import TraceReport
 
 ExampleInputs = tuple[Any, ...] | dict[str, Any]
 
 _FAILED = object()
-_META_ERRORS = ("meta", "data-dependent", "Cannot copy out", "item()", "NotImplemented")
 
 
 def to_meta(value: Any) -> Any:
@@ -91,10 +95,15 @@ class FxsymTracer(torch.fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.fallback_leaves:
             return True
-        for policy, _source in self.registry.leaf_policies():
-            vote = policy(m, module_qualified_name)
-            if vote is not None:
-                return bool(vote)
+        vote = self.registry.leaf_vote(m, module_qualified_name)
+        if vote is not None:
+            return vote
+        if parametrize.is_parametrized(m):
+            self.report.add("traced-into", module_qualified_name,
+                            f"{type(m).__name__} is parametrized (its weights are computed by "
+                            "torch.nn.utils.parametrize); its family's SymInfo and resize "
+                            "rule do not apply, so it is traced into")
+            return False
         entry = self.registry.sym_info_entry(type(m))
         if entry is not None:
             return entry.leaf
@@ -114,7 +123,7 @@ class FxsymTracer(torch.fx.Tracer):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        if self._quiet:  # running a leaf for its value: plain Python, no nodes
+        if self._quiet or not tracing_here():  # a leaf run for its value, another thread
             return forward(*args, **kwargs)
         try:
             path = self.path_of_module(m)
@@ -126,7 +135,7 @@ class FxsymTracer(torch.fx.Tracer):
         stack = self.module_stack.copy()  # torch.fx does not unwind it on an exception
         try:
             return super().call_module(m, forward, args, kwargs)
-        except ModelError:
+        except (ModelError, PluginError):
             raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
@@ -138,7 +147,7 @@ class FxsymTracer(torch.fx.Tracer):
         return super().call_module(m, forward, args, kwargs)
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
-        if self._quiet:
+        if self._quiet or not tracing_here():
             return attr_val
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
@@ -216,23 +225,16 @@ class FxsymTracer(torch.fx.Tracer):
         except _UnknownValue:
             return _FAILED
         try:
-            with torch.no_grad():
-                if node.op == "call_function":
-                    return node.target(*args, **kwargs)
-                if node.op == "call_method":
-                    return getattr(args[0], node.target)(*args[1:], **kwargs)
-                if node.op == "call_module":
-                    return self._run_leaf(node, args, kwargs)
-        except ModelError:
+            return self._evaluate(node, args, kwargs)
+        except (ModelError, PluginError):
             raise
         except Exception as exc:
             where = self.scope.module_path or "<root>"
             if node.op == "call_module":
                 where = str(node.target)
-            if any(marker in str(exc) for marker in _META_ERRORS) or isinstance(
-                exc, NotImplementedError
-            ):
-                self.report.add("unknown-value", where, f"node {node.name}: {exc}")
+            if self._needs_data(node, args, kwargs, exc):
+                self.report.add("unknown-value", where,
+                                f"node {node.name}: {type(exc).__name__}: {exc}")
                 return _FAILED
             if node.op == "call_module" and str(node.target) in self.fallback_leaves:
                 self.report.add("unknown-value", where, f"node {node.name}: {exc}")
@@ -242,7 +244,37 @@ class FxsymTracer(torch.fx.Tracer):
                 f"{type(exc).__name__}: {exc}. Check that example_inputs have the shapes and "
                 "dtypes the model expects."
             ) from exc
+
+    def _evaluate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        with torch.no_grad():
+            if node.op == "call_function":
+                return node.target(*args, **kwargs)
+            if node.op == "call_method":
+                return getattr(args[0], node.target)(*args[1:], **kwargs)
+            if node.op == "call_module":
+                return self._run_leaf(node, args, kwargs)
         return _FAILED
+
+    def _needs_data(self, node: torch.fx.Node, args: Any, kwargs: Any, exc: Exception) -> bool:
+        """Whether ``exc`` means "the value cannot be known without data" rather than "the
+        model raised on these inputs".
+
+        By type: a missing meta kernel or a copy out of a meta tensor (``NotImplementedError``)
+        and torch's data-dependent errors (:data:`_VALUE_UNKNOWN`). Anything else is run once
+        more under :class:`_DataDependence`, which raises :class:`_NeedsData` at the first op
+        whose result depends on a meta tensor's data (``.item()``, ``bool(t)``, ``nonzero``):
+        meta kernels report those with a plain ``RuntimeError``, as they do a shape mismatch.
+        """
+        if isinstance(exc, _VALUE_UNKNOWN):
+            return True
+        try:
+            with _DataDependence():
+                self._evaluate(node, args, kwargs)
+        except _NeedsData:
+            return True
+        except Exception:  # the same failure again: the model's own
+            return False
+        return False
 
     def _arg_value(self, a: Any) -> Any:
         if isinstance(a, torch.fx.Node):
@@ -289,6 +321,35 @@ class _UnknownValue(Exception):
     pass
 
 
+class _NeedsData(Exception):
+    """An op asked for the data of a meta tensor."""
+
+
+class _DataDependence(TorchDispatchMode):
+    """Raise :class:`_NeedsData` at an op whose output depends on a meta tensor's data."""
+
+    _TAGS = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if any(tag in func.tags for tag in self._TAGS) and any(
+            isinstance(a, torch.Tensor) and a.is_meta for a in pytree.tree_leaves((args, kwargs))
+        ):
+            raise _NeedsData(str(func))
+        return func(*args, **kwargs)
+
+
+#: errors that mean "the value is unknown" (not "the model raised"): no meta kernel, no data
+#: to copy out of a meta tensor, torch's data-dependent errors
+_VALUE_UNKNOWN: tuple[type[Exception], ...] = (
+    NotImplementedError,
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    GuardOnDataDependentSymNode,
+    _NeedsData,
+)
+
+
 def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
     """torch.fx patches the code of the outer function but reads the signature of the inner
     one: a decorated ``forward``, or one with ``*args``/``**kwargs``, is called by keyword."""
@@ -298,31 +359,47 @@ def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
     return bool(kinds & {inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL})
 
 
-#: factories taking sizes as ``*size``: torch's argument parser rejects several traced sizes
-_FACTORIES = ("ones", "zeros", "empty", "rand", "randn")
+#: factories torch's argument parser refuses traced sizes in (``*size``, ``torch.tensor(n)``)
+_FACTORIES = ("ones", "zeros", "empty", "rand", "randn", "tensor", "as_tensor")
 
 
 @contextlib.contextmanager
 def _traced_factories() -> Any:
-    """While tracing, ``torch.ones(b, s)`` with traced sizes records a node instead of failing."""
-    saved = {name: getattr(torch, name) for name in _FACTORIES}
+    """While this thread traces, ``torch.ones(b, s)`` or ``torch.tensor(n)`` with traced sizes
+    records a node instead of failing.
 
-    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def factory(*args: Any, **kwargs: Any) -> Any:
-            for a in (*args, *kwargs.values()):
-                if isinstance(a, torch.fx.Proxy):
-                    return a.tracer.create_proxy("call_function", fn, args, kwargs)
-            return fn(*args, **kwargs)
-
-        return functools.wraps(fn)(factory)
-
-    try:
-        for name, fn in saved.items():
-            setattr(torch, name, wrap(fn))
+    The replacements are installed with torch.fx's own patcher (undone on exit, not stacked
+    by a nested trace) and hand every call from a thread that is not tracing, or without a
+    Proxy among its arguments, to the original function.
+    """
+    with _Patcher() as patcher:
+        for name in _FACTORIES:
+            patcher.patch(vars(torch), name, _traced_factory(getattr(torch, name)))
         yield
-    finally:
-        for name, fn in saved.items():
-            setattr(torch, name, fn)
+
+
+def _traced_factory(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        if tracing_here():
+            proxy = _find_proxy((args, kwargs))
+            if proxy is not None:
+                return proxy.tracer.create_proxy("call_function", fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return functools.wraps(fn)(factory)
+
+
+def _find_proxy(value: Any) -> torch.fx.Proxy | None:
+    """The first Proxy inside nested tuples, lists and dicts (sizes may come as a list)."""
+    if isinstance(value, torch.fx.Proxy):
+        return value
+    items = value.values() if isinstance(value, dict) else value
+    if isinstance(value, (tuple, list, dict)):
+        for item in items:
+            found = _find_proxy(item)
+            if found is not None:
+                return found
+    return None
 
 
 def _plain_output(out: Any) -> Any:
@@ -335,7 +412,8 @@ def _plain_output(out: Any) -> Any:
 def _meta_copy(mod: nn.Module) -> nn.Module:
     """A shallow copy of ``mod`` (and its submodules) whose parameters and buffers are meta
     tensors; the original is untouched."""
-    clone = copy.copy(mod)
+    clone = object.__new__(type(mod))  # copy.copy refuses parametrized modules
+    vars(clone).update(vars(mod))
     clone._parameters = {k: None if v is None else to_meta(v)  # type: ignore[assignment]
                          for k, v in mod._parameters.items()}
     clone._buffers = {k: None if v is None else to_meta(v) for k, v in mod._buffers.items()}
@@ -358,7 +436,7 @@ def normalize_example_inputs(example_inputs: Any) -> ExampleInputs | None:
 def resolve_example_inputs(model: nn.Module, example_inputs: Any) -> ExampleInputs | None:
     """The given example inputs, or a plugin's defaults for the model's family."""
     if example_inputs is None:
-        example_inputs = get_plugin_manager().hook.fxsym_example_inputs(model=model)
+        example_inputs = plugin_calls.example_inputs(model)
     return normalize_example_inputs(example_inputs)
 
 
@@ -420,30 +498,38 @@ def trace(
     single tensor. With them every node carries its meta value and shape questions resolve at
     trace time; parameters not given are fixed to their defaults. Without them (and without
     plugin defaults) tracing is plain torch.fx with robust leaf fallback.
+
+    The model is left as it was, whether tracing succeeds or fails (:class:`ModuleGuard`), its
+    hooks do not run, and traces are serialised by :data:`TRACE_LOCK` (see ``guard.py``).
     """
     if not isinstance(model, nn.Module):
         raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    with TRACE_LOCK, tracing_thread(), ModuleGuard(model):
+        return _trace(model, example_inputs, concrete_args)
+
+
+def _trace(
+    model: nn.Module, example_inputs: Any, concrete_args: dict[str, Any] | None
+) -> torch.fx.GraphModule:
     load_plugins()
     inputs = resolve_example_inputs(model, example_inputs)
     values, concrete, auto = _bind(model, inputs, concrete_args)
     report = TraceReport()
     tracer = FxsymTracer(values, report, defaults=auto)
     before = set(vars(model))
-    pm = get_plugin_manager()
     try:
-        with contextlib.ExitStack() as stack:
-            for ctx in pm.hook.fxsym_trace_context(model=model, example_inputs=inputs):
-                if ctx is not None:
-                    stack.enter_context(ctx)
+        with plugin_calls.trace_contexts(model, inputs):
             try:
                 graph = tracer.trace(model, concrete_args=concrete or None)
-            except TraceError:
+            except (TraceError, PluginError):
                 raise
             except Exception as exc:
+                hint = ("Pass example_inputs so that shape-dependent code resolves, or make "
+                        "the failing module a leaf" if inputs is None
+                        else "Make the failing module a leaf")
                 raise TraceError(
                     f"tracing {type(model).__name__} failed: {type(exc).__name__}: {exc}. "
-                    "Pass example_inputs so that shape-dependent code resolves, or make the "
-                    "failing module a leaf (a leaf policy or SymMap.register)."
+                    f"{hint} (a leaf policy or SymMap.register)."
                 ) from exc
             name = type(model).__name__
             gm = torch.fx.GraphModule(tracer.root, graph, name)

@@ -1,0 +1,150 @@
+"""Calling plugin hooks in isolation: one failing plugin never breaks an analysis.
+
+Every hook is called plugin by plugin (never through pluggy's ``pm.hook.<name>(...)``, which
+stops at the first exception): an implementation that raises one of
+:data:`~fxsym.plugins.manager.PLUGIN_ERRORS` gets its plugin disabled
+(:meth:`~fxsym.plugins.manager.PluginManager.disable`: unregistered, recorded, reported once)
+and the call goes on with the others. In strict mode (``FXSYM_STRICT_PLUGINS=1``) the
+:class:`~fxsym.errors.PluginError` raised by ``disable`` propagates to the caller of
+``fxsym.trace``/``fxsym.analyze`` as it is.
+
+Implementations are called in pluggy's order (``tryfirst`` first, then the most recently
+registered first) with the arguments each one declares. Hook wrappers are not supported for
+these hooks and are skipped.
+
+* :func:`trace_contexts` — every plugin's ``fxsym_trace_context``, entered one by one;
+* :func:`example_inputs` — ``fxsym_example_inputs`` with first-result semantics;
+* :func:`leaf_vote` — the leaf policies plugins registered (see :mod:`fxsym.registry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from types import TracebackType
+from typing import Any
+
+from pluggy import HookImpl
+
+from .manager import PLUGIN_ERRORS, PluginManager, get_plugin_manager
+
+
+def implementations(pm: PluginManager, hook_name: str) -> list[HookImpl]:
+    """The plain implementations of ``hook_name`` in the order pluggy would call them."""
+    impls = getattr(pm.hook, hook_name).get_hookimpls()
+    return [i for i in reversed(impls) if not (i.hookwrapper or i.wrapper)]
+
+
+def call_impl(impl: HookImpl, **kwargs: Any) -> Any:
+    """Call one implementation with the subset of ``kwargs`` it declares (as pluggy does)."""
+    return impl.function(*(kwargs[name] for name in impl.argnames))
+
+
+def trace_contexts(model: Any, example_inputs: Any, pm: PluginManager | None = None) -> Any:
+    """A context manager entering every plugin's ``fxsym_trace_context`` for one trace.
+
+    * a plugin whose hook or whose context's ``__enter__`` raises is disabled and the trace
+      goes on without it. Its context is not exited: the protocol has no exit for a context
+      that was never entered, so undoing what a failed ``__enter__`` did is that context's
+      own job (``contextlib.contextmanager`` runs the generator's ``finally``);
+    * a context whose ``__exit__`` raises is disabled; the contexts entered before it are
+      still exited. When the trace itself raised, its exception is the one that propagates
+      (the plugin's failure is then only warned, even in strict mode);
+    * a context cannot swallow the trace's exception: its ``__exit__`` result is ignored;
+    * in strict mode the ``PluginError`` of a failing ``__enter__`` propagates once the
+      contexts already entered are exited.
+    """
+    return _TraceContexts(pm or get_plugin_manager(), model, example_inputs)
+
+
+class _TraceContexts:
+    def __init__(self, pm: PluginManager, model: Any, example_inputs: Any) -> None:
+        self._pm = pm
+        self._kwargs = {"model": model, "example_inputs": example_inputs}
+        self._stack = ExitStack()
+
+    def __enter__(self) -> _TraceContexts:
+        with ExitStack() as stack:  # exits what was entered if a strict failure propagates
+            for impl in implementations(self._pm, "fxsym_trace_context"):
+                name = impl.plugin_name
+                try:
+                    ctx = call_impl(impl, **self._kwargs)
+                    if ctx is None:
+                        continue
+                    exit_fn = type(ctx).__exit__
+                    type(ctx).__enter__(ctx)
+                except PLUGIN_ERRORS as exc:
+                    self._pm.disable(name, exc, "fxsym_trace_context")
+                    continue
+                stack.push(_guarded_exit(self._pm, name, ctx, exit_fn))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        return self._stack.__exit__(exc_type, exc, tb)
+
+
+def _guarded_exit(
+    pm: PluginManager, name: str, ctx: Any, exit_fn: Callable[..., Any]
+) -> Callable[..., bool]:
+    def exit_(
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            exit_fn(ctx, exc_type, exc, tb)
+        except PLUGIN_ERRORS as err:
+            if err is not exc:  # re-raising the exception it was given is not a failure
+                pm.disable(name, err, "fxsym_trace_context (exit)", raise_strict=exc is None)
+        return False
+
+    return exit_
+
+
+def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
+    """The first non-``None`` ``fxsym_example_inputs(model)`` of the plugins, or ``None``;
+    a plugin whose implementation raises is disabled and the next one asked."""
+    pm = pm or get_plugin_manager()
+    for impl in implementations(pm, "fxsym_example_inputs"):
+        try:
+            result = call_impl(impl, model=model)
+        except PLUGIN_ERRORS as exc:
+            pm.disable(impl.plugin_name, exc, "fxsym_example_inputs")
+            continue
+        if result is not None:
+            return result
+    return None
+
+
+def leaf_vote(
+    policies: Iterable[tuple[Callable[..., Any], str]],
+    module: Any,
+    qualname: str,
+    pm: PluginManager | None = None,
+) -> bool | None:
+    """The first ``True``/``False`` of ``policies``, each given as ``(policy, plugin_name)``,
+    or ``None`` if none votes.
+
+    A policy that raises gets its plugin disabled and the vote goes on without that plugin's
+    policies (the registry's later lists no longer hold them: disabling bumps the plugin
+    generation, so the registry collects again)."""
+    pm = pm or get_plugin_manager()
+    disabled: set[str] = set()
+    for policy, source in policies:
+        if source in disabled:
+            continue
+        try:
+            vote = policy(module, qualname)
+        except PLUGIN_ERRORS as exc:
+            pm.disable(source, exc, "leaf policy")
+            disabled.add(source)
+            continue
+        if vote is not None:
+            return bool(vote)
+    return None
