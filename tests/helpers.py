@@ -10,13 +10,22 @@ import fxsym
 from fxsym.oracles import check_permutation, check_shrink
 
 
-def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1) -> fxsym.SymMap:
-    """Analyze ``model``, then check permutation invariance and shrink runs."""
-    model.eval()
+def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1,
+                   expect_unchecked: bool = False) -> fxsym.SymMap:
+    """Analyze ``model``, then check permutation invariance and shrink runs.
+
+    The model is used as given (the oracles work on perturbed eval-mode copies). A model with
+    no sortable group of size ≥ 2 leaves the permutation oracle *not checked*, which fails
+    unless the test says so with ``expect_unchecked=True`` (which then requires it).
+    """
     sm = fxsym.analyze(model, example_inputs=example_inputs)
     assert len(sm.groups()) >= min_groups, [g.name for g in sm.groups()]
     perm = check_permutation(model, sm, example_inputs)
-    assert perm.ok, f"permutation oracle failed for {perm.failed}: {perm.error}"
+    if expect_unchecked:
+        assert perm.status == "not checked", f"permutation oracle: {perm}"
+    else:
+        assert perm.ok, f"permutation oracle: {perm}"
     shrink = check_shrink(model, sm, example_inputs)
-    assert shrink.ok, f"shrink oracle failed: {shrink.error}"
+    assert shrink.status != "failed", f"shrink oracle: {shrink}"
+    assert shrink.ok or expect_unchecked, f"shrink oracle: {shrink}"
     return sm

@@ -1,41 +1,91 @@
-"""Correctness oracles for an analysis (see DESIGN.md).
+"""Correctness oracles for an analysis (see DESIGN.md, "Correctness oracles").
 
 * :func:`check_permutation` — permuting every sortable group's entries in all of its members
   at once must leave the model's outputs unchanged; on a mismatch each group is retried alone
   to name the culprit.
-* :func:`check_shrink` — halving every group must give a model that runs and keeps its output
-  shapes.
+* :func:`check_shrink` — halving every group must give a model that runs, keeps its output
+  shapes, and whose every member has the chosen size.
 
-Both work on deep copies: the model passed in is never changed.
+Three rules make the oracles able to fail:
+
+* **Perturbed weights.** Each check runs on :func:`perturbed` copies: every floating
+  parameter and norm statistic gets noise scaled to that tensor. Constant initialisations
+  (norm weights 1, biases 0, zero tables) are invariant under any permutation, so they would
+  hide a member missing from a group; unscaled noise would overflow deep nets.
+* **Permutations that move.** For every sortable group of at least two units, each seed draws
+  a permutation that moves at least one entry (an identity permutation checks nothing).
+* **Nothing checked is not ok.** A result has a ``status``: ``"ok"``, ``"failed"`` or
+  ``"not checked"`` (no sortable group of size ≥ 2, or no group at all); ``ok`` is true only
+  for ``"ok"``.
+
+Both oracles test the SymMap they are given (copied together with the model, so the copy's
+groups are the caller's groups), work on deep copies put in eval mode, and never touch the
+caller's model: not its weights, not its training flag, not its attributes.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
 from .analysis import analyze
+from .analysis.analyzer import resolve_dim
 from .resize import resize
 from .symbols import SymMap
+
+Status = Literal["ok", "failed", "not checked"]
+
+#: the seeds each oracle runs with by default
+SEEDS = (0, 1, 2)
+
+#: noise relative to a tensor's own scale
+NOISE = 0.1
+#: the scale used for a tensor that is constant zero (biases, zero-initialised tables)
+NOISE_FLOOR = 0.02
+
+#: buffers perturbed along with the parameters (the statistics a norm layer uses in eval mode)
+NORM_STATISTICS = ("running_mean", "running_var")
 
 
 @dataclass
 class OracleResult:
-    """What an oracle checked and which groups failed it."""
+    """What an oracle checked and which groups failed it.
+
+    ``checked`` counts the groups the oracle exercised; ``failed`` names the groups that broke
+    it; ``error`` says what went wrong when no single group can be blamed (or in addition);
+    ``details`` lists every individual mismatch found (a member of the wrong size, ...).
+    """
 
     checked: int = 0
     failed: list[str] = field(default_factory=list)
     error: str | None = None
+    details: list[str] = field(default_factory=list)
+    seeds: tuple[int, ...] = ()
+
+    @property
+    def status(self) -> Status:
+        if self.failed or self.error is not None:
+            return "failed"
+        return "ok" if self.checked else "not checked"
 
     @property
     def ok(self) -> bool:
-        return not self.failed and self.error is None
+        """True only when something was checked and nothing failed."""
+        return self.status == "ok"
+
+    def __str__(self) -> str:
+        if self.status == "ok":
+            return f"ok ({self.checked} groups, seeds {list(self.seeds)})"
+        if self.status == "not checked":
+            return "not checked (no group to check)"
+        shown = "; ".join(self.details[:5])
+        return f"FAILED {self.failed[:5]} {self.error or ''} {shown}".strip()
 
 
 def run_model(model: nn.Module, example_inputs: Any) -> list[torch.Tensor]:
@@ -52,6 +102,67 @@ def run_model(model: nn.Module, example_inputs: Any) -> list[torch.Tensor]:
     return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
+def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
+    """A deep copy of ``model`` in eval mode whose weights carry noise scaled to each tensor.
+
+    Every floating parameter and every norm statistic (:data:`NORM_STATISTICS`) gets Gaussian
+    noise of standard deviation ``NOISE`` times the tensor's own scale: its standard deviation,
+    else (a constant tensor) its mean absolute value, else :data:`NOISE_FLOOR`. A running
+    variance is multiplied by ``exp(noise)`` instead, so it stays positive. Non-finite entries
+    are left alone. Tied tensors stay tied (each is perturbed once, in the copy).
+
+    With ``symmap`` (computed for ``model``), the copy and a copy of the SymMap are made
+    together and returned as ``(model_copy, symmap_copy)``: the copy's groups are the given
+    ones, bound to the copied modules.
+    """
+    if symmap is not None:
+        clone, sm = copy.deepcopy((model, symmap))
+    else:
+        clone, sm = copy.deepcopy(model), None
+    clone.eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, tensor in _perturbable(clone):
+            _add_noise(tensor, gen, multiplicative=name.endswith("running_var"))
+    return clone if sm is None else (clone, sm)
+
+
+def _perturbable(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
+    seen: set[int] = set()
+    named = list(model.named_parameters(remove_duplicate=False))
+    named += [(n, b) for n, b in model.named_buffers(remove_duplicate=False)
+              if n.rpartition(".")[2] in NORM_STATISTICS]
+    for name, tensor in named:
+        if id(tensor) in seen or not tensor.is_floating_point() or tensor.numel() == 0:
+            continue
+        seen.add(id(tensor))
+        yield name, tensor
+
+
+def _add_noise(tensor: torch.Tensor, gen: torch.Generator, *, multiplicative: bool) -> None:
+    finite = torch.isfinite(tensor)
+    noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float32)
+    if multiplicative:
+        new = tensor.float() * torch.exp(NOISE * noise)
+    else:
+        values = tensor.detach().float()[finite]
+        scale = float(values.std()) if values.numel() > 1 else 0.0
+        if not scale > 0:
+            scale = float(values.abs().mean()) if values.numel() else 0.0
+        if not scale > 0:
+            scale = NOISE_FLOOR / NOISE
+        new = tensor.float() + NOISE * scale * noise
+    tensor.copy_(torch.where(finite, new.to(tensor.dtype), tensor))
+
+
+def moving_permutation(n: int, gen: torch.Generator) -> torch.Tensor:
+    """A random permutation of ``range(n)`` that moves at least one entry (``n >= 2``)."""
+    perm = torch.randperm(n, generator=gen)
+    if bool((perm == torch.arange(n)).all()):
+        perm = perm.roll(1)
+    return perm
+
+
 def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float, atol: float) -> bool:
     # summation order changes under a permutation: tolerate float error relative to the
     # output's scale (random-weight models can have large logits)
@@ -62,51 +173,228 @@ def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float, at
     )
 
 
-def _permuted(model: nn.Module, example_inputs: Any, names: Sequence[str],
-              gen: torch.Generator) -> list[torch.Tensor]:
-    clone = copy.deepcopy(model)
-    sm = analyze(clone, example_inputs=example_inputs)
-    sizes = {g.name: g.size for g in sm.groups()}
-    resize(clone, sm, {n: torch.randperm(sizes[n], generator=gen) for n in names})
-    return run_model(clone, example_inputs)
+def _bound(model: nn.Module, symmap: SymMap, example_inputs: Any) -> SymMap:
+    """``symmap`` if it was computed for ``model``, else a fresh analysis of ``model``."""
+    if symmap.model is model:
+        return symmap
+    return analyze(model, example_inputs=example_inputs)
 
 
 def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
-                      seed: int = 0, rtol: float = 1e-4, atol: float = 1e-4) -> OracleResult:
-    """Permute every sortable group at once; on a mismatch, find the failing groups."""
+                      seeds: Iterable[int] = SEEDS, rtol: float = 1e-4,
+                      atol: float = 1e-4) -> OracleResult:
+    """Permute every sortable group at once on perturbed copies; name the failing groups.
+
+    For each seed: a :func:`perturbed` copy is the reference; a copy of it has every sortable
+    group of at least two units permuted by a :func:`moving_permutation`, in all members
+    at once, and must give the same outputs. On a mismatch each group is permuted alone (with
+    the same permutation) to name the culprits.
+    """
+    symmap = _bound(model, symmap, example_inputs)
     names = [g.name for g in symmap.groups() if g.is_sortable and g.size > 1]
-    result = OracleResult(checked=len(names))
+    seeds = tuple(seeds)
+    result = OracleResult(checked=len(names), seeds=seeds)
     if not names:
         return result
-    model = model.eval()
-    reference = run_model(model, example_inputs)
-    gen = torch.Generator().manual_seed(seed)
-    if _close(reference, _permuted(model, example_inputs, names, gen), rtol, atol):
-        return result
-    for name in names:
-        if not _close(reference, _permuted(model, example_inputs, [name], gen), rtol, atol):
-            result.failed.append(name)
-    if not result.failed:
-        result.error = "outputs changed with all groups permuted, but with none alone"
+    sizes = {g.name: g.size for g in symmap.groups()}
+    for seed in seeds:
+        base, base_sm = perturbed(model, seed, symmap)
+        reference = run_model(base, example_inputs)
+        gen = torch.Generator().manual_seed(seed)
+        perms = {n: moving_permutation(sizes[n], gen) for n in names}
+        if _close(reference, _permuted(base, base_sm, example_inputs, perms), rtol, atol):
+            continue
+        culprits = [n for n in names if not _close(
+            reference, _permuted(base, base_sm, example_inputs, {n: perms[n]}), rtol, atol)]
+        result.failed += [n for n in culprits if n not in result.failed]
+        if not culprits:
+            result.error = (f"seed {seed}: outputs changed with all groups permuted, "
+                            "but with none alone")
     return result
 
 
-def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any) -> OracleResult:
-    """Halve every group; the model must run and keep its output shapes."""
+def _permuted(base: nn.Module, symmap: SymMap, example_inputs: Any,
+              perms: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    clone, sm = copy.deepcopy((base, symmap))
+    resize(clone, sm, perms)
+    return run_model(clone, example_inputs)
+
+
+def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
+                 seed: int = 0) -> OracleResult:
+    """Halve every group of a perturbed copy; it must run, keep its output shapes, and every
+    member must have the chosen size.
+
+    The members are checked three ways, none of which knows a module family:
+
+    * a parameter member ``(owner, "name:dim")``: the tensor's ``shape[dim]``;
+    * a module member with a cross-layer symbol: on a run of the shrunk copy, the size of the
+      input (INCOMING) or output (OUTGOING) dimension the symbol's ``elastic_dims`` name, at
+      every call — the module's weights must have produced or accepted it;
+    * every resized module's integer attributes: one that equalled the size of a weight
+      dimension that changed must still equal the size of one of the dimensions it equalled
+      (``Conv2d.out_channels`` follows ``weight.shape[0]``; a stale attribute is a bug even
+      when the forward pass happens to run).
+
+    The expected size of a member's dimension follows its layout: the chosen share of each
+    group laid along it, fixed entries unchanged.
+    """
+    symmap = _bound(model, symmap, example_inputs)
     groups = symmap.groups()
-    result = OracleResult(checked=len(groups))
-    reference = run_model(model.eval(), example_inputs)
-    clone = copy.deepcopy(model)
-    sm = analyze(clone, example_inputs=example_inputs)
-    resize(clone, sm, {g.name: max(1, g.size // 2) for g in sm.groups()})
+    result = OracleResult(checked=len(groups), seeds=(seed,))
+    if not groups:
+        return result
+    base, base_sm = perturbed(model, seed, symmap)
+    reference = run_model(base, example_inputs)
+    clone, sm = copy.deepcopy((base, base_sm))
+    chosen = {g.name: max(1, g.size // 2) for g in groups}
+    modules = dict(clone.named_modules())
+    members = {m for g in groups for m in g.members}
+    owners = {q for q, _ in members if q in modules}
+    before = {q: _weight_shapes(modules[q]) for q in owners}
+    attrs = {q: _int_attributes(modules[q]) for q in owners}
+    expected = _expected_lengths(sm, chosen)
+    try:
+        resize(clone, sm, chosen)
+    except Exception as exc:
+        result.error = f"resize failed: {type(exc).__name__}: {exc}"
+        return result
+    observed: dict[tuple[str, str], set[int]] = {}
+    handles = _measure(sm, modules, observed, {k for k in expected if k not in sm._param_members})
     try:
         out = run_model(clone, example_inputs)
     except Exception as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
+        result.error = f"the shrunk model fails: {type(exc).__name__}: {exc}"
         return result
+    finally:
+        for h in handles:
+            h.remove()
     if [t.shape for t in out] != [t.shape for t in reference]:
         result.error = f"output shapes changed: {[tuple(t.shape) for t in out]}"
+    group_of = {m: g.name for g in groups for m in g.members}
+    for key, length in expected.items():
+        qualname, sname = key
+        got: set[int] | None
+        if key in sm._param_members:
+            pname, _, dim = sname.rpartition(":")
+            tensor = _attribute(modules.get(qualname), pname)
+            got = {int(tensor.shape[int(dim)])} if isinstance(tensor, torch.Tensor) else None
+        else:
+            got = observed.get(key)
+        if got is not None and got != {length}:
+            result.details.append(f"{qualname}.{sname}: size {sorted(got)}, expected {length}")
+            _blame(result, group_of.get(key, qualname))
+    for q in owners:
+        for attr, problem in _stale_attributes(modules[q], before[q], attrs[q]):
+            result.details.append(f"{q}.{attr}: {problem}")
+            _blame(result, next((g for (m, _), g in group_of.items() if m == q), q))
     return result
+
+
+def _blame(result: OracleResult, name: str) -> None:
+    if name not in result.failed:
+        result.failed.append(name)
+
+
+def _attribute(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _expected_lengths(sm: SymMap, chosen: dict[str, int]) -> dict[tuple[str, str], int]:
+    """For every symbol laid along a group: its dimension's length once ``chosen`` applies."""
+    table = sm._table
+    if table is None:
+        return {}
+    units = {g.id: (g.size, chosen[g.name]) for g in sm.groups() if g.name in chosen}
+    out: dict[tuple[str, str], int] = {}
+    for key, dim in sm._symbol_dims.items():
+        total, touched = 0, False
+        for seg in dim:
+            root = table.find(seg.group) if seg.group is not None else None
+            if root in units:
+                old, new = units[root]
+                total += seg.units * new // old * seg.block
+                touched = True
+            else:
+                total += seg.units * seg.block
+        if touched:
+            out[key] = total
+    return out
+
+
+def _measure(sm: SymMap, modules: dict[str, nn.Module],
+             observed: dict[tuple[str, str], set[int]],
+             keys: set[tuple[str, str]]) -> list[Any]:
+    """Forward hooks recording the size of each member's input or output dimension."""
+    by_module: dict[str, list[tuple[str, Any]]] = {}
+    for qualname, sname in keys:
+        mod = modules.get(qualname)
+        if mod is None or mod not in sm:
+            continue
+        sym = sm.get_symbol(mod, sname)
+        if sym.is_cross_layer:
+            by_module.setdefault(qualname, []).append((sname, sym))
+
+    def hook_for(qualname: str, symbols: list[tuple[str, Any]]) -> Any:
+        def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 output: Any) -> None:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            if isinstance(output, (tuple, list)) and output:
+                output = output[0]
+            for sname, sym in symbols:
+                value = tensors[0] if sym.is_incoming and tensors else output
+                if not isinstance(value, torch.Tensor):
+                    continue
+                d = resolve_dim(sym.elastic_dims, value.dim())
+                if d is not None:
+                    observed.setdefault((qualname, sname), set()).add(int(value.shape[d]))
+        return hook
+
+    return [modules[q].register_forward_hook(hook_for(q, syms), with_kwargs=True)
+            for q, syms in by_module.items()]
+
+
+def _weight_shapes(mod: nn.Module) -> dict[str, tuple[int, ...]]:
+    tensors = [*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False)]
+    return {n: tuple(t.shape) for n, t in tensors if t is not None}
+
+
+def _int_attributes(mod: nn.Module) -> dict[str, tuple[int, ...]]:
+    """The module's integer attributes (tuples of ints element by element)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, value in vars(mod).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[name] = (value,)
+        elif isinstance(value, (tuple, list)) and value and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            out[name] = tuple(value)
+    return out
+
+
+def _stale_attributes(mod: nn.Module, before: dict[str, tuple[int, ...]],
+                      attrs: dict[str, tuple[int, ...]]) -> list[tuple[str, str]]:
+    after = _weight_shapes(mod)
+    problems: list[tuple[str, str]] = []
+    now = _int_attributes(mod)
+    for attr, values in attrs.items():
+        current = now.get(attr)
+        if current is None or len(current) != len(values):
+            continue
+        for i, (old, new) in enumerate(zip(values, current)):
+            places = [(n, d) for n, shape in before.items() if n in after
+                      and len(after[n]) == len(shape) for d, size in enumerate(shape)
+                      if size == old]
+            if not places or all(after[n][d] == before[n][d] for n, d in places):
+                continue  # no weight dimension of that size changed
+            if not any(after[n][d] == new for n, d in places):
+                where = ", ".join(f"{n}.shape[{d}]={after[n][d]}" for n, d in places)
+                label = attr if len(values) == 1 else f"{attr}[{i}]"
+                problems.append((label, f"is {new} but the weights it sized are now {where}"))
+    return problems
 
 
 def coverage(symmap: SymMap) -> float:
@@ -124,4 +412,6 @@ def coverage(symmap: SymMap) -> float:
     return len(live) / len(modules)
 
 
-__all__ = ["OracleResult", "check_permutation", "check_shrink", "coverage", "run_model"]
+__all__ = ["NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "SEEDS", "OracleResult",
+           "check_permutation", "check_shrink", "coverage", "moving_permutation", "perturbed",
+           "run_model"]
