@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import difflib
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -70,10 +71,7 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), entry))
 
     ties = _tied_parameters(model)
-    saved = {id(m): (m, _snapshot(m)) for m, *_ in work}
-    for places in ties:  # a tied partner may be touched only through the tie
-        for m, _ in places:
-            saved.setdefault(id(m), (m, _snapshot(m)))
+    saved = _snapshot(model)
     where = ""
     try:
         for mod, qualname, sname, index, entry in work:
@@ -82,9 +80,16 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             entry.resize(mod, sname, index)
         where = "tied parameters"
         _retie(ties)
-    except Exception as exc:
-        for mod, state in saved.values():
-            _restore(mod, state)
+    except BaseException as exc:
+        _restore(saved)
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: restored, as is
+            raise
+        written = _written_in_place(saved)
+        if written:
+            raise ResizeError(
+                f"resizing {where} failed: {exc}; model restored except the tensors a resize "
+                f"rule wrote in place: {', '.join(written)} (rules must replace parameters "
+                "and buffers, never write into them)") from exc
         raise ResizeError(f"resizing {where} failed, model restored: {exc}") from exc
     symmap._stale = True
     return model
@@ -142,6 +147,13 @@ def _indices(symmap: SymMap, group: SymGroup, choice: Choice) -> torch.Tensor:
         index = torch.as_tensor(choice)
     except Exception as exc:
         raise ResizeError(f"{name}: indices must be integers, got {choice!r}") from exc
+    if index.device.type == "meta":
+        raise ResizeError(f"{name}: the indices are a tensor on the meta device, which holds no "
+                          "values; pass them as a list or a tensor on a real device")
+    try:  # indices on another device (cuda, ...) are moved: the engine works on the CPU
+        index = index.detach().to("cpu")
+    except Exception as exc:
+        raise ResizeError(f"{name}: cannot read the indices on {index.device}: {exc}") from exc
     if index.numel() == 0:
         raise ResizeError(f"{name}: cannot keep 0 entries")
     if index.dim() != 1 or index.is_floating_point() or index.dtype == torch.bool:
@@ -190,18 +202,75 @@ def _dim_index(symmap: SymMap, dim: Any, plans: dict[int, torch.Tensor]) -> torc
     return torch.cat(parts)
 
 
-def _snapshot(mod: nn.Module) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    attrs = {k: v for k, v in vars(mod).items() if k not in ("_parameters", "_buffers")}
-    return dict(mod._parameters), dict(mod._buffers), attrs
+# -- the transaction -------------------------------------------------------------------------
+# A rule may rebind anything a module holds: its parameters and buffers, attributes such as
+# ``num_heads``, child modules, entries of its dicts. It must not write into a tensor (the
+# engine keeps references, not copies: a copy of every weight would double the memory).
+# So the snapshot is shallow and per module, O(modules + tensors): a copy of each module's
+# ``__dict__``, a copy of the contents of each plain container in it (``_parameters``,
+# ``_buffers``, ``_modules``, hook dicts, lists such as Swin's ``window_size``) and a
+# fingerprint of each parameter and buffer, which detects a write in place.
+
+_DICTS = (dict, OrderedDict, set)
 
 
-def _restore(mod: nn.Module, state: tuple[dict[str, Any], dict[str, Any], dict[str, Any]]) -> None:
-    params, buffers, attrs = state
-    mod._parameters.clear()
-    mod._parameters.update(params)
-    mod._buffers.clear()
-    mod._buffers.update(buffers)
-    for k in [k for k in vars(mod) if k not in ("_parameters", "_buffers") and k not in attrs]:
-        delattr(mod, k)
-    for k, v in attrs.items():
-        object.__setattr__(mod, k, v)
+class _ModuleState(NamedTuple):
+    module: nn.Module
+    attrs: dict[str, Any]
+    contents: list[tuple[Any, list[Any]]]  # (container of ``attrs``, its items)
+
+
+class _Snapshot(NamedTuple):
+    modules: list[_ModuleState]
+    tensors: list[tuple[str, torch.Tensor, tuple[Any, ...] | None]]
+
+
+def _snapshot(model: nn.Module) -> _Snapshot:
+    """The state of every module of ``model``, enough to undo any rebinding."""
+    modules: list[_ModuleState] = []
+    tensors: list[tuple[str, torch.Tensor, tuple[Any, ...] | None]] = []
+    seen: set[int] = set()
+    for prefix, mod in model.named_modules():
+        attrs = dict(vars(mod))
+        contents = [(v, list(v.items()) if isinstance(v, dict) else list(v))
+                    for v in attrs.values() if type(v) in _DICTS or type(v) is list]
+        modules.append(_ModuleState(mod, attrs, contents))
+        for name, t in (*mod._parameters.items(), *mod._buffers.items()):
+            if t is not None and id(t) not in seen:
+                seen.add(id(t))
+                tensors.append((f"{prefix}.{name}" if prefix else name, t, _fingerprint(t)))
+    return _Snapshot(modules, tensors)
+
+
+def _fingerprint(t: torch.Tensor) -> tuple[Any, ...] | None:
+    try:
+        return t._version, t.data_ptr(), t.shape, t.dtype, t.device
+    except Exception:  # inference tensors have no version counter, some subclasses no storage
+        return None
+
+
+def _restore(saved: _Snapshot) -> None:
+    """Put back every module's state. Only dict, list and set operations, which cannot fail;
+    idempotent, so an interrupt landing in the middle just runs it again."""
+    for attempt in range(3):
+        try:
+            for state in saved.modules:
+                attrs = vars(state.module)
+                attrs.clear()
+                attrs.update(state.attrs)
+                for container, items in state.contents:
+                    if type(container) is list:
+                        container[:] = items
+                    else:
+                        container.clear()
+                        container.update(items)
+            return
+        except BaseException:
+            if attempt == 2:
+                raise
+
+
+def _written_in_place(saved: _Snapshot) -> list[str]:
+    """Names of the snapshot's tensors whose contents changed since (the restore cannot undo
+    that: the engine keeps no copy of the data)."""
+    return [name for name, t, fp in saved.tensors if fp is not None and _fingerprint(t) != fp]

@@ -10,17 +10,18 @@ def keep_entries(module: nn.Module, name: str, dim: int, index: torch.Tensor) ->
     """Replace parameter or buffer ``name`` of ``module`` by its entries ``index`` along ``dim``.
 
     A parameter stays a parameter (same ``requires_grad``); ``None`` entries are left alone.
+    The old tensor is never written: a new one is bound in its place, through the module's
+    ``__setattr__``, which is what lets :func:`fxsym.resize` undo a failed resize.
     """
     tensor = getattr(module, name, None)
     if tensor is None:
         return
-    index = index.to(tensor.device)
+    index = index.to(device=tensor.device, dtype=torch.long)
     with torch.no_grad():
         new = tensor.detach().index_select(dim, index).clone()
     if isinstance(tensor, nn.Parameter):
-        setattr(module, name, nn.Parameter(new, requires_grad=tensor.requires_grad))
-    else:
-        module._buffers[name] = new
+        new = nn.Parameter(new, requires_grad=tensor.requires_grad)
+    setattr(module, name, new)
 
 
 def l1_scores(weight: torch.Tensor, dim: int) -> torch.Tensor:
