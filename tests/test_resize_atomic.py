@@ -280,3 +280,45 @@ def test_a_rule_writing_in_place_is_named_when_the_resize_fails() -> None:
     finally:
         pm.unregister(name="in-place-resize")
     assert model[0].weight.shape == (8, 3, 3, 3)  # the rest is restored
+
+
+def test_whatever_a_failing_rule_rebinds_is_restored() -> None:
+    model = _small()
+    model[0].tags = [1, 2]  # type: ignore[assignment]
+    sm = fxsym.analyze(model, example_inputs=X)
+    snap = _snapshot(model)
+    from fxsym.registry import get_registry
+
+    entry = get_registry().sym_info_entry(nn.Conv2d)
+    assert entry is not None and entry.resize is not None
+    rule = entry.resize
+
+    def meddling(mod: nn.Module, name: str, index: torch.Tensor) -> None:
+        rule(mod, name, index)
+        if name == "out_channels":
+            mod.add_module("extra", nn.Linear(1, 1))
+            mod.register_buffer("new_buffer", torch.zeros(1))
+            mod.register_forward_hook(lambda *args: None)
+            object.__setattr__(mod, "sneaky", 1)
+            object.__setattr__(mod, "_parameters", {})
+            mod.tags.append(3)  # type: ignore[operator]
+            mod.padding = (5, 5)
+            del mod.groups
+            mod.train()
+            raise Fault("rule broke after meddling")
+
+    class Plugin:
+        @fxsym.hookimpl
+        def fxsym_register_sym_infos(self, register):  # type: ignore[no-untyped-def]
+            register(nn.Conv2d, entry.factory, resize=meddling)
+
+    pm = fxsym.load_plugins()
+    pm.register(Plugin(), name="meddling-resize")
+    try:
+        with pytest.warns(fxsym.PluginWarning), \
+                pytest.raises(fxsym.ResizeError, match="model restored: rule broke after meddling"):
+            fxsym.resize(model, sm, {"0.out_channels": [0, 1]})
+    finally:
+        pm.unregister(name="meddling-resize")
+    _assert_identical(model, snap)
+    assert model[0].tags == [1, 2] and not model.training
