@@ -224,6 +224,9 @@ class SymMap:
         self._param_members: set[tuple[str, str]] = set()
         self._producers: dict[int, list[tuple[str, str]]] = {}
         self._stale = False
+        #: the outputs whose sizes the analysis kept (``None``: every output); see
+        #: :mod:`fxsym.analysis.outputs`
+        self.output_contract: tuple[str | int, ...] | None = None
         registry = get_registry()
         stack: list[tuple[str, nn.Module]] = [("", model)]
         seen: set[int] = set()

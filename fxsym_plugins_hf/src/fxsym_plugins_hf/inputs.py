@@ -80,3 +80,18 @@ def example_inputs(model: nn.Module) -> dict[str, Any] | None:
         dec_cfg = cfg.get_text_config(decoder=True) if hasattr(cfg, "get_text_config") else cfg
         inputs["decoder_input_ids"] = _token_ids(dec_cfg, max(1, SEQ - 3), gen, device)
     return inputs
+
+
+#: what a task model's user reads; its auxiliary hidden states may change size
+TASK_OUTPUTS = ("loss", "logits", "start_logits", "end_logits")
+
+
+def default_outputs(model: nn.Module) -> tuple[str, ...] | None:
+    """The output contract of a transformers task model (a class with a task head, such as
+    ``LlamaForCausalLM``): its losses and logits. A base model (``LlamaModel``) keeps every
+    output: its hidden states are what its user reads."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(model, PreTrainedModel) or "For" not in type(model).__name__:
+        return None
+    return TASK_OUTPUTS

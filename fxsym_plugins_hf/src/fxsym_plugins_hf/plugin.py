@@ -48,3 +48,8 @@ def fxsym_trace_context(model: Any, example_inputs: Any) -> Any:
 @fxsym.hookimpl
 def fxsym_example_inputs(model: Any) -> Any:
     return inputs.example_inputs(model)
+
+
+@fxsym.hookimpl
+def fxsym_default_outputs(model: Any) -> Any:
+    return inputs.default_outputs(model)

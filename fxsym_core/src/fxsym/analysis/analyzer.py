@@ -23,6 +23,8 @@ from ..symbols import Symbol, SymMap
 from ..tracer.report import TraceReport
 from .context import OpContext, Unsupported
 from .groups import GroupTable
+from .outputs import Contract, output_keys, select_outputs
+from .shared import tie_shared_tensors
 from .layout import (
     Dim,
     Layout,
@@ -52,8 +54,13 @@ def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
 class Analyzer:
     """Propagates layouts through a GraphModule and collects symbol dims for a SymMap."""
 
-    def __init__(self, gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
+                 contract: Contract | None = None, strict_contract: bool = True) -> None:
         self.gm = gm
+        #: the outputs whose sizes must stay (``None``: every output), and whether a name
+        #: missing from the output is an error (a user's contract) or skipped (a plugin's)
+        self.contract = contract
+        self.strict_contract = strict_contract
         self.symmap = symmap
         self.report = report
         self.table = GroupTable()
@@ -63,7 +70,9 @@ class Analyzer:
         self._out_groups: dict[tuple[str, str], int] = {}
         #: keys of ``symbol_dims`` that are parameter members, not symbols
         self.param_members: set[tuple[str, str]] = set()
-        self._params: dict[str, Layout] = {}
+        #: layout of each parameter or buffer read with ``get_attr``, by target
+        self.param_reads: dict[str, Layout] = {}
+        self._member_keys: dict[str, list[tuple[str, str]]] = {}
         self.registry = get_registry()
 
     # -- driver ----------------------------------------------------------------------------
@@ -74,9 +83,35 @@ class Analyzer:
             elif node.op == "placeholder":
                 self.env[node] = fixed_layout(node.meta.get("val"))
             elif node.op == "output":
-                self.fix(self._input_layouts(node), "reaches the model output", node)
+                self._fix_outputs(node)
             else:
                 self.env[node] = self._visit(node)
+        tie_shared_tensors(self)
+
+    def _fix_outputs(self, node: torch.fx.Node) -> None:
+        """Groups reaching an output of the contract are constant; the contract is resolved
+        to the keys the traced output has."""
+        structure = node.args[0]
+        contract = self.contract
+        if contract is not None:
+            present = output_keys(structure)
+            kept = [k for k in contract if k in present or (
+                isinstance(k, int) and -len(present) <= k < len(present))]
+            if not kept and not self.strict_contract:
+                contract = None  # a plugin's default that names none of these outputs
+            else:
+                select_outputs(structure, contract, strict=self.strict_contract)
+                contract = tuple(kept)
+        self.contract = contract
+        picked = select_outputs(structure, contract)
+        nodes: list[torch.fx.Node] = []
+        torch.fx.node.map_arg(picked, nodes.append)
+        self.fix(tuple(self.env.get(n) for n in nodes), "reaches the model output", node)
+        if contract is not None:
+            others = [k for k in output_keys(structure) if k not in contract]
+            if others:
+                self.report.add("outputs", "output", f"outside the output contract {contract}, "
+                                f"free to change size: {others}")
 
     def _visit(self, node: torch.fx.Node) -> Layout:
         if "val" not in node.meta:
@@ -98,10 +133,16 @@ class Analyzer:
             return self.boundary(node, f"op rule failed: {type(exc).__name__}: {exc}")
 
     def _parameter(self, node: torch.fx.Node) -> Layout:
-        known = self._params.get(str(node.target))  # one tensor read twice: the same groups
+        known = self.param_reads.get(str(node.target))  # read twice: the same groups
         if known is None:
-            known = self._params[str(node.target)] = self._new_parameter(node)
+            known = self.param_reads[str(node.target)] = self._new_parameter(node)
         return known
+
+    def drop_parameter_member(self, target: str) -> None:
+        """The tensor read at ``target`` is sliced by a module's resize rule, not directly."""
+        for key in self._member_keys.pop(target, ()):
+            self.param_members.discard(key)
+            self.symbol_dims.pop(key, None)
 
     def _new_parameter(self, node: torch.fx.Node) -> Layout:
         """A parameter or buffer of the model used in the graph: each dim of size > 1 starts a
@@ -125,8 +166,10 @@ class Analyzer:
                 continue
             g = self.table.new(size)
             dim = group_dim(g, size)
-            self.symbol_dims[(name, f"{pname}:{d}")] = dim
-            self.param_members.add((name, f"{pname}:{d}"))
+            key = (name, f"{pname}:{d}")
+            self.symbol_dims[key] = dim
+            self.param_members.add(key)
+            self._member_keys.setdefault(str(node.target), []).append(key)
             dims.append(dim)
         return TensorLayout(dims)
 
@@ -274,8 +317,9 @@ def _where(node: torch.fx.Node) -> str:
     return f"node {node.name}"
 
 
-def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport) -> Analyzer:
-    analyzer = Analyzer(gm, symmap, report)
+def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
+                  contract: Contract | None = None, strict_contract: bool = True) -> Analyzer:
+    analyzer = Analyzer(gm, symmap, report, contract, strict_contract)
     analyzer.run()
     return analyzer
 

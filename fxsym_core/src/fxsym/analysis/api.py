@@ -7,17 +7,22 @@ from typing import Any
 from torch import nn
 
 from ..errors import AnalysisError
+from ..plugins.manager import get_plugin_manager
 from ..symbols import SymGroup, SymMap
 from ..tracer import trace
+from ..tracer.guard import serialised
 from .analyzer import Analyzer, analyze_graph
 from .layout import dim_size
+from .outputs import Contract, normalize_contract
 
 
+@serialised
 def analyze(
     model: nn.Module,
     *,
     example_inputs: Any = None,
     concrete_args: dict[str, Any] | None = None,
+    outputs: Any = None,
 ) -> SymMap:
     """Find the searchable cross-layer groups of ``model``; never mutates it.
 
@@ -25,6 +30,11 @@ def analyze(
     tensor) are needed unless a plugin supplies defaults for the model's family. The trace
     report (fallback leaves, boundaries) is ``symmap.trace_report``; the traced graph is
     ``symmap.graph_module``.
+
+    ``outputs`` is the output contract (see :mod:`fxsym.analysis.outputs`): names or
+    positions of the outputs whose sizes must stay. ``None`` takes a plugin's default for the
+    model's family (a Hugging Face task model: ``logits`` and ``loss``), else every output;
+    ``"*"`` is every output. The contract used is ``symmap.output_contract``.
     """
     if not isinstance(model, nn.Module):
         raise AnalysisError(f"expected a torch.nn.Module, got {type(model).__name__}")
@@ -34,13 +44,25 @@ def analyze(
             f"analyzing {type(model).__name__} needs example_inputs (a tuple of positional "
             "arguments or a dict of keyword arguments); no plugin supplies defaults for it"
         )
+    contract, strict = _contract(model, outputs)
     symmap = SymMap(model)
     report = gm.trace_report  # type: ignore[attr-defined]
-    analyzer = analyze_graph(gm, symmap, report)
+    analyzer = analyze_graph(gm, symmap, report, contract, strict)
     _finish(symmap, analyzer)
     symmap.trace_report = report  # type: ignore[attr-defined]
     symmap.graph_module = gm  # type: ignore[attr-defined]
+    symmap.output_contract = analyzer.contract
     return symmap
+
+
+def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:
+    """The output contract to analyze with, and whether missing names are errors."""
+    if outputs == "*":
+        return None, True
+    if outputs is not None:
+        return normalize_contract(outputs), True
+    default = get_plugin_manager().hook.fxsym_default_outputs(model=model)
+    return normalize_contract(default), False
 
 
 def _finish(symmap: SymMap, an: Analyzer) -> None:

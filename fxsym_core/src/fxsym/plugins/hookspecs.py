@@ -66,3 +66,13 @@ def fxsym_trace_context(model: Any, example_inputs: Any) -> Any:
 @hookspec(firstresult=True)
 def fxsym_example_inputs(model: Any) -> Any:
     """Return default example inputs (tuple of args or dict of kwargs) for ``model``, or None."""
+
+
+@hookspec(firstresult=True)
+def fxsym_default_outputs(model: Any) -> Any:
+    """Return the default output contract of ``model``, or ``None`` (every output).
+
+    The contract is a sequence of output names or positions (see
+    :mod:`fxsym.analysis.outputs`): groups reaching them stay constant, other outputs may
+    change size after a resize. A name missing from an actual output is skipped.
+    """

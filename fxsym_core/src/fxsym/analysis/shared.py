@@ -1,0 +1,217 @@
+"""Tensors reached from more than one place: every place must keep the same entries.
+
+A parameter or buffer can be reached from several places of one model:
+
+* a leaf module that owns it, and a ``get_attr`` read of the same tensor elsewhere in the graph
+  (a tied autoencoder's ``F.linear(h, self.enc.weight.t())``);
+* two leaves sharing one ``Parameter`` object (a ``lm_head`` tied to the input embedding, T5's
+  and Bart's embedding shared by encoder and decoder).
+
+A resize keeps the same entries of each dim of the tensor at every place, so what sizes that
+dim at each place is unified into one group. At a ``get_attr`` read the dim's own layout says
+what sizes it. At a leaf nothing is guessed from names: the leaf's resize rule runs on a
+*meta copy* of the module, once per attached symbol, keeping all but that symbol's last unit;
+a dim of the tensor that shrinks by exactly that unit, under no other symbol, is sized by that
+symbol (the contract of a resize rule is to keep the given entries of its symbol's dimension
+in every tensor it sizes). A dim that no symbol sizes, or that several do, or a rule that
+fails on the copy, pins every group that meets the dim.
+
+A ``get_attr`` read tied this way is not a parameter member: the leaf's resize rule already
+slices the tensor, and ``resize`` re-shares tensors that were shared before.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from ..registry import SymInfoEntry
+from .context import OpContext, Unsupported
+from .layout import Dim, TensorLayout, dim_size
+
+if TYPE_CHECKING:
+    from .analyzer import Analyzer
+
+#: a dim that no symbol of a leaf sizes, or that several size: it pins what meets it
+_PIN = "pin"
+
+
+@dataclass(frozen=True)
+class _Place:
+    """One way the graph reaches a tensor: through a leaf (``rel`` inside it) or ``get_attr``."""
+
+    node: torch.fx.Node
+    leaf: str | None = None
+    rel: str = ""
+
+
+def tie_shared_tensors(an: Analyzer) -> None:
+    """Unify, dim by dim, what sizes each tensor at each of its places (see the module doc)."""
+    places: dict[int, list[_Place]] = {}
+    tensors: dict[int, torch.Tensor] = {}
+    model = an.symmap.model
+    leaves: set[str] = set()
+    for node in an.gm.graph.nodes:
+        if node.op == "call_module" and str(node.target) not in leaves:
+            leaves.add(str(node.target))
+            mod = model.get_submodule(str(node.target))
+            for rel, t in _named_tensors(mod):
+                tensors[id(t)] = t
+                places.setdefault(id(t), []).append(_Place(node, str(node.target), rel))
+        elif node.op == "get_attr" and str(node.target) in an.param_reads:
+            t = _tensor_at(model, str(node.target))
+            if t is not None:
+                tensors[id(t)] = t
+                places.setdefault(id(t), []).append(_Place(node))
+    probes = _Probes(an)
+    for tid, where in places.items():
+        if len(where) < 2:
+            continue
+        tensor = tensors[tid]
+        per_place = [probes.dims(p, tensor) for p in where]
+        for d, size in enumerate(tensor.shape):
+            if size <= 1:
+                continue
+            found = [dims[d] for dims in per_place]
+            known = [x for x in found if isinstance(x, tuple)]
+            node = where[0].node
+            ctx = OpContext(an, node)
+            if len(known) < len(found):
+                reason = (f"a tensor used at several places ({_describe(where)}) has a dim {d} "
+                          "that a module there sizes with no symbol, or with several")
+                for dim in known:
+                    ctx.fix(dim, reason)
+                continue
+            try:
+                ctx.unify(*known)
+            except Unsupported:
+                for dim in known:
+                    ctx.fix(dim, f"a tensor used at several places ({_describe(where)}) is "
+                                 f"sized differently at each along dim {d}")
+        if any(p.leaf is not None for p in where):
+            for p in where:
+                if p.leaf is None:
+                    an.drop_parameter_member(str(p.node.target))
+
+
+def _describe(where: list[_Place]) -> str:
+    return ", ".join(f"{p.leaf}.{p.rel}" if p.leaf is not None else str(p.node.target)
+                     for p in where)
+
+
+def _named_tensors(mod: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    yield from mod.named_parameters(remove_duplicate=False)
+    yield from mod.named_buffers(remove_duplicate=False)
+
+
+def _tensor_at(model: nn.Module, target: str) -> torch.Tensor | None:
+    owner, _, name = target.rpartition(".")
+    try:
+        mod = model.get_submodule(owner) if owner else model
+    except AttributeError:
+        return None
+    t = mod._parameters.get(name, mod._buffers.get(name))
+    return t if isinstance(t, torch.Tensor) else None
+
+
+class _Probes:
+    """Which symbol of a leaf sizes which dim of each of its tensors, found by running the
+    leaf's resize rule on meta copies (one run per symbol, cached per leaf)."""
+
+    def __init__(self, an: Analyzer) -> None:
+        self.an = an
+        self._shapes: dict[str, dict[str, tuple[tuple[int, ...], int, Dim] | None]] = {}
+
+    def dims(self, place: _Place, tensor: torch.Tensor) -> list[Any]:
+        """Per dim of ``tensor`` at ``place``: the Dim sizing it there, or ``_PIN``."""
+        if place.leaf is None:
+            layout = self.an.param_reads[str(place.node.target)]
+            if not isinstance(layout, TensorLayout):
+                return [_PIN] * tensor.dim()
+            return list(layout)
+        probed = self._probe(place.leaf)
+        shape = tuple(tensor.shape)
+        out: list[Any] = []
+        for d, size in enumerate(shape):
+            sizers = []
+            for result in probed.values():
+                if result is None:  # a rule that could not be probed may size anything
+                    sizers.append(None)
+                    continue
+                shapes, drop, dim = result
+                new = shapes.get(place.rel)  # type: ignore[attr-defined]
+                if new is None or len(new) != len(shape):
+                    sizers.append(None)
+                elif new[d] != size:
+                    sizers.append((size - new[d], drop, dim))
+            if len(sizers) == 1 and sizers[0] is not None:
+                delta, drop, dim = sizers[0]
+                out.append(dim if delta == drop and dim_size(dim) == size else _PIN)
+            else:
+                out.append(_PIN)
+        return out
+
+    def _probe(self, leaf: str) -> dict[str, Any]:
+        known = self._shapes.get(leaf)
+        if known is not None:
+            return known
+        an = self.an
+        mod = an.symmap.model.get_submodule(leaf)
+        name = an.symmap._mod_to_name.get(mod, leaf)
+        entry = an.registry.sym_info_entry(type(mod))
+        info = an.symmap._map.get(mod)
+        result: dict[str, Any] = {}
+        if entry is None or entry.resize is None or info is None:
+            result["<no resize rule>"] = None
+        else:
+            for sname in info.symbols:
+                dim = an.symbol_dims.get((name, sname))
+                if dim is None:
+                    continue
+                result[sname] = _run_rule(entry, mod, sname, dim, an)
+        self._shapes[leaf] = result
+        return result
+
+
+def _run_rule(entry: SymInfoEntry, mod: nn.Module, sname: str, dim: Dim,
+              an: Analyzer) -> tuple[dict[str, tuple[int, ...]], int, Dim] | None:
+    """Shapes of ``mod``'s tensors after its rule keeps all but the last unit of ``sname``."""
+    last = dim[-1]
+    drop = 1 if last.group is None else last.length // an.table.units[an.table.find(last.group)]
+    keep = dim_size(dim) - drop
+    if keep < 1 or drop < 1:
+        return None
+    clone = meta_copy(mod)
+    assert entry.resize is not None
+    try:
+        entry.resize(clone, sname, torch.arange(keep))
+    except Exception:
+        return None
+    return {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, drop, dim
+
+
+def meta_copy(mod: nn.Module) -> nn.Module:
+    """A copy of ``mod`` and its submodules whose tensors are on the meta device and whose
+    attribute containers are copies: anything done to it leaves ``mod`` as it was."""
+    clone = copy.copy(mod)
+    state = vars(clone)
+    for key, value in list(state.items()):
+        if isinstance(value, (list, dict, set)) and key not in (
+                "_parameters", "_buffers", "_modules"):
+            state[key] = copy.copy(value)
+    state["_parameters"] = {
+        k: None if v is None else nn.Parameter(v.detach().to("meta"), v.requires_grad)
+        for k, v in mod._parameters.items()}
+    state["_buffers"] = {k: None if v is None else v.detach().to("meta")
+                         for k, v in mod._buffers.items()}
+    state["_modules"] = {k: None if v is None else meta_copy(v) for k, v in mod._modules.items()}
+    return clone
+
+
+__all__ = ["meta_copy", "tie_shared_tensors"]
