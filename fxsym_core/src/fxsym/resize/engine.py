@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..errors import ResizeError, ResizeWarning
+from ..errors import ResizeError
 from ..registry import SymInfoEntry, get_registry
 from ..symbols import SymGroup, SymMap
 from .helpers import keep_entries
@@ -95,33 +95,39 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
     return model
 
 
-def _tied_parameters(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
-    """Places sharing one Parameter object (a tied ``lm_head`` and embedding)."""
-    places: dict[int, list[tuple[nn.Module, str]]] = {}
+def _tied_parameters(model: nn.Module) -> list[tuple[nn.Parameter, list[tuple[nn.Module, str]]]]:
+    """Each Parameter object held at several places (a tied ``lm_head`` and embedding), with
+    those places."""
+    places: dict[int, tuple[nn.Parameter, list[tuple[nn.Module, str]]]] = {}
     for mod in model.modules():
         for pname, p in mod._parameters.items():
             if p is not None:
-                places.setdefault(id(p), []).append((mod, pname))
-    return [v for v in places.values() if len(v) > 1]
+                places.setdefault(id(p), (p, []))[1].append((mod, pname))
+    return [v for v in places.values() if len(v[1]) > 1]
 
 
-def _retie(ties: list[list[tuple[nn.Module, str]]]) -> None:
-    """Make tied places share one Parameter again where they were resized alike. Places in
-    different groups (an encoder's and a decoder's shared embedding, resized apart) keep
-    their own parameters: weight sharing is storage, not computation; a warning says so."""
-    for places in ties:
-        first = getattr(places[0][0], places[0][1])
-        for mod, pname in places[1:]:
-            other = getattr(mod, pname)
-            if other is first:
-                continue
-            if other.shape == first.shape and torch.equal(other, first):
-                setattr(mod, pname, first)
-            else:
-                warnings.warn(
-                    f"a parameter shared by {type(places[0][0]).__name__}.{places[0][1]} and "
-                    f"{type(mod).__name__}.{pname} was resized differently in each; they no "
-                    "longer share it", ResizeWarning, stacklevel=3)
+def _retie(ties: list[tuple[nn.Parameter, list[tuple[nn.Module, str]]]]) -> None:
+    """Make tied places share one Parameter again.
+
+    The analysis ties every dim of a shared tensor across all of its places in the graph, so
+    the places a resize changed hold equal tensors; places it did not reach (a module outside
+    the graph, such as T5's ``shared`` embedding) take the resized tensor too. Places changed
+    differently would mean a tie the analysis missed: that raises, and the model is restored.
+    """
+    for original, places in ties:
+        current = [getattr(mod, pname) for mod, pname in places]
+        changed = [p for p in current if p is not original]
+        if not changed:
+            continue
+        new = changed[0]
+        for p in changed[1:]:
+            if p is not new and (p.shape != new.shape or not torch.equal(p, new)):
+                where = ", ".join(f"{type(m).__name__}.{n}" for m, n in places)
+                raise ResizeError(f"a parameter shared by {where} was resized differently at "
+                                  "its places; analyze the model again")
+        for mod, pname in places:
+            if getattr(mod, pname) is not new:
+                setattr(mod, pname, new)
 
 
 def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) -> None:
