@@ -39,10 +39,14 @@ class ShapeProxy(torch.fx.Proxy):
     def _value(self, question: str) -> Any:
         val = value_of(self.node)
         if val is _MISSING:
+            if getattr(self.tracer, "with_values", False):  # computing it failed: see report
+                hint = "Mark the module doing this as a leaf"
+            else:
+                hint = ("Pass example_inputs so that fxsym can compute shapes, or mark the "
+                        "module doing this as a leaf")
             raise TraceError(
                 f"cannot answer {question} for node {self.node.name!r} at trace time: its value "
-                "is unknown. Pass example_inputs so that fxsym can compute shapes, or mark the "
-                "module doing this as a leaf (a leaf policy or SymMap.register)."
+                f"is unknown. {hint} (a leaf policy or SymMap.register)."
             )
         return val
 

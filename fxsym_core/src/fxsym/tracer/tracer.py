@@ -35,10 +35,10 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
-from torch.nn.utils import parametrize
-from torch.fx._symbolic_trace import _assert_is_none, _Patcher
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+from torch.fx._symbolic_trace import _assert_is_none, _Patcher
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.nn.utils import parametrize
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -225,7 +225,9 @@ class FxsymTracer(torch.fx.Tracer):
         except _UnknownValue:
             return _FAILED
         try:
-            return self._evaluate(node, args, kwargs)
+            value = self._evaluate(node, args, kwargs)
+            # a factory given traced sizes ran for real: keep every value on the meta device
+            return to_meta(value) if node.op == "call_function" else value
         except (ModelError, PluginError):
             raise
         except Exception as exc:

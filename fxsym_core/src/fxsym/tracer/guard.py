@@ -1,0 +1,174 @@
+"""What tracing may not do: write into the model, run the user's hooks, race another trace.
+
+Tracing runs the model's Python code with Proxies in place of tensors, so every
+``self.cache[key] = ...``, ``self.window_size = x.shape[1]`` or ``self._flat_weights = [...]``
+a forward performs would leave graph objects inside the user's model. :class:`ModuleGuard`
+takes a snapshot of every submodule's ``__dict__`` — and, recursively, of the contents of the
+dicts, lists and sets it holds (``_parameters``, ``_buffers``, caches) — and puts every object
+back in place on exit, on success and on failure alike: the same objects, so parameter
+identity and the identity of the containers are kept. Tensors are not copied: during a trace
+the model's tensors are read (as ``get_attr`` nodes or meta copies), not written.
+
+While the guard is active the modules' forward and pre-forward hooks are hidden, except
+torch's own (``torch.nn.utils.weight_norm``'s pre-hook computes the weight the module uses);
+backward hooks are hidden too (a trace never runs backward). Global hooks
+(``register_module_forward_hook``) are process-wide and stay as they are.
+
+Concurrency: torch.fx patches process-wide state while it traces (``nn.Module.__call__``,
+``nn.Module.__getattr__``, the functions registered with ``torch.fx.wrap``), and fxsym adds
+``torch``'s size-taking factories. Two traces at once would record into each other's graphs
+and unpatch each other. :data:`TRACE_LOCK`, a reentrant process-wide lock, serialises every
+trace and analysis; the patched entry points pass calls from other threads straight to the
+original (see :func:`tracing_here`), so other threads may keep running models meanwhile.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from torch import nn
+
+#: held by every ``fxsym.trace`` / ``fxsym.analyze`` call (reentrant: plugins may trace)
+TRACE_LOCK = threading.RLock()
+
+_local = threading.local()
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def serialised(fn: _F) -> _F:
+    """Run ``fn`` holding :data:`TRACE_LOCK` (``fxsym.analyze`` reads shared registry caches
+    and SymInfo factories between traces; one analysis at a time keeps them consistent)."""
+
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with TRACE_LOCK:
+            return fn(*args, **kwargs)
+
+    return locked  # type: ignore[return-value]
+
+
+def tracing_here() -> bool:
+    """Whether the current thread is inside an fxsym trace (patched entry points ask this)."""
+    return getattr(_local, "depth", 0) > 0
+
+
+@contextmanager
+def tracing_thread() -> Iterator[None]:
+    """Mark the current thread as tracing for the duration of the block."""
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
+_CONTAINERS = (dict, list, set)
+_FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
+_BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
+
+
+def _is_torch_hook(hook: Any) -> bool:
+    """A hook torch itself registers as part of how a module computes (weight_norm)."""
+    owner = getattr(hook, "__module__", None) or type(hook).__module__
+    return owner == "torch" or owner.startswith("torch.")
+
+
+class _Contents:
+    """The items of one mutable container, and of the containers nested in it."""
+
+    __slots__ = ("container", "items", "nested")
+
+    def __init__(self, container: Any, seen: set[int]) -> None:
+        self.container = container
+        if isinstance(container, dict):
+            self.items: Any = list(container.items())
+            values = [v for _, v in self.items]
+        elif isinstance(container, list):
+            self.items = list(container)
+            values = self.items
+        else:
+            self.items = set(container)
+            values = []
+        self.nested = [_Contents(v, seen) for v in values if _fresh(v, seen)]
+
+    def restore(self) -> None:
+        for inner in self.nested:
+            inner.restore()
+        c = self.container
+        if isinstance(c, dict):
+            if len(c) != len(self.items) or any(
+                k not in c or c[k] is not v for k, v in self.items
+            ):
+                c.clear()
+                c.update(self.items)
+        elif isinstance(c, list):
+            if len(c) != len(self.items) or any(a is not b for a, b in zip(c, self.items)):
+                c[:] = self.items
+        elif c != self.items:
+            c.clear()
+            c.update(self.items)
+
+
+def _fresh(value: Any, seen: set[int]) -> bool:
+    """A container not snapshotted yet (shared or cyclic containers are taken once)."""
+    if not isinstance(value, _CONTAINERS) or isinstance(value, nn.Module) or id(value) in seen:
+        return False
+    seen.add(id(value))
+    return True
+
+
+class ModuleGuard:
+    """Snapshot every submodule's state on entry; restore it exactly on exit.
+
+    Used as a context manager around one trace; see the module docstring for what is kept
+    and why.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self._attrs: list[tuple[nn.Module, dict[str, Any]]] = []
+        self._contents: list[_Contents] = []
+
+    def __enter__(self) -> ModuleGuard:
+        seen: set[int] = set()
+        for mod in self.model.modules():
+            state = vars(mod)
+            self._attrs.append((mod, dict(state)))
+            self._contents.extend(_Contents(v, seen) for v in state.values() if _fresh(v, seen))
+        for mod, _ in self._attrs:
+            _hide_hooks(mod)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """Put back every attribute and container content recorded on entry."""
+        for mod, saved in self._attrs:
+            state = vars(mod)
+            for key in [k for k in state if k not in saved]:
+                del state[key]
+            for key, value in saved.items():
+                if state.get(key, saved) is not value:
+                    state[key] = value
+        for contents in self._contents:
+            contents.restore()
+
+
+def _hide_hooks(mod: nn.Module) -> None:
+    """Replace the module's hook tables with copies that hold only torch's own hooks (the
+    originals are put back by :meth:`ModuleGuard.restore`, which re-sets every attribute)."""
+    state = vars(mod)
+    for name in _FORWARD_HOOKS:
+        hooks = state.get(name)
+        if hooks:
+            state[name] = OrderedDict((k, h) for k, h in hooks.items() if _is_torch_hook(h))
+    for name in _BACKWARD_HOOKS:
+        if state.get(name):
+            state[name] = OrderedDict()
