@@ -11,13 +11,11 @@ from ..plugins.manager import get_plugin_manager
 from ..symbols import SymGroup, SymMap
 from ..tracer import trace
 from ..tracer.guard import serialised
-from ..tracer.guard import serialised
 from .analyzer import Analyzer, analyze_graph
 from .layout import dim_size
 from .outputs import Contract, normalize_contract
 
 
-@serialised
 @serialised
 def analyze(
     model: nn.Module,
