@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import copy
 
 import pytest
@@ -162,7 +164,7 @@ def test_tied_parameters_stay_tied() -> None:
     assert model(ids).shape == (1, 3, 10)
 
 
-def test_shared_weight_in_two_groups_is_untied_with_a_warning() -> None:
+def test_shared_weight_is_one_group_and_is_never_untied() -> None:
     class TwoTowers(nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -174,11 +176,15 @@ def test_shared_weight_in_two_groups_is_untied_with_a_warning() -> None:
         def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return self.enc(a), self.out(torch.relu(self.dec(b)))  # enc's width is an output
 
-    model = TwoTowers()
     ids = torch.tensor([[1, 2]])
-    sm = fxsym.analyze(model, example_inputs=(ids, ids))
-    assert [g.name for g in sm.groups()] == ["dec.embedding_dim"]
-    with pytest.warns(fxsym.ResizeWarning, match="no longer share"):
-        fxsym.resize(model, sm, {"dec.embedding_dim": [1, 5]})
-    assert model.enc.weight.shape == (10, 8) and model.dec.weight.shape == (10, 2)
+    # the shared weight ties enc's width to dec's: the output pins both
+    assert fxsym.analyze(TwoTowers(), example_inputs=(ids, ids)).groups() == []
+    model = TwoTowers()
+    sm = fxsym.analyze(model, example_inputs=(ids, ids), outputs=[1])
+    (group,) = sm.groups()
+    assert {("enc", "embedding_dim"), ("dec", "embedding_dim")} <= set(group.members)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fxsym.resize(model, sm, {group.name: [1, 5]})
+    assert model.enc.weight is model.dec.weight and model.dec.weight.shape == (10, 2)
     assert model(ids, ids)[1].shape == (1, 2, 3)
