@@ -1,16 +1,17 @@
 """``fxsym.resize``: keep chosen entries of groups in every member module.
 
 The engine is transactional. It validates every choice and finds a resize rule for every
-module it will touch *before* touching anything; then it applies the rules, and if one of them
-raises it restores every touched module (parameters, buffers, attributes) and raises
-:class:`~fxsym.errors.ResizeError`. A SymMap describes the model as analyzed: after a resize
-it is stale and must be recomputed with :func:`fxsym.analyze`.
+module it will touch *before* touching anything; then it snapshots every module of the model
+(rules edit child modules and attributes too), applies the rules, and if anything raises, even
+a KeyboardInterrupt, it puts every module back as it was and re-raises (an ``Exception`` as
+:class:`~fxsym.errors.ResizeError`). Rules must bind new tensors, never write into old ones.
+A SymMap describes the model as analyzed: after a resize it is stale and must be recomputed
+with :func:`fxsym.analyze`.
 """
 
 from __future__ import annotations
 
 import difflib
-import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
