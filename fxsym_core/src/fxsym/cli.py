@@ -121,7 +121,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             shown = ", ".join(items[:6]) + more
             print(f"    {kind}: {shown}")
     for failure in pm.failed:
-        print(f"{failure.name}  ({failure.distribution})  INACTIVE: {failure.error}")
+        where = "" if failure.during == "import" else f" (failed in {failure.during})"
+        print(f"{failure.name}  ({failure.distribution})  INACTIVE{where}: {failure.error}")
     return 0
 
 

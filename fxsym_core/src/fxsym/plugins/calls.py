@@ -13,7 +13,8 @@ registered first) with the arguments each one declares. Hook wrappers are not su
 these hooks and are skipped.
 
 * :func:`trace_contexts` — every plugin's ``fxsym_trace_context``, entered one by one;
-* :func:`example_inputs` — ``fxsym_example_inputs`` with first-result semantics;
+* :func:`first_result` — a ``firstresult`` hook, e.g. :func:`example_inputs`
+  (``fxsym_example_inputs``);
 * :func:`leaf_vote` — the leaf policies plugins registered (see :mod:`fxsym.registry`).
 """
 
@@ -107,19 +108,25 @@ def _guarded_exit(
     return exit_
 
 
-def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
-    """The first non-``None`` ``fxsym_example_inputs(model)`` of the plugins, or ``None``;
-    a plugin whose implementation raises is disabled and the next one asked."""
+def first_result(hook_name: str, pm: PluginManager | None = None, **kwargs: Any) -> Any:
+    """The first non-``None`` result of a ``firstresult`` hook, or ``None``; a plugin whose
+    implementation raises is disabled and the next one asked."""
     pm = pm or get_plugin_manager()
-    for impl in implementations(pm, "fxsym_example_inputs"):
+    for impl in implementations(pm, hook_name):
         try:
-            result = call_impl(impl, model=model)
+            result = call_impl(impl, **kwargs)
         except PLUGIN_ERRORS as exc:
-            pm.disable(impl.plugin_name, exc, "fxsym_example_inputs")
+            pm.disable(impl.plugin_name, exc, hook_name)
             continue
         if result is not None:
             return result
     return None
+
+
+def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
+    """The plugins' default example inputs for ``model`` (``fxsym_example_inputs``), or
+    ``None``."""
+    return first_result("fxsym_example_inputs", pm, model=model)
 
 
 def leaf_vote(
