@@ -24,6 +24,7 @@ from fxsym.analysis import (
     SizeLayout,
     TensorLayout,
     concat_dims,
+    dim_size,
     fixed_dim,
     is_fixed,
     scale_block,
@@ -148,30 +149,418 @@ def _dims_arg(ctx: OpContext, index: int, name: str, ndim: int) -> list[int] | N
     return sorted({_norm_dim(int(x), ndim) for x in d})
 
 
-def reduction(ctx: OpContext) -> Layout:
-    """``sum``/``mean``/``amax``/...: reduced dims end their groups; the others pass through."""
-    other = ctx.arg(1, "other", None)
-    if isinstance(other, torch.fx.Node) and isinstance(ctx.layout(other), TensorLayout):
-        return elementwise(ctx)  # torch.max(a, b): the binary, elementwise form
-    x = ctx.arg(0, "input")
-    lay = ctx.tensor_layout(x)
-    ndim = len(lay)
-    dims = _dims_arg(ctx, 1, "dim", ndim)
-    keepdim = bool(ctx.val(ctx.arg(2, "keepdim", False)))
-    if dims is None:
-        return ctx.fixed()
-    out: list[Dim] = []
-    for i, d in enumerate(lay):
-        if i in dims:
-            if keepdim:
-                out.append(fixed_dim(1))
+#: what an order-dependent op does to the dims it works along, for the trace report
+POSITIONS = "returns positions along an elastic dim"
+ORDER = "depends on the order of the entries of an elastic dim"
+BY_POSITION = "addresses an elastic dim by position"
+
+
+def _op_name(ctx: OpContext) -> str:
+    target = ctx.node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+def _pin(ctx: OpContext, dims: Any, why: str) -> None:
+    """Pin every group in ``dims`` (a Dim, a layout, or a list of them), naming the op."""
+    for d in dims if isinstance(dims, list) else [dims]:
+        ctx.fix(d, f"{_op_name(ctx)} {why}")
+
+
+def _pin_extra_tensors(ctx: OpContext, first: Any) -> None:
+    """Tensor operands other than ``first`` (prepend/append of ``diff``...): pinned whole."""
+    for other in _tensor_args(ctx):
+        if other is not first:
+            _pin(ctx, ctx.layout(other), "takes it as an extra operand")
+
+
+def _checked(ctx: OpContext, dims: Sequence[Dim], value: Any) -> TensorLayout:
+    """``dims`` as the layout of ``value``, if every size agrees (a misread argument never
+    passes a group on)."""
+    if not isinstance(value, torch.Tensor) or len(dims) != value.dim() or any(
+            dim_size(d) != n for d, n in zip(dims, value.shape)):
+        ctx.unsupported("the computed layout does not match the value's shape")
+    return TensorLayout(dims)
+
+
+def _indices_read(node: torch.fx.Node) -> bool:
+    """Whether the indices of a ``(values, indices)`` result are used (not only the values)."""
+    for user in node.users:
+        which: Any = None
+        if user.op == "call_function" and user.target is operator.getitem:
+            which = user.args[1]
+        elif user.op == "call_function" and user.target is getattr:
+            which = {"values": 0, "indices": 1}.get(str(user.args[1]))
+        if which == 0 or (which == 1 and not user.users):
+            continue
+        return True
+    return False
+
+
+def reduce_rule(*, dim_at: int = 1, keepdim_at: int = 2, default: int | None = None,
+                why: str | None = None, pin_if_indices: bool = False) -> Rule:
+    """Reductions: the reduced dims end their groups; the other dims pass through.
+
+    A value reduction (``sum``, ``amax``, ``var``, ``max(x, d).values``) is invariant under a
+    permutation of the reduced dim, so its groups stay searchable: they end here. An op whose
+    result says *where* entries are (``argmax``, the indices of ``max``/``median``/``mode``
+    with a dim) or that needs a number of entries (``kthvalue``'s k) depends on the order or
+    size of the reduced dims: ``why`` pins them (with ``pin_if_indices``, only when the
+    indices are read). Without a dim, a position-returning op addresses the flattened
+    tensor: every elastic dim is pinned.
+    """
+
+    def rule(ctx: OpContext) -> Layout:
+        other = ctx.arg(1, "other", None)
+        if isinstance(other, torch.fx.Node) and isinstance(ctx.layout(other), TensorLayout):
+            return elementwise(ctx)  # torch.max(a, b): the binary, elementwise form
+        x = ctx.arg(0, "input")
+        lay = ctx.tensor_layout(x)
+        raw = ctx.val(ctx.arg(dim_at, "dim", default))
+        if isinstance(raw, bool):  # std(x, unbiased): a whole-tensor reduction
+            raw = None
+        dims = None if raw is None else _dims_arg_value(raw, len(lay))
+        keepdim = bool(ctx.val(ctx.arg(keepdim_at, "keepdim", False)))
+        value = ctx.value
+        pin = why is not None and (not pin_if_indices or (
+            isinstance(value, tuple) and _indices_read(ctx.node)))
+        if dims is None:
+            if pin:
+                _pin(ctx, list(lay), f"{why} (the flattened tensor)")
+            return ctx.fixed()
+        if pin:
+            _pin(ctx, [lay[i] for i in dims], why or "")
+        out: list[Dim] = []
+        for i, d in enumerate(lay):
+            if i in dims:
+                if keepdim:
+                    out.append(fixed_dim(1))
+            else:
+                out.append(d)
+        if isinstance(value, tuple):  # (values, indices)
+            return tuple(_checked(ctx, out, v) for v in value)
+        return _checked(ctx, out, value)
+
+    return rule
+
+
+def _dims_arg_value(d: Any, ndim: int) -> list[int]:
+    if isinstance(d, int):
+        d = [d]
+    return sorted({_norm_dim(int(x), ndim) for x in d})
+
+
+reduction = reduce_rule()
+
+
+def _positional_dims(ctx: OpContext, dim_at: int, name: str, default: Any, ndim: int,
+                     varargs: bool = False) -> list[int] | None:
+    """The dims an order-dependent op works along (``None``: the flattened tensor)."""
+    node = ctx.node
+    if varargs and node.op == "call_method" and len(node.args) > dim_at + 1:
+        raw: Any = list(node.args[dim_at:])
+    else:
+        raw = ctx.val(ctx.arg(dim_at, name, default))
+    return None if raw is None else _dims_arg_value(raw, ndim)
+
+
+def along(why: str, *, dim_at: int = 1, name: str = "dim", default: Any = None,
+          varargs: bool = False, dims: Sequence[int] | None = None) -> Rule:
+    """Ops that work along some dims and depend on the order of their entries (``cumsum``,
+    ``flip``, ``roll``, ``sort``, ``topk``, ``diff``, ``tril``...): those dims are pinned,
+    every other dim passes through. The dims are argument ``dim_at``/``name`` (``varargs``:
+    the method also takes them as ``x.flip(0, 1)``), or always ``dims``; ``None`` means the
+    flattened tensor: every dim is pinned."""
+
+    def rule(ctx: OpContext) -> Layout:
+        x = ctx.arg(0, "input")
+        lay = ctx.tensor_layout(x)
+        if dims is not None:
+            worked = _dims_arg_value(list(dims), len(lay))
         else:
-            out.append(d)
-    result = TensorLayout(out)
-    value = ctx.value
-    if isinstance(value, tuple):  # max/min with a dim: (values, indices)
-        return tuple(result for _ in value)
-    return result
+            worked = _positional_dims(ctx, dim_at, name, default, len(lay), varargs)
+        if worked is None:
+            worked = list(range(len(lay)))
+        _pin(ctx, [lay[i] for i in worked], why)
+        _pin_extra_tensors(ctx, x)
+        value = ctx.value
+        out = []
+        for v in value if isinstance(value, tuple) else (value,):
+            if not isinstance(v, torch.Tensor):
+                ctx.unsupported("expected tensor results")
+            if v.dim() == len(lay):
+                kept = [fixed_dim(v.shape[i]) if i in worked else d for i, d in enumerate(lay)]
+            else:  # the dims worked along were reduced away (kthvalue, mode)
+                kept = [d for i, d in enumerate(lay) if i not in worked]
+            out.append(_checked(ctx, kept, v))
+        return tuple(out) if isinstance(value, tuple) else out[0]
+
+    return rule
+
+
+def pin_all(why: str) -> Rule:
+    """Ops over the flattened tensor whose result holds or follows positions (``nonzero``,
+    ``masked_select``, ``take``, ``unique``...): every elastic dim of every operand pinned."""
+
+    def rule(ctx: OpContext) -> Layout:
+        for a in _tensor_args(ctx):
+            _pin(ctx, ctx.layout(a), why)
+        return ctx.fixed()
+
+    return rule
+
+
+def where(ctx: OpContext) -> Layout:
+    """``torch.where(c, a, b)`` is elementwise; ``torch.where(c)`` returns positions."""
+    if len(_tensor_args(ctx)) == 1 and isinstance(ctx.value, tuple):
+        return pin_all(f"(one argument) {POSITIONS}")(ctx)
+    return elementwise(ctx)
+
+
+def gather(ctx: OpContext) -> Layout:
+    """``gather(x, d, index)``: ``index`` holds positions along ``x``'s dim ``d`` (pinned);
+    the result has ``index``'s layout along ``d`` and ties the other dims of both."""
+    x, index = ctx.arg(0, "input"), ctx.arg(2, "index")
+    lx, li = ctx.tensor_layout(x), ctx.tensor_layout(index)
+    sx, si = ctx.shape(x), ctx.shape(index)
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
+    _pin(ctx, lx[d], BY_POSITION)
+    dims: list[Dim] = []
+    for k in range(len(li)):
+        if k == d:
+            dims.append(li[k])
+        elif sx[k] == si[k]:
+            dims.append(ctx.unify(lx[k], li[k]))
+        else:
+            _pin(ctx, [lx[k], li[k]], "reads a part of an elastic dim")
+            dims.append(fixed_dim(si[k]))
+    return _checked(ctx, dims, ctx.value)
+
+
+def take_along_dim(ctx: OpContext) -> Layout:
+    """``take_along_dim(x, indices, d)``: ``gather`` with broadcasting; no ``d``: positions
+    into the flattened ``x``."""
+    x, index = ctx.arg(0, "input"), ctx.arg(1, "indices")
+    lx, li = ctx.tensor_layout(x), ctx.tensor_layout(index)
+    raw = ctx.val(ctx.arg(2, "dim", None))
+    if raw is None:
+        _pin(ctx, lx, f"{BY_POSITION} (the flattened tensor)")
+        return _checked(ctx, list(li), ctx.value)
+    d = _norm_dim(int(raw), len(lx))
+    _pin(ctx, lx[d], BY_POSITION)
+    out_shape = ctx.out_shape()
+    drop = [TensorLayout(lay[:d] + lay[d + 1:]) for lay in (lx, li)]
+    shapes = [s[:d] + s[d + 1:] for s in (ctx.shape(x), ctx.shape(index))]
+    rest = list(_broadcast(ctx, drop, shapes, out_shape[:d] + out_shape[d + 1:]))
+    rest.insert(d, li[d])
+    return _checked(ctx, rest, ctx.value)
+
+
+def index_select(ctx: OpContext) -> Layout:
+    """``index_select(x, d, index)``: the result's dim ``d`` follows the 1-D ``index``."""
+    x, index = ctx.arg(0, "input"), ctx.arg(2, "index")
+    lx, li = ctx.tensor_layout(x), ctx.tensor_layout(index)
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
+    _pin(ctx, lx[d], BY_POSITION)
+    dims = list(lx)
+    dims[d] = li[0] if len(li) == 1 else fixed_dim(1)
+    return _checked(ctx, dims, ctx.value)
+
+
+def scatter(ctx: OpContext) -> Layout:
+    """``scatter``/``scatter_add``/``scatter_reduce`` (and in-place forms): ``index`` holds
+    positions along ``x``'s dim ``d`` (pinned, with ``index``'s and ``src``'s own dim ``d``);
+    the other dims tie where ``index`` and ``src`` cover all of ``x``, else are pinned."""
+    x, index = ctx.arg(0, "input"), ctx.arg(2, "index")
+    src = ctx.arg(3, "src", None)
+    lx, li = ctx.tensor_layout(x), ctx.tensor_layout(index)
+    sx, si = ctx.shape(x), ctx.shape(index)
+    operands = [(li, si)]
+    if isinstance(src, torch.fx.Node) and isinstance(ctx.layout(src), TensorLayout):
+        operands.append((ctx.tensor_layout(src), ctx.shape(src)))
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
+    _pin(ctx, [lx[d], *(lay[d] for lay, _ in operands)], BY_POSITION)
+    dims = list(lx)
+    for k in range(len(lx)):
+        if k == d:
+            dims[k] = fixed_dim(sx[k])
+        elif all(s[k] == sx[k] for _, s in operands):
+            dims[k] = ctx.unify(lx[k], *(lay[k] for lay, _ in operands))
+        else:
+            _pin(ctx, [lx[k], *(lay[k] for lay, _ in operands)], "writes a part of an elastic dim")
+    return _checked(ctx, dims, ctx.value)
+
+
+def index_update(ctx: OpContext) -> Layout:
+    """``index_add``/``index_copy``/``index_fill``/``index_reduce``: the 1-D ``index`` holds
+    positions along ``x``'s dim ``d`` (pinned, with the source's dim ``d``); the source's
+    other dims tie with ``x``'s."""
+    x, index = ctx.arg(0, "input"), ctx.arg(2, "index")
+    lx = ctx.tensor_layout(x)
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
+    _pin(ctx, [lx[d], ctx.tensor_layout(index)], BY_POSITION)
+    dims = list(lx)
+    dims[d] = fixed_dim(ctx.shape(x)[d])
+    source = ctx.arg(3, "source", None)
+    if isinstance(source, torch.fx.Node) and isinstance(ctx.layout(source), TensorLayout):
+        ls = ctx.tensor_layout(source)
+        if ctx.shape(source) == () or len(ls) != len(lx):
+            _pin(ctx, ls, BY_POSITION)
+        else:
+            _pin(ctx, ls[d], BY_POSITION)
+            for k in range(len(lx)):
+                if k != d:
+                    dims[k] = ctx.unify(lx[k], ls[k])
+    return _checked(ctx, dims, ctx.value)
+
+
+def index_put(ctx: OpContext) -> Layout:
+    """``index_put(x, (i0, i1, ...), values)``: the index tensors hold positions along
+    ``x``'s leading dims (pinned); ``values`` ties with ``x``'s remaining dims from the
+    right."""
+    x, indices, values = ctx.arg(0, "input"), ctx.arg(1, "indices"), ctx.arg(2, "values")
+    lx, sx = ctx.tensor_layout(x), ctx.shape(x)
+    if not isinstance(indices, (tuple, list)) or any(i is None for i in indices):
+        ctx.unsupported("index_put with missing index tensors")
+    n = len(indices)
+    _pin(ctx, [*lx[:n], *(ctx.tensor_layout(i) for i in indices)], BY_POSITION)
+    dims = list(lx)
+    for k in range(n):
+        dims[k] = fixed_dim(sx[k])
+    if isinstance(values, torch.fx.Node) and isinstance(ctx.layout(values), TensorLayout):
+        lv, sv = ctx.tensor_layout(values), ctx.shape(values)
+        for j in range(1, len(lv) + 1):
+            k = len(lx) - j
+            if k >= n and sv[-j] == sx[k]:
+                dims[k] = ctx.unify(dims[k], lv[-j])
+            elif not is_fixed(lv[-j]):
+                _pin(ctx, lv[-j], "broadcasts its values by position")
+    return _checked(ctx, dims, ctx.value)
+
+
+def diagonal(ctx: OpContext) -> Layout:
+    """``diagonal``/``diag``/``trace``: the main diagonal of two equal dims follows a joint
+    permutation of both, so they tie; an offset diagonal, or a non-square one, pins them."""
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    shape = ctx.shape(x)
+    name = _op_name(ctx)
+    if name == "diagonal":
+        offset = int(ctx.val(ctx.arg(1, "offset", 0)))
+        a = _norm_dim(int(ctx.val(ctx.arg(2, "dim1", 0))), len(lay))
+        b = _norm_dim(int(ctx.val(ctx.arg(3, "dim2", 1))), len(lay))
+    else:
+        offset = 0 if name == "trace" else int(ctx.val(ctx.arg(1, "diagonal", 0)))
+        a, b = 0, len(lay) - 1
+    if offset == 0 and shape[a] == shape[b]:
+        tied = ctx.unify(lay[a], lay[b])
+    else:
+        _pin(ctx, [lay[a], lay[b]], "takes an off-centre diagonal of an elastic dim")
+        tied = fixed_dim(min(shape[a], shape[b]))
+    if name == "trace":
+        return ctx.fixed()
+    if name == "diag" and len(lay) == 1:  # a vector becomes a diagonal matrix
+        n = ctx.out_shape()[0]
+        d = tied if offset == 0 else fixed_dim(n)
+        return _checked(ctx, [d, d], ctx.value)
+    rest = [d for i, d in enumerate(lay) if i not in (a, b)]
+    return _checked(ctx, [*rest, tied], ctx.value)
+
+
+def cross(ctx: OpContext) -> Layout:
+    """``cross(a, b, dim)``: elementwise over the other dims; the 3 entries of ``dim`` are
+    x, y, z by position."""
+    out = elementwise(ctx)
+    default = -1 if ctx.node.target is torch.linalg.cross else None
+    raw = ctx.val(ctx.arg(2, "dim", default))
+    shape = ctx.out_shape()
+    d = _norm_dim(int(raw), len(shape)) if raw is not None else shape.index(3)
+    _pin(ctx, out[d], BY_POSITION)
+    return out
+
+
+def narrow(ctx: OpContext) -> Layout:
+    """``narrow(x, d, start, length)``: a slice; the whole dim passes, a part pins it."""
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lay))
+    out = ctx.out_shape()
+    if out[d] != ctx.shape(x)[d]:
+        _pin(ctx, lay[d], "keeps a part of an elastic dim")
+        lay[d] = fixed_dim(out[d])
+    return _checked(ctx, lay, ctx.value)
+
+
+def select(ctx: OpContext) -> Layout:
+    """``select(x, d, i)``: one entry of dim ``d``, picked by position."""
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lay))
+    _pin(ctx, lay[d], "picks one entry of an elastic dim by position")
+    return _checked(ctx, lay[:d] + lay[d + 1:], ctx.value)
+
+
+def repeat_interleave(ctx: OpContext) -> Layout:
+    """``repeat_interleave(x, r, d)`` with an int ``r``: each unit along ``d`` becomes ``r``
+    times longer, in place, so the group follows (a longer block). Tensor repeats, or no dim
+    (the flattened tensor), place entries by position: pinned."""
+    x = ctx.arg(0, "input")
+    lay = list(ctx.tensor_layout(x))
+    repeats = ctx.arg(1, "repeats", None)
+    if repeats is None:  # torch.repeat_interleave(counts): positions
+        return pin_all(POSITIONS)(ctx)
+    raw = ctx.val(ctx.arg(2, "dim", None))
+    if raw is None and len(lay) != 1:
+        return pin_all(f"{BY_POSITION} (the flattened tensor)")(ctx)
+    d = 0 if raw is None else _norm_dim(int(raw), len(lay))
+    r = ctx.val(repeats)
+    if isinstance(r, int):
+        lay[d] = scale_block(lay[d], r)
+    else:
+        _pin(ctx, lay[d], "repeats the entries of an elastic dim unevenly")
+        _pin_extra_tensors(ctx, x)
+        lay[d] = fixed_dim(ctx.out_shape()[d])
+    return _checked(ctx, lay, ctx.value)
+
+
+def searchsorted(ctx: OpContext) -> Layout:
+    """``searchsorted(seq, values)``: positions along ``seq``'s last dim (pinned); the result
+    has ``values``' layout, and ``seq``'s leading dims tie with ``values``'."""
+    seq, values = ctx.arg(0, "sorted_sequence"), ctx.arg(1, "input")
+    ls = ctx.tensor_layout(seq)
+    _pin(ctx, ls[-1], POSITIONS)
+    if not isinstance(ctx.layout(values), TensorLayout):
+        return ctx.fixed()
+    lv = list(ctx.tensor_layout(values))
+    if len(ls) > 1:
+        for k in range(len(ls) - 1):
+            lv[k] = ctx.unify(lv[k], ls[k])
+    return _checked(ctx, lv, ctx.value)
+
+
+def bucketize(ctx: OpContext) -> Layout:
+    """``bucketize(x, boundaries)``: positions in the 1-D ``boundaries`` (pinned); the result
+    has ``x``'s layout."""
+    x, boundaries = ctx.arg(0, "input"), ctx.arg(1, "boundaries")
+    _pin(ctx, ctx.layout(boundaries), POSITIONS)
+    if not isinstance(ctx.layout(x), TensorLayout):
+        return ctx.fixed()
+    return _checked(ctx, list(ctx.tensor_layout(x)), ctx.value)
+
+
+def one_hot(ctx: OpContext) -> Layout:
+    """``one_hot(labels, n)``: a new last dim of ``n`` classes; the labels' dims pass."""
+    lay = ctx.tensor_layout(ctx.arg(0, "input"))
+    return _checked(ctx, [*lay, fixed_dim(ctx.out_shape()[-1])], ctx.value)
+
+
+def arange(ctx: OpContext) -> Layout:
+    """``arange(n)``: entry ``i`` is the position ``i``; a size read from an elastic dim is
+    pinned (``x * (torch.arange(x.size(1)) < k)`` treats entries by position)."""
+    for a in ctx.node.all_input_nodes:
+        lay = ctx.layout(a)
+        if isinstance(lay, SizeLayout):
+            _pin(ctx, list(lay), "counts the positions of an elastic dim")
+    return creation(ctx)
 
 
 def _tensor_list(ctx: OpContext, a: Any) -> tuple[list[TensorLayout], list[tuple[int, ...]]]:
@@ -545,6 +934,10 @@ def getattr_rule(ctx: OpContext) -> Layout:
     name = ctx.arg(1)
     if name == "shape" and isinstance(ctx.layout(ctx.arg(0)), TensorLayout):
         return tuple(SizeLayout((dim,)) for dim in ctx.tensor_layout(ctx.arg(0)))
+    container = ctx.layout(ctx.arg(0))
+    if name in ("values", "indices") and isinstance(container, tuple) and not isinstance(
+            container, TensorLayout) and len(container) == 2:  # (values, indices) of max...
+        return container[0 if name == "values" else 1]
     if not isinstance(ctx.value, torch.Tensor):
         return ctx.fixed()
     if name in ("T", "mT"):
@@ -715,7 +1108,7 @@ _ELEMENTWISE_FUNCS: list[Any] = [
     operator.and_, operator.or_, operator.xor, operator.eq, operator.ne, operator.lt,
     operator.le, operator.gt, operator.ge,
     torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow, torch.maximum,
-    torch.minimum, torch.where, torch.eq, torch.ne, torch.lt, torch.gt, torch.le, torch.ge,
+    torch.minimum, torch.eq, torch.ne, torch.lt, torch.gt, torch.le, torch.ge,
     torch.logical_and, torch.logical_or, torch.lerp, torch.addcmul, torch.addcdiv,
     torch.masked_fill, torch.fmod, torch.remainder, torch.atan2, torch.hypot,
 ]
@@ -751,6 +1144,76 @@ _UNARY_METHODS = [
 ]
 
 
+def register_order_rules(register: Callable[[Any, Rule], None]) -> None:
+    """Reductions that may return positions, and the ops whose result depends on the order
+    (or the number) of the entries along a dim. Value reductions end a group and leave it
+    searchable; the rest pin the dims they work along, and only those (see ``docs/design.md``,
+    "Order-dependent ops")."""
+    both = ((torch.max, "max"), (torch.min, "min"), (torch.median, "median"),
+            (torch.nanmedian, "nanmedian"))
+    for f, m in both:  # values are a reduction; indices are positions
+        rule = reduce_rule(why=POSITIONS, pin_if_indices=True)
+        register(f, rule)
+        register(m, rule)
+    mode = reduce_rule(default=-1, why=POSITIONS, pin_if_indices=True)
+    kth = reduce_rule(dim_at=2, keepdim_at=3, default=-1,
+                      why="needs k entries of an elastic dim and returns their positions")
+    variance = reduce_rule(keepdim_at=3)  # std(x, dim, unbiased, keepdim)
+    norm = reduce_rule(dim_at=2, keepdim_at=3)  # norm(x, p, dim, keepdim)
+    arg = reduce_rule(why=POSITIONS)
+    for rule, targets in (
+        (mode, (torch.mode, "mode")),
+        (kth, (torch.kthvalue, "kthvalue")),
+        (variance, (torch.std, torch.var, "std", "var")),
+        (norm, (torch.norm, "norm")),
+        (arg, (torch.argmax, torch.argmin, "argmax", "argmin")),
+        (along(ORDER), (torch.cumsum, torch.cumprod, torch.logcumsumexp, torch.cummax,
+                        torch.cummin, "cumsum", "cumprod", "logcumsumexp", "cummax", "cummin",
+                        "cumsum_", "cumprod_")),
+        (along(ORDER, default=-1), (torch.sort, "sort")),
+        (along(POSITIONS, default=-1), (torch.argsort, "argsort")),
+        (along(ORDER, dims=(0,)), (torch.msort, "msort", torch.flipud, "flipud")),
+        (along(ORDER, dims=(1,)), (torch.fliplr, "fliplr")),
+        (along("needs k entries of an elastic dim and returns their positions", dim_at=2,
+               default=-1), (torch.topk, "topk")),
+        (along(ORDER, name="dims", varargs=True), (torch.flip, "flip")),
+        (along(ORDER, dim_at=2, name="dims"), (torch.roll, "roll")),
+        (along(ORDER, dim_at=2, name="dims", default=(0, 1)), (torch.rot90, "rot90")),
+        (along(ORDER, dim_at=2, default=-1), (torch.diff, "diff")),
+        (along(BY_POSITION, dims=(-2, -1)), (torch.tril, torch.triu, "tril", "triu", "tril_",
+                                               "triu_")),
+        (gather, (torch.gather, "gather")),
+        (take_along_dim, (torch.take_along_dim, "take_along_dim")),
+        (index_select, (torch.index_select, "index_select")),
+        (scatter, (torch.scatter, torch.scatter_add, torch.scatter_reduce, "scatter",
+                   "scatter_", "scatter_add", "scatter_add_", "scatter_reduce",
+                   "scatter_reduce_")),
+        (index_update, (torch.index_add, torch.index_copy, torch.index_fill,
+                        torch.index_reduce, "index_add", "index_add_", "index_copy",
+                        "index_copy_", "index_fill", "index_fill_", "index_reduce",
+                        "index_reduce_")),
+        (index_put, (torch.index_put, "index_put", "index_put_")),
+        (pin_all(POSITIONS), (torch.nonzero, torch.argwhere, "nonzero", "argwhere",
+                              torch.unique, torch.unique_consecutive, "unique",
+                              "unique_consecutive", torch.bincount, "bincount")),
+        (pin_all(f"{BY_POSITION} (the flattened tensor)"),
+         (torch.masked_select, "masked_select", torch.take, "take", torch.masked_scatter,
+          "masked_scatter", "masked_scatter_", "put", "put_")),
+        (where, (torch.where,)),
+        (diagonal, (torch.diagonal, "diagonal", torch.diag, "diag", torch.trace, "trace")),
+        (cross, (torch.cross, "cross", torch.linalg.cross)),
+        (narrow, (torch.narrow, "narrow")),
+        (select, (torch.select, "select")),
+        (repeat_interleave, (torch.repeat_interleave, "repeat_interleave")),
+        (searchsorted, (torch.searchsorted,)),
+        (bucketize, (torch.bucketize,)),
+        (one_hot, (F.one_hot,)),
+        (arange, (torch.arange,)),
+    ):
+        for t in targets:
+            register(t, rule)
+
+
 def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
     """Register every rule of this module with fxsym (called from the plugin hook)."""
     for f in _ELEMENTWISE_FUNCS:
@@ -761,11 +1224,11 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
         register(f, same_as_input)
     for m in dict.fromkeys(_UNARY_METHODS):
         register(m, same_as_input)
-    for t in (torch.sum, torch.mean, torch.amax, torch.amin, torch.prod, torch.std,
-              torch.var, torch.max, torch.min, torch.logsumexp, torch.norm, torch.argmax,
-              torch.argmin, torch.all, torch.any, "sum", "mean", "amax", "amin", "prod", "std",
-              "var", "max", "min", "logsumexp", "norm", "argmax", "argmin", "all", "any"):
+    for t in (torch.sum, torch.mean, torch.amax, torch.amin, torch.prod, torch.logsumexp,
+              torch.all, torch.any, torch.nansum, torch.nanmean, "sum", "mean", "amax", "amin",
+              "prod", "logsumexp", "all", "any", "nansum", "nanmean"):
         register(t, reduction)
+    register_order_rules(register)
     register(torch.cat, concat)
     register(torch.concat, concat)
     register(torch.concatenate, concat)
@@ -795,7 +1258,7 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
               "is_floating_point", "tolist", "item", operator.not_, operator.is_,
               operator.is_not, len, isinstance, math.prod):
         register(t, not_a_tensor)
-    for t in (torch.zeros, torch.ones, torch.empty, torch.full, torch.arange, torch.rand,
+    for t in (torch.zeros, torch.ones, torch.empty, torch.full, torch.rand,
               torch.randn, torch.tensor, torch.zeros_like, torch.ones_like, torch.empty_like,
               torch.full_like, torch.rand_like, torch.randn_like, "new_zeros", "new_ones",
               "new_empty", "new_full", "new_tensor", "bernoulli_", "uniform_", "normal_",
