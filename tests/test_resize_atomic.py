@@ -322,3 +322,12 @@ def test_whatever_a_failing_rule_rebinds_is_restored() -> None:
         pm.unregister(name="meddling-resize")
     _assert_identical(model, snap)
     assert model[0].tags == [1, 2] and not model.training
+
+
+def test_a_size_for_a_model_on_the_meta_device_is_a_typed_error() -> None:
+    model = _small()
+    sm = fxsym.analyze(model, example_inputs=X)
+    model.to("meta")
+    with pytest.raises(fxsym.ResizeError, match=r"0.out_channels.*meta.*indices"):
+        fxsym.resize(model, sm, {"0.out_channels": 3})
+    assert model[0].weight.shape == (8, 3, 3, 3)

@@ -184,7 +184,15 @@ def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
         entry = registry.sym_info_entry(type(mod)) if mod is not None else None
         if mod is None or entry is None or entry.importance is None:
             continue
-        score = torch.as_tensor(entry.importance(mod, sname)).detach().float().flatten()
+        try:
+            score = torch.as_tensor(entry.importance(mod, sname)).detach().float().flatten()
+        except Exception as exc:
+            raise ResizeError(f"{group.name}: scoring {qualname}.{sname} failed: {exc}; pass "
+                              "indices instead of a size") from exc
+        if score.device.type == "meta":
+            raise ResizeError(f"{group.name}: the weights of {qualname} are on the meta device "
+                              "and hold no values to rank entries by; pass indices instead "
+                              "of a size")
         if score.numel() % group.size:
             continue
         score = score.reshape(group.size, -1).sum(1).cpu()
