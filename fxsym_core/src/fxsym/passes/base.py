@@ -11,6 +11,11 @@ rules keep the pipeline's promises (roll back, never touch the user's model):
 
 Ordering is declared, not implied: ``before``/``after`` name other passes (``"*"`` means every
 other pass). Names unknown to the current pipeline are ignored.
+
+Numerics are declared too: ``exact=True`` promises that the pass never changes the model's
+outputs, not even by rounding (it removes identities, dead code, in-place writes). A pass that
+may change them (folding a BatchNorm, fusing a formula into one kernel, any pass of unknown
+effect — the default) runs only where it can be verified: see :mod:`fxsym.passes.pipeline`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Pass:
 
     ``fn(gm) -> int`` edits ``gm`` in place and returns the number of changes. ``default``
     puts the pass in the pipeline :func:`fxsym.optimize` runs when ``passes`` is ``None``.
+    ``exact`` says the pass never changes the values the model computes (module docstring).
     """
 
     name: str
@@ -42,6 +48,7 @@ class Pass:
     after: tuple[str, ...] = ()
     default: bool = True
     description: str = ""
+    exact: bool = False
 
     def __post_init__(self) -> None:
         self.before = _names(self.before)
@@ -69,6 +76,7 @@ def graph_pass(
     before: str | Iterable[str] = (),
     after: str | Iterable[str] = (),
     default: bool = True,
+    exact: bool = False,
 ) -> Callable[[PassFn], Pass]:
     """Decorator: turn ``fn(gm) -> int`` into a :class:`Pass` (named after ``fn``)."""
 
@@ -79,6 +87,7 @@ def graph_pass(
             before=_names(before),
             after=_names(after),
             default=default,
+            exact=exact,
         )
 
     return wrap
@@ -92,8 +101,9 @@ class PassRecord:
     source: str
     changes: int = 0
     seconds: float = 0.0
-    status: str = "ok"  # ok | rolled back | skipped
+    status: str = "ok"  # ok | rolled back | refused | skipped
     message: str = ""
+    verified: bool = False  # its changes are exact, or matched the original outputs
 
 
 @dataclass
@@ -101,6 +111,11 @@ class PipelineReport:
     """Per-pass records of one :func:`fxsym.optimize` run (``gm.meta["fxsym_passes"]``)."""
 
     records: list[PassRecord] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        """Every change kept is exact or was checked against the original model's outputs."""
+        return all(r.verified for r in self.records if r.status == "ok" and r.changes)
 
     @property
     def changes(self) -> int:

@@ -4,7 +4,10 @@ Nothing the caller owns is modified: an ``nn.Module`` is traced (tracing does no
 and a GraphModule is copied (:func:`~fxsym.passes.copying.working_copy`); every pass then
 edits that copy. With example inputs, shapes and dtypes are recorded on the nodes first
 (``meta['tensor_meta']``) — several rewrites need them to prove they are safe — and the
-outputs of that run are the reference for verification.
+outputs of that run are the one reference every pass is verified against. Without example
+inputs (given, or supplied by a plugin for the model's family), only exact passes may change
+the graph; the others are refused with a :class:`~fxsym.passes.PassWarning` (see
+:mod:`fxsym.passes.pipeline`).
 """
 
 from __future__ import annotations
@@ -56,9 +59,12 @@ def optimize(
     ``passes``: ``None`` for the default pipeline, or names / :class:`Pass` /
     :class:`Pattern` objects (ordered by their constraints, ties kept in the given order).
     ``example_inputs``: a tuple of args, a dict of kwargs or one tensor; with
-    ``verify=True`` each pass that changes something is checked on them and rolled back if
-    it changes the outputs (``on_mismatch`` chooses a warning or a :class:`PassError`).
-    The result carries the per-pass report in ``gm.meta["fxsym_passes"]``.
+    ``verify=True`` each pass that changes something is checked on them against the original
+    model's outputs and rolled back if it changes them (``on_mismatch`` chooses a warning or
+    a :class:`PassError`). Without them, ``verify=True`` refuses every pass that is not
+    exact (with a :class:`PassWarning`); ``verify=False`` applies everything unverified.
+    The result carries the per-pass report in ``gm.meta["fxsym_passes"]`` and, in
+    ``gm.meta["fxsym_verified"]``, whether every change kept is exact or was verified.
     """
     if not isinstance(model_or_gm, nn.Module):
         raise PassError(
@@ -93,4 +99,5 @@ def optimize(
         atol=atol,
     )
     gm.meta["fxsym_passes"] = report
+    gm.meta["fxsym_verified"] = report.verified
     return gm
