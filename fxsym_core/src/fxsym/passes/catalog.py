@@ -85,6 +85,7 @@ def core_passes() -> list[Pass]:
             remove_inplace,
             before=("remove_noops", PATTERN_STAGE),
             description="rewrite in-place ops out-of-place when provably safe",
+            exact=True,
         ),
         Pass(
             "remove_noops",
@@ -92,6 +93,7 @@ def core_passes() -> list[Pass]:
             after=("remove_inplace",),
             before=(PATTERN_STAGE,),
             description="drop identities, eval dropout, full slices, x*1, x+0, chained reshapes",
+            exact=True,
         ),
         PatternPass(
             PATTERN_STAGE,
@@ -104,6 +106,7 @@ def core_passes() -> list[Pass]:
             dead_code_elimination,
             after=("*",),
             description="erase unused nodes that have no effect",
+            exact=True,
         ),
     ]
 

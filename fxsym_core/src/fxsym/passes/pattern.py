@@ -58,10 +58,12 @@ class Pattern:
     """Base class of graph patterns (see :class:`ChainPattern`, :class:`SubgraphPattern`).
 
     ``stage`` names the pattern pass that applies it (``"patterns"`` by default);
-    ``priority`` breaks ties between patterns of equal size (lower first).
+    ``priority`` breaks ties between patterns of equal size (lower first); ``exact`` says
+    the rewrite never changes the values computed (see :class:`~fxsym.passes.Pass`).
     """
 
     name: str = ""
+    exact: bool = False
     stage: str = "patterns"
     priority: int = 0
 
