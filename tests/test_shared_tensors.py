@@ -67,8 +67,9 @@ class _TiedLM(nn.Module):
         self.head.weight = self.emb.weight
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        h = self.emb(ids)
-        return self.head(h + self.down(torch.relu(self.up(h))))
+        # the graph alone never meets the embedding's width and the head's input: only the
+        # shared weight ties them
+        return self.head(self.down(torch.relu(self.up(self.emb(ids)))))
 
 
 def test_parameter_shared_by_two_leaves_ties_their_symbols() -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..errors import PluginError
 from ..registry import get_registry
 from ..symbols import Symbol, SymMap
 from ..tracer.report import TraceReport
@@ -129,6 +130,8 @@ class Analyzer:
             return rule(ctx)
         except Unsupported as exc:
             return self.boundary(node, str(exc) or "unsupported")
+        except PluginError:  # strict mode: a failing plugin stops the analysis
+            raise
         except Exception as exc:  # a broken rule costs precision, never correctness
             return self.boundary(node, f"op rule failed: {type(exc).__name__}: {exc}")
 

@@ -7,7 +7,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import AnalysisError
-from ..plugins.manager import get_plugin_manager
+from ..plugins.calls import first_result
 from ..symbols import SymGroup, SymMap
 from ..tracer import trace
 from ..tracer.guard import serialised
@@ -61,7 +61,7 @@ def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:
         return None, True
     if outputs is not None:
         return normalize_contract(outputs), True
-    default = get_plugin_manager().hook.fxsym_default_outputs(model=model)
+    default = first_result("fxsym_default_outputs", model=model)
     return normalize_contract(default), False
 
 
