@@ -66,6 +66,14 @@ def _assert_identical(model: nn.Module, snap: Snapshot) -> None:
         assert t.dtype == bits.dtype and torch.equal(t.detach(), bits), k
 
 
+def _sharing(model: nn.Module) -> list[list[str]]:
+    """The names of the parameters and buffers that are one tensor object."""
+    places: dict[int, list[str]] = {}
+    for k, t in model.state_dict(keep_vars=True).items():
+        places.setdefault(id(t), []).append(k)
+    return sorted(v for v in places.values() if len(v) > 1)
+
+
 @contextmanager
 def _fault_at(n: int, exc: Callable[[str], BaseException] = Fault) -> Iterator[list[int]]:
     """Make the ``n``-th module attribute write raise ``exc``; yields the write count."""
@@ -126,14 +134,21 @@ def _mha() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return _MHABlock().eval(), (torch.randn(1, 5, 8),)
 
 
-def _llama() -> tuple[nn.Module, dict[str, torch.Tensor]]:
+def _llama(tied: bool = False) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     cfg = transformers.AutoConfig.for_model(
         "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=64, tie_word_embeddings=tied)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if tied:
+        assert model.lm_head.weight is model.model.embed_tokens.weight
     return model.eval(), {"input_ids": torch.tensor([[1, 2, 3, 4]])}
+
+
+def _llama_tied() -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """The re-tying of ``lm_head`` to the embedding is part of the transaction too."""
+    return _llama(tied=True)
 
 
 def _run(model: nn.Module, inputs: Any) -> torch.Tensor:
@@ -142,8 +157,8 @@ def _run(model: nn.Module, inputs: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
-@pytest.mark.parametrize("build", [_vit, _swin, _mha, _llama],
-                         ids=["vit", "swin", "mha", "llama"])
+@pytest.mark.parametrize("build", [_vit, _swin, _mha, _llama, _llama_tied],
+                         ids=["vit", "swin", "mha", "llama", "llama-tied"])
 def test_fault_at_every_write_leaves_the_model_identical(build: Callable[[], Any]) -> None:
     model, inputs = build()
     sm = fxsym.analyze(model, example_inputs=inputs)
@@ -176,6 +191,7 @@ def test_fault_at_every_write_leaves_the_model_identical(build: Callable[[], Any
         plain = {k: v for k, v in vars(m).items() if isinstance(v, (int, float, str, tuple))}
         assert plain == {k: v for k, v in vars(r).items() if k in plain}, name
     assert torch.equal(_run(model, inputs), _run(reference, inputs))
+    assert _sharing(model) == _sharing(reference)  # tied parameters are still tied
     # the rules replace tensors, never write into them: the originals are untouched
     for _, (obj, bits, version, _) in snap["tensors"].items():
         assert obj._version == version and torch.equal(obj.detach(), bits)
