@@ -151,14 +151,19 @@ def _llama_tied() -> tuple[nn.Module, dict[str, torch.Tensor]]:
     return _llama(tied=True)
 
 
+def _conv_bn() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """BatchNorm's running statistics: buffers are written through ``__setattr__`` too."""
+    return _small(), X
+
+
 def _run(model: nn.Module, inputs: Any) -> torch.Tensor:
     with torch.no_grad():
         out = model(**inputs) if isinstance(inputs, dict) else model(*inputs)
     return out.logits if hasattr(out, "logits") else out
 
 
-@pytest.mark.parametrize("build", [_vit, _swin, _mha, _llama, _llama_tied],
-                         ids=["vit", "swin", "mha", "llama", "llama-tied"])
+@pytest.mark.parametrize("build", [_vit, _swin, _mha, _llama, _llama_tied, _conv_bn],
+                         ids=["vit", "swin", "mha", "llama", "llama-tied", "conv-bn"])
 def test_fault_at_every_write_leaves_the_model_identical(build: Callable[[], Any]) -> None:
     model, inputs = build()
     sm = fxsym.analyze(model, example_inputs=inputs)
