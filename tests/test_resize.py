@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import warnings
-
 import copy
+import warnings
 
 import pytest
 import torch
