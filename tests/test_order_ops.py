@@ -252,3 +252,32 @@ def test_repeat_interleave_keeps_the_group_in_longer_blocks() -> None:
     groups = {g.name: set(g.members) for g in sm.groups()}
     assert MIX in groups["a.out_features"]
     assert ("c", "in_features") in groups["b.out_features"]
+
+
+def test_embedding_pins_the_rows_its_ids_pick() -> None:
+    """``F.embedding(ids, table)``: the ids are positions in the table's rows, so a group the
+    rows are tied to (here through ``proj``'s outputs) is pinned; the columns keep theirs."""
+
+    class Table(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(6, 10)
+            self.cols = nn.Linear(6, 4)
+            self.table = nn.Parameter(torch.randn(10, 4))
+            self.head = nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+            score = (self.proj(x) * self.table.sum(1)).sum(-1, keepdim=True)
+            rows = F.embedding(ids, self.table) + self.cols(x)
+            return self.head(rows) + score
+
+    model = Table()
+    for n in (2, 3):
+        inputs = (torch.randn(n, 6), torch.arange(n) * 3)
+        sm = assert_oracles(model, inputs)
+        assert check_permutation(model, sm, inputs, seeds=SEEDS).ok
+        assert ("proj", "out_features") not in _members(sm)
+        assert sm.why_constant("proj", "out_features") == (
+            "embedding picks the weight's rows by position")
+        groups = {g.name: set(g.members) for g in sm.groups()}
+        assert {("", "table:1"), ("head", "in_features")} <= groups["cols.out_features"]

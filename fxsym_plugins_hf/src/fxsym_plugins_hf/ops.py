@@ -5,8 +5,10 @@
 * ``torch.nn.functional.embedding`` (an ``nn.Embedding`` subclass with its own ``forward``,
   such as OPT's learned positions, is traced through to it): the output's last dimension is
   the weight's columns, so the weight becomes a parameter member of the hidden-size group;
-  the indices' dimensions are fixed. The weight's rows (the vocabulary) do not reach the
-  output and are left alone.
+  the indices' dimensions are fixed. The indices pick the weight's rows by position, so the
+  rows (the vocabulary) are pinned: were they tied to a group (a tied output projection
+  whose logits end in a reduction), permuting that group would change which row each id
+  reads.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def embedding(ctx: OpContext) -> Layout:
     lw = ctx.tensor_layout(weight)
     if len(lw) != 2:
         ctx.unsupported("embedding weight of unexpected rank")
+    ctx.fix(lw[0], "embedding picks the weight's rows by position")
     return TensorLayout([*(fixed_dim(s) for s in ctx.shape(idx)), lw[1]])
 
 
