@@ -291,3 +291,133 @@ def test_factories_with_traced_sizes_and_nested_fallback_unwinds_module_stack() 
     for shape in ((2, 3, 4), (5, 7, 4)):
         x = torch.randn(*shape)
         _same(gm, model, x)
+
+
+@torch.fx.wrap
+def check_metadata(x: torch.Tensor) -> torch.Tensor:
+    """A function kept as one node whose own check fails (its message mentions 'meta')."""
+    if x.shape[-1] != 4:
+        raise RuntimeError(f"metadata mismatch: expected 4 features, got {x.shape[-1]}")
+    return x
+
+
+def test_unknown_values_are_told_from_model_errors_by_type() -> None:
+    class NeedsData(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 8)
+            self.b = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            scale = x.abs().max().item()  # a RuntimeError on meta: the data is unknown
+            picked = x.nonzero()  # no meta kernel (NotImplementedError)
+            h = self.b(torch.relu(self.a(x)))
+            return h * scale + picked.shape[0] * 0
+
+    sm = fxsym.analyze(NeedsData(), example_inputs=(torch.randn(2, 4),))
+    assert [g.name for g in sm.groups()] == ["a.out_features"]
+    unknown = " ".join(e.message for e in sm.trace_report.of_kind("unknown-value"))
+    assert "item" in unknown and "nonzero" in unknown
+
+    class Checks(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(6, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return check_metadata(self.a(x)[..., :3])
+
+    with pytest.raises(fxsym.ModelError, match="metadata mismatch"):
+        fxsym.analyze(Checks(), example_inputs=(torch.randn(2, 6),))
+
+
+class _Validates(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] != 3:
+            raise ValueError(f"expected 3 channels, got {x.shape[1]}")
+        return self.a(x)
+
+
+def test_a_model_rejecting_its_inputs_is_a_model_error() -> None:
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = _Validates()
+            self.b = nn.Conv2d(8, 4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.inner(x))
+
+    bad = (torch.randn(1, 4, 8, 8),)
+    for model in (_Validates(), Outer()):  # at the root, and in a submodule
+        with pytest.raises(fxsym.ModelError, match="expected 3 channels"):
+            fxsym.analyze(model, example_inputs=bad)
+    assert [g.name for g in fxsym.analyze(Outer(), example_inputs=(torch.randn(1, 3, 8, 8),))
+            .groups()] == ["inner.a.out_channels"]
+
+
+def test_trace_errors_suggest_example_inputs_only_when_none_were_given() -> None:
+    import json
+
+    class Dumps(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            json.dumps({"n": x.shape[0]})  # a Proxy is not JSON
+            return x
+
+    with pytest.raises(fxsym.TraceError) as info:
+        fxsym.trace(Dumps(), example_inputs=(torch.randn(2, 3),))
+    assert "example_inputs" not in str(info.value) and "leaf" in str(info.value)
+    with pytest.raises(fxsym.TraceError, match="Pass example_inputs"):
+        fxsym.trace(Dumps())
+
+
+class _PosConv(nn.Module):
+    """wav2vec2's positional convolution: a weight-normed Conv1d added to its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv1d(4, 8, 1)
+        self.b = nn.Conv1d(8, 16, 1)
+        self.conv = nn.utils.parametrizations.weight_norm(
+            nn.Conv1d(16, 16, 3, padding=1, groups=2), name="weight", dim=2)
+        self.out = nn.Conv1d(16, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.b(torch.relu(self.a(x)))
+        return self.out(h + torch.nn.functional.gelu(self.conv(h)))
+
+
+def test_parametrized_modules_are_traced_into_and_analysis_holds() -> None:
+    from helpers import assert_oracles
+
+    model = _PosConv().eval()
+    x = (torch.randn(1, 4, 10),)
+    sm = assert_oracles(model, x)
+    assert [g.name for g in sm.groups()] == ["a.out_channels"]
+    assert [e.where for e in sm.trace_report.of_kind("traced-into")] == ["conv"]
+    gm = fxsym.trace(model, example_inputs=x)
+    _same(gm, model, *x)
+
+
+def test_torch_tensor_of_a_traced_size() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(6, 12)
+            self.b = nn.Linear(12, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            n = torch.tensor(x.shape[-2], dtype=torch.float32)
+            scale = torch.tensor([x.shape[0], x.shape[1]]).prod()
+            return self.b(torch.relu(self.a(x))) / n.sqrt() + scale
+
+    model = Scaled().eval()
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 5, 6),))
+    assert [g.name for g in sm.groups()] == ["a.out_features"]
+    gm = sm.graph_module
+    for shape in ((2, 5, 6), (3, 7, 6)):
+        _same(gm, model, torch.randn(*shape))

@@ -238,8 +238,10 @@ class FxsymTracer(torch.fx.Tracer):
                 self.report.add("unknown-value", where,
                                 f"node {node.name}: {type(exc).__name__}: {exc}")
                 return _FAILED
-            if node.op == "call_module" and str(node.target) in self.fallback_leaves:
-                self.report.add("unknown-value", where, f"node {node.name}: {exc}")
+            if (node.op == "call_module" and str(node.target) in self.fallback_leaves
+                    and not isinstance(exc, _MODEL_RAISED)):  # it already failed to trace
+                self.report.add("unknown-value", where,
+                                f"node {node.name}: {type(exc).__name__}: {exc}")
                 return _FAILED
             raise ModelError(
                 f"the model raised at node {node.name!r} ({where}) on the example inputs: "
@@ -340,6 +342,9 @@ class _DataDependence(TorchDispatchMode):
             raise _NeedsData(str(func))
         return func(*args, **kwargs)
 
+
+#: errors a model raises to reject its inputs: with example inputs given, the model raised
+_MODEL_RAISED = (ValueError, AssertionError)
 
 #: errors that mean "the value is unknown" (not "the model raised"): no meta kernel, no data
 #: to copy out of a meta tensor, torch's data-dependent errors
@@ -518,30 +523,35 @@ def _trace(
     values, concrete, auto = _bind(model, inputs, concrete_args)
     report = TraceReport()
     tracer = FxsymTracer(values, report, defaults=auto)
-    before = set(vars(model))
-    try:
-        with plugin_calls.trace_contexts(model, inputs):
-            try:
-                graph = tracer.trace(model, concrete_args=concrete or None)
-            except (TraceError, PluginError):
-                raise
-            except Exception as exc:
-                hint = ("Pass example_inputs so that shape-dependent code resolves, or make "
-                        "the failing module a leaf" if inputs is None
-                        else "Make the failing module a leaf")
-                raise TraceError(
-                    f"tracing {type(model).__name__} failed: {type(exc).__name__}: {exc}. "
-                    f"{hint} (a leaf policy or SymMap.register)."
-                ) from exc
-            name = type(model).__name__
-            gm = torch.fx.GraphModule(tracer.root, graph, name)
-    finally:
-        for attr in set(vars(model)) - before:  # fx stores tensor constants on the root
-            delattr(model, attr)
+    with plugin_calls.trace_contexts(model, inputs):
+        try:
+            graph = tracer.trace(model, concrete_args=concrete or None)
+        except (TraceError, PluginError):
+            raise
+        except _MODEL_RAISED as exc:
+            if inputs is None:
+                raise _trace_error(model, exc, inputs) from exc
+            raise ModelError(
+                f"{type(model).__name__} raised on the example inputs: "
+                f"{type(exc).__name__}: {exc}. Check that example_inputs have the shapes "
+                "and dtypes the model expects."
+            ) from exc
+        except Exception as exc:
+            raise _trace_error(model, exc, inputs) from exc
+        name = type(model).__name__
+        gm = torch.fx.GraphModule(tracer.root, graph, name)
     _drop_concretization_checks(gm, auto)
     gm.trace_report = report  # type: ignore[assignment]
     gm.example_inputs = inputs  # type: ignore[assignment]
     return gm
+
+
+def _trace_error(model: nn.Module, exc: Exception, inputs: Any) -> TraceError:
+    """A trace that cannot proceed; example inputs are suggested only when none were given."""
+    hint = ("Pass example_inputs so that shape-dependent code resolves, or make "
+            "the failing module a leaf" if inputs is None else "Make the failing module a leaf")
+    return TraceError(f"tracing {type(model).__name__} failed: {type(exc).__name__}: {exc}. "
+                      f"{hint} (a leaf policy or SymMap.register).")
 
 
 def _drop_concretization_checks(gm: torch.fx.GraphModule, auto: set[str]) -> None:
