@@ -192,19 +192,26 @@ def _internal(size: int, *, sortable: bool = True, constant: bool = False) -> Sy
 
 
 def attention_info(module: nn.Module) -> SymInfo:
+    """The leaf's symbols (see the module docstring). Heads are constant where the latest
+    trace handed the module a per-head tensor (:mod:`.perhead`)."""
+    from .perhead import per_head_input  # imports this module
+
     spec = describe(module)
     if spec is None or not spec.leaf:
         return SymInfo()
+    pinned = per_head_input(module) is not None
     symbols: dict[str, Symbol] = {"hidden": Symbol(cl_type=IN, elastic_dims={-1})}
     if spec.o is None:  # the concatenated heads leave the module
         heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
         heads.block = spec.head_dim  # type: ignore[attr-defined]
+        if pinned:
+            heads.disable()
         symbols["heads"] = heads
         return SymInfo(**symbols)
     symbols["out_features"] = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
-    symbols["heads"] = _internal(spec.n_kv)
+    symbols["heads"] = _internal(spec.n_kv, constant=pinned)
     if spec.rep > 1:
-        symbols["queries_per_kv"] = _internal(spec.rep)
+        symbols["queries_per_kv"] = _internal(spec.rep, constant=pinned)
     symbols["head_dim"] = _internal(spec.head_dim, sortable=not spec.rotary,
                                     constant=spec.rotary)
     return SymInfo(**symbols)

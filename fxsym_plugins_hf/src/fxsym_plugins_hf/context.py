@@ -9,7 +9,8 @@ For the duration of one trace, and restored afterwards even when tracing raises:
   ``batched_mm`` experts kernel (``eager`` loops over the experts hit, which depends on data;
   ``grouped_mm`` has no meta kernel for float32);
 * the attention-mask builders become single opaque calls (:mod:`.masks`);
-* attention and rotary classes of the model are made known to fxsym (:mod:`.discovery`);
+* attention and rotary classes of the model are made known to fxsym (:mod:`.discovery`),
+  and attention leaves handed a per-head tensor are recorded (:mod:`.perhead`);
   rotary modules whose update depends on data compute their trace-time value without it
   (:mod:`.rotary`).
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from torch import nn
 
-from . import discovery, rotary
+from . import discovery, perhead, rotary
 from .masks import mask_builders_as_leaves
 
 TRACEABLE_ATTENTION = ("eager", "sdpa")
@@ -94,6 +95,7 @@ def hf_trace_context(model: nn.Module) -> Iterator[None]:
     """Everything a transformers model needs to be traced, undone on exit."""
     with ExitStack() as stack:
         discovery.discover(model)
+        stack.enter_context(perhead.watch(model))
         stack.enter_context(_config_overrides(model_configs(model)))
         stack.enter_context(mask_builders_as_leaves())
         stack.enter_context(rotary.meta_friendly(model))

@@ -1,19 +1,37 @@
-"""Which module classes of a model are attention (or rotary-embedding) modules.
+"""Which module classes the hf plugin describes, decided by the class alone.
 
-fxsym's registry is keyed by class. Rather than list attention classes family by family, the
-hf plugin inspects each model it is asked to trace (:func:`discover`, called from the trace
-context): every class with an instance that :func:`.attention.describe` recognizes is
-recorded, and the plugin's ``fxsym_register_sym_infos`` hook describes the recorded classes.
-When a model brings new classes, the registry is told to collect the plugins' hooks afresh
-(``Registry.invalidate``). A registration describes a
-class, not a patch: it outlives the trace harmlessly.
+**Attention.** A module that *looks* like attention (query/key/value projections, a
+``hidden_states`` argument, a head count) may still mix its heads: roll them, sum them, run a
+linear map across them. A leaf hides that from fxsym, so the plugin makes a leaf only of
+modules whose ``forward`` it knows (:func:`known_attention`): a ``forward`` defined by
+transformers itself that hands its per-head queries, keys and values to transformers' shared
+attention interface (``ALL_ATTENTION_FUNCTIONS``, with ``eager_attention_forward`` as the
+default). That is the convention of every transformers attention module: project, view as
+``(..., heads, head_dim)``, attend each head on its own, concatenate, project out. A subclass
+keeps the verdict only if it keeps that ``forward``. Any other module, however attention-like,
+is traced through: fxsym's op rules then derive from the graph what its heads may do (a
+subclass overriding a known class's ``forward`` is named in the trace report as
+``traced-into`` by fxsym's registry).
 
-Each instance then decides on its own whether it is a leaf (:func:`leaf_policy`): one
-attention class may serve as self-attention (a leaf) and as cross-attention (traced through).
+**Rotary embeddings.** A class whose ``forward`` takes ``(x, position_ids)``; each instance
+then decides (:mod:`.rotary`).
+
+**History.** fxsym's registry is keyed by class, so the plugin registers the classes it
+describes. Whether a class is registered is a pure function of the class (cached by class), and
+:func:`discover` registers every such class in the MRO of a model's modules before that model
+is traced. So everything that decides a model's groups depends on that model alone, not on
+which models were analyzed before in the same process; classes registered for earlier models
+are never consulted for modules that are not of (or derived from) them.
+
+Each instance then decides on its own whether it is a leaf (:func:`leaf_policy`): one attention
+class may serve as self-attention (a leaf) and as cross-attention (traced through).
 """
 
 from __future__ import annotations
 
+import dis
+import functools
+import inspect
 from typing import Any
 
 from torch import nn
@@ -21,28 +39,67 @@ from torch import nn
 from . import rotary
 from .attention import describe
 
-#: attention and rotary-embedding classes found so far, and classes known to be neither
-ATTENTION_CLASSES: dict[type, None] = {}
-ROTARY_CLASSES: dict[type, None] = {}
-_NEITHER: set[type] = set()
+#: global names whose use in ``forward`` shows the shared per-head attention interface
+ATTENTION_INTERFACE = "ALL_ATTENTION_FUNCTIONS"
+
+
+def _forward(cls: type) -> Any:
+    return inspect.unwrap(getattr(cls, "forward", None) or (lambda: None))
+
+
+@functools.cache
+def known_attention(cls: type) -> bool:
+    """Whether ``cls``'s ``forward`` is a transformers attention ``forward`` that attends each
+    head on its own through the shared attention interface (a pure function of the class)."""
+    forward = _forward(cls)
+    code = getattr(forward, "__code__", None)
+    if code is None or not str(getattr(forward, "__module__", "")).startswith("transformers."):
+        return False
+    names = {ins.argval for ins in dis.get_instructions(code)
+             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    return ATTENTION_INTERFACE in names
+
+
+@functools.cache
+def known_rotary(cls: type) -> bool:
+    """Whether ``cls`` has a rotary embedding's ``forward(x, position_ids, ...)``."""
+    return rotary.rotary_forward(cls)
+
+
+class Known:
+    """The classes registered with fxsym so far. Membership is a pure function of the class
+    (:func:`known_attention`, :func:`known_rotary`): this is a cache, not a history."""
+
+    def __init__(self) -> None:
+        self.attention: dict[type, None] = {}
+        self.rotary: dict[type, None] = {}
+
+    def add(self, cls: type) -> bool:
+        """Record ``cls`` if the plugin describes it; whether it was new."""
+        if cls in self.attention or cls in self.rotary:
+            return False
+        if known_attention(cls):
+            self.attention[cls] = None
+        elif known_rotary(cls):
+            self.rotary[cls] = None
+        else:
+            return False
+        return True
+
+
+KNOWN = Known()
 
 
 def discover(model: nn.Module) -> list[type]:
-    """Record the attention and rotary classes of ``model``; returns the new ones."""
+    """Register the attention and rotary classes in the MRO of ``model``'s modules; returns
+    the ones registered now."""
     new: list[type] = []
-    for mod in model.modules():
-        cls = type(mod)
-        if (cls in ATTENTION_CLASSES or cls in ROTARY_CLASSES or cls in _NEITHER
-                or cls.__module__.startswith("torch.")):
-            continue
-        if describe(mod) is not None:
-            ATTENTION_CLASSES[cls] = None
-        elif rotary.is_rotary(mod):
-            ROTARY_CLASSES[cls] = None
-        else:
-            _NEITHER.add(cls)
-            continue
-        new.append(cls)
+    for cls in {type(mod): None for mod in model.modules()}:
+        for base in cls.__mro__:
+            if base is nn.Module:
+                break
+            if not base.__module__.startswith("torch.") and KNOWN.add(base):
+                new.append(base)
     if new:
         _reregister()
     return new
@@ -56,20 +113,20 @@ def _reregister() -> None:
 
 
 def leaf_policy(module: nn.Module, qualname: str) -> bool | None:
-    """A recognized attention module is a leaf unless a leaf would hide a tie; a rotary
-    module is a leaf if its update depends on data."""
+    """A known attention module is a leaf unless a leaf would hide a tie; a rotary module is
+    a leaf if its update depends on data. Anything else is not this plugin's to decide."""
     cls = type(module)
-    if cls in ATTENTION_CLASSES:
+    if known_attention(cls):
         spec = describe(module)
         return bool(spec is not None and spec.leaf)
-    if cls in ROTARY_CLASSES:
+    if known_rotary(cls) and rotary.is_rotary(module):
         return rotary.data_dependent(module)
     return None
 
 
 def attention_classes() -> list[Any]:
-    return list(ATTENTION_CLASSES)
+    return list(KNOWN.attention)
 
 
 def rotary_classes() -> list[Any]:
-    return list(ROTARY_CLASSES)
+    return list(KNOWN.rotary)

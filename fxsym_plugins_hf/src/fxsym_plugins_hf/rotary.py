@@ -27,15 +27,17 @@ from fxsym import Symbol, SymInfo
 from fxsym_plugins_nn.modules import IN
 
 
-def _forward_params(module: nn.Module) -> set[str]:
+def rotary_forward(cls: type) -> bool:
+    """Whether ``cls.forward`` takes a rotary embedding's ``(x, position_ids)``."""
     try:
-        return set(inspect.signature(inspect.unwrap(type(module).forward)).parameters)
-    except (TypeError, ValueError):
-        return set()
+        params = inspect.signature(inspect.unwrap(cls.forward)).parameters  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return {"x", "position_ids"} <= set(params)
 
 
 def is_rotary(module: nn.Module) -> bool:
-    return "inv_freq" in module._buffers and {"x", "position_ids"} <= _forward_params(module)
+    return "inv_freq" in module._buffers and rotary_forward(type(module))
 
 
 def data_dependent(module: nn.Module) -> bool:
@@ -46,7 +48,7 @@ def data_dependent(module: nn.Module) -> bool:
 
 
 def rotary_info(module: nn.Module) -> SymInfo:
-    if not data_dependent(module):
+    if not (is_rotary(module) and data_dependent(module)):
         return SymInfo()
     return SymInfo(hidden=Symbol(cl_type=IN, elastic_dims={-1}))
 
