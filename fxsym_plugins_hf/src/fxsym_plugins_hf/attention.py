@@ -1,10 +1,12 @@
-"""Attention modules: found by their structure, described as one leaf each.
+"""Attention modules: described as one leaf each, by their structure.
 
 Every transformers attention module is built from the same blocks: query/key/value
 projections (separate ``nn.Linear``/``Conv1D`` children, or one fused ``c_attn``), an
 optional output projection, and a head layout read from attributes (``num_heads``,
-``head_dim``, ...) or the config. :func:`describe` recognizes that structure on any module, so
-a family needs no code of its own. A recognized module is traced as a leaf with these symbols:
+``head_dim``, ...) or the config. :func:`describe` reads that structure, so a family needs no
+code of its own. Structure alone does not say that heads are independent: it is applied only to
+modules whose ``forward`` the plugin knows (:func:`.discovery.known_attention`); anything else
+is traced through. A recognized module is traced as a leaf with these symbols:
 
 * ``hidden`` (INCOMING, last dim): the projections' input features;
 * ``out_features`` (OUTGOING, searchable): the output projection's rows; without an output
