@@ -33,8 +33,8 @@ def test_analyze_json_torchvision(capsys: pytest.CaptureFixture[str]) -> None:
 def test_analyze_factory_spec_and_bad_specs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,3,16,16"]) == 0
     assert "5 searchable groups" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="MODEL must look like"):
-        main(["analyze", "resnet18"])
+    assert main(["analyze", "resnet18"]) == 2
+    assert "MODEL must look like" in capsys.readouterr().err
     # wrong input shape: a clear error, exit code 2
     assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,4,16,16"]) == 2
     assert "ModelError" in capsys.readouterr().err
@@ -45,3 +45,41 @@ def test_console_script_runs() -> None:
     assert exe is not None, "the fxsym console script is not installed"
     res = subprocess.run([exe, "plugins"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "fxsym-plugins-nn" in res.stdout
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ("json:dumps", "json:dumps is not a model factory: calling it without arguments failed"),
+    ("os:sep", "os:sep is a str, not a model or a model factory"),
+    ("fxsym.demo:demo_model", "fxsym.demo:demo_model() returned a tuple, not a torch.nn.Module"),
+    ("fxsym.demo:NoSuchNet", "cannot load fxsym.demo:NoSuchNet: AttributeError"),
+    ("no_such_package_xyz:Net", "cannot load no_such_package_xyz:Net: ModuleNotFoundError"),
+    (":Net", "MODEL must look like"),
+])
+def test_bad_model_specs_are_one_line_errors(
+    spec: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["analyze", spec, "--input-shape", "1,3,8,8"]) == 2
+    assert _error_line(capsys.readouterr().err).startswith(f"fxsym: {says}")
+
+
+def test_bad_input_shape_and_model_errors_are_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,three,8,8"]) == 2
+    assert "--input-shape must be integers" in _error_line(capsys.readouterr().err)
+
+
+def test_console_script_never_prints_a_traceback() -> None:
+    exe = shutil.which("fxsym")
+    assert exe is not None
+    res = subprocess.run([exe, "analyze", "json:dumps"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 2
+    assert "not a model factory" in _error_line(res.stderr)
+
+
+def _error_line(stderr: str) -> str:
+    """The one error line after the progress lines ('loading ...', 'analyzing ...')."""
+    lines = [ln for ln in stderr.splitlines() if not ln.endswith(" ...")]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]

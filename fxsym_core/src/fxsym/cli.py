@@ -1,4 +1,8 @@
-"""The ``fxsym`` command line: ``analyze``, ``plugins`` and ``passes``."""
+"""The ``fxsym`` command line: ``analyze``, ``plugins`` and ``passes``.
+
+Every failure is reported as one line on stderr, ``fxsym: <what failed>``, with exit code 2
+(130 when interrupted); a traceback is never shown.
+"""
 
 from __future__ import annotations
 
@@ -16,28 +20,49 @@ from torch import nn
 from .errors import FxsymError
 
 
+class CliError(Exception):
+    """A command-line failure, shown as one line."""
+
+
 def load_model(spec: str) -> nn.Module:
-    """``torchvision:resnet50``, ``timm:resnet18`` or ``package.module:factory``."""
+    """``torchvision:resnet50``, ``timm:resnet18`` or ``package.module:factory`` (a module
+    instance, or a callable returning one when called without arguments)."""
     source, _, name = spec.partition(":")
-    if not name:
-        raise SystemExit(f"fxsym: MODEL must look like 'torchvision:resnet50' or "
-                         f"'package.module:factory', got {spec!r}")
-    if source == "torchvision":
-        import torchvision
+    if not source or not name:
+        raise CliError(f"MODEL must look like 'torchvision:resnet50' or "
+                       f"'package.module:factory', got {spec!r}")
+    try:
+        if source == "torchvision":
+            import torchvision
 
-        return torchvision.models.get_model(name, weights=None)
-    if source == "timm":
-        import timm
+            return torchvision.models.get_model(name, weights=None)
+        if source == "timm":
+            import timm
 
-        return timm.create_model(name, pretrained=False)
-    module = importlib.import_module(source)
-    obj: Any = module
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    model = obj() if not isinstance(obj, nn.Module) else obj
+            return timm.create_model(name, pretrained=False)
+        obj: Any = importlib.import_module(source)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:
+        raise CliError(f"cannot load {spec}: {_one_line(exc)}") from exc
+    if isinstance(obj, nn.Module):
+        return obj
+    if not callable(obj):
+        raise CliError(f"{spec} is a {type(obj).__name__}, not a model or a model factory")
+    try:
+        model = obj()
+    except Exception as exc:
+        raise CliError(f"{spec} is not a model factory: calling it without arguments "
+                       f"failed: {_one_line(exc)}") from exc
     if not isinstance(model, nn.Module):
-        raise SystemExit(f"fxsym: {spec} did not give a torch.nn.Module")
+        raise CliError(f"{spec}() returned a {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` with the message's whitespace (newlines included) collapsed."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _progress(msg: str) -> None:
@@ -58,17 +83,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         inputs = None
         label = args.model
     if args.input_shape:
-        shape = tuple(int(s) for s in args.input_shape.split(","))
+        try:
+            shape = tuple(int(s) for s in args.input_shape.split(","))
+        except ValueError as exc:
+            raise CliError(f"--input-shape must be integers separated by commas, like "
+                           f"1,3,224,224; got {args.input_shape!r}") from exc
         inputs = (torch.randn(*shape),)
     elif inputs is None and args.model and args.model.split(":")[0] in ("torchvision", "timm"):
         inputs = (torch.randn(1, 3, 224, 224),)
     _progress(f"analyzing {label} ...")
     start = time.perf_counter()
-    try:
-        sm = analyze(model, example_inputs=inputs)
-    except FxsymError as exc:
-        print(f"fxsym: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+    sm = analyze(model, example_inputs=inputs)
     elapsed = time.perf_counter() - start
     groups = sm.groups()
     report = [e for e in sm.trace_report if e.message != "reaches the model output"]
@@ -152,7 +177,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("fxsym: interrupted", file=sys.stderr)
+        return 130
+    except CliError as exc:
+        print(f"fxsym: {' '.join(str(exc).split())}", file=sys.stderr)
+    except FxsymError as exc:
+        print(f"fxsym: {_one_line(exc)}", file=sys.stderr)
+    except Exception as exc:
+        print(f"fxsym: unexpected error: {_one_line(exc)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
