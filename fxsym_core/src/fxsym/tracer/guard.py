@@ -79,44 +79,42 @@ def _is_torch_hook(hook: Any) -> bool:
     return owner == "torch" or owner.startswith("torch.")
 
 
-class _Contents:
-    """The items of one mutable container, and of the containers nested in it."""
+_MISSING = object()
 
-    __slots__ = ("container", "items", "nested")
 
-    def __init__(self, container: Any, seen: set[int]) -> None:
-        self.container = container
-        if isinstance(container, dict):
-            self.items: Any = list(container.items())
-            values = [v for _, v in self.items]
-        elif isinstance(container, list):
-            self.items = list(container)
-            values = self.items
-        else:
-            self.items = set(container)
-            values = []
-        self.nested = [_Contents(v, seen) for v in values if _fresh(v, seen)]
+def _record(container: Any, seen: set[int], out: list[tuple[Any, Any]]) -> None:
+    """Append ``(container, its items)`` to ``out``, then the same for nested containers."""
+    if isinstance(container, dict):
+        items: Any = tuple(container.items())
+        values: Any = container.values()
+    elif isinstance(container, list):
+        items = values = tuple(container)
+    else:
+        items, values = frozenset(container), ()
+    out.append((container, items))
+    for value in values:
+        if _fresh(value, seen):
+            _record(value, seen, out)
 
-    def restore(self) -> None:
-        for inner in self.nested:
-            inner.restore()
-        c = self.container
-        if isinstance(c, dict):
-            if len(c) != len(self.items) or any(
-                k not in c or c[k] is not v for k, v in self.items
-            ):
-                c.clear()
-                c.update(self.items)
-        elif isinstance(c, list):
-            if len(c) != len(self.items) or any(a is not b for a, b in zip(c, self.items)):
-                c[:] = self.items
-        elif c != self.items:
-            c.clear()
-            c.update(self.items)
+
+def _restore(container: Any, items: Any) -> None:
+    """Put ``items`` back into ``container`` in place, if they changed."""
+    if isinstance(container, dict):
+        if len(container) != len(items) or any(
+            container.get(k, _MISSING) is not v for k, v in items
+        ):
+            container.clear()
+            container.update(items)
+    elif isinstance(container, list):
+        if len(container) != len(items) or any(a is not b for a, b in zip(container, items)):
+            container[:] = items
+    elif container != items:
+        container.clear()
+        container.update(items)
 
 
 def _fresh(value: Any, seen: set[int]) -> bool:
-    """A container not snapshotted yet (shared or cyclic containers are taken once)."""
+    """A container not recorded yet (shared or cyclic containers are recorded once)."""
     if not isinstance(value, _CONTAINERS) or isinstance(value, nn.Module) or id(value) in seen:
         return False
     seen.add(id(value))
@@ -133,14 +131,16 @@ class ModuleGuard:
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self._attrs: list[tuple[nn.Module, dict[str, Any]]] = []
-        self._contents: list[_Contents] = []
+        self._contents: list[tuple[Any, Any]] = []
 
     def __enter__(self) -> ModuleGuard:
         seen: set[int] = set()
         for mod in self.model.modules():
             state = vars(mod)
             self._attrs.append((mod, dict(state)))
-            self._contents.extend(_Contents(v, seen) for v in state.values() if _fresh(v, seen))
+            for value in state.values():
+                if _fresh(value, seen):
+                    _record(value, seen, self._contents)
         for mod, _ in self._attrs:
             _hide_hooks(mod)
         return self
@@ -157,8 +157,8 @@ class ModuleGuard:
             for key, value in saved.items():
                 if state.get(key, saved) is not value:
                     state[key] = value
-        for contents in self._contents:
-            contents.restore()
+        for container, items in self._contents:
+            _restore(container, items)
 
 
 def _hide_hooks(mod: nn.Module) -> None:
