@@ -75,6 +75,10 @@ PINNED: list[tuple[str, Callable[[Probe, torch.Tensor], torch.Tensor], set, str]
      "returns positions"),
     ("argmax-flat", lambda m, h: h.argmax() + h.sum(1), {A, B}, "flattened"),
     ("torch-argmax", lambda m, h: torch.argmax(h, 1), {A}, "argmax returns positions"),
+    ("flatten-argmax", lambda m, h: h.sum(2, keepdim=True).expand(-1, -1, 3).flatten(1)
+     .argmax(1)[:, None] + h.sum(1), {A}, "argmax returns positions"),
+    ("max-indices-gather", lambda m, h: h.gather(1, h.max(1, keepdim=True).indices)[:, 0],
+     {A}, "max returns positions"),
     ("max-indices", lambda m, h: h.max(1).indices, {A}, "max returns positions"),
     ("min-indices", lambda m, h: torch.min(h, dim=1)[1], {A}, "min returns positions"),
     ("median-indices", lambda m, h: h.median(1).indices, {A}, "median returns positions"),
