@@ -59,13 +59,15 @@ class OracleResult:
 
     ``checked`` counts the groups the oracle exercised; ``failed`` names the groups that broke
     it; ``error`` says what went wrong when no single group can be blamed (or in addition);
-    ``details`` lists every individual mismatch found (a member of the wrong size, ...).
+    ``details`` lists every individual mismatch found (a member of the wrong size, ...);
+    ``notes`` lists doubts that do not fail the check (see :func:`check_shrink`).
     """
 
     checked: int = 0
     failed: list[str] = field(default_factory=list)
     error: str | None = None
     details: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     seeds: tuple[int, ...] = ()
 
     @property
@@ -234,7 +236,10 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     * every resized module's integer attributes: one that equalled the size of a weight
       dimension that changed must still equal the size of one of the dimensions it equalled
       (``Conv2d.out_channels`` follows ``weight.shape[0]``; a stale attribute is a bug even
-      when the forward pass happens to run).
+      when the forward pass happens to run). This fails the check for a module with a
+      SymInfo (its resize rule owns those attributes); for a module that only owns parameter
+      members (``(owner, "name:dim")``, resized entry by entry, attributes untouched) a stale
+      attribute is listed in ``notes``.
 
     The expected size of a member's dimension follows its layout: the chosen share of each
     group laid along it, fixed entries unchanged.
@@ -285,7 +290,11 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
             result.details.append(f"{qualname}.{sname}: size {sorted(got)}, expected {length}")
             _blame(result, group_of.get(key, qualname))
     for q in owners:
+        described = modules[q] in sm
         for attr, problem in _stale_attributes(modules[q], before[q], attrs[q]):
+            if not described:  # no SymInfo, so no resize rule that could keep it up to date
+                result.notes.append(f"{q}.{attr}: {problem}")
+                continue
             result.details.append(f"{q}.{attr}: {problem}")
             _blame(result, next((g for (m, _), g in group_of.items() if m == q), q))
     return result
