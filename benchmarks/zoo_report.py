@@ -43,8 +43,8 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         perm, shrink = check_permutation(model, sm, x), check_shrink(model, sm, x)
         rows.append([name, len(sm.groups()), f"{coverage(sm):.2f}",
-                     "ok" if perm.ok else f"FAIL {perm.failed[:2]} {perm.error or ''}",
-                     "ok" if shrink.ok else f"FAIL {shrink.error}",
+                     perm.status if perm.status != "failed" else str(perm)[:60],
+                     shrink.status if shrink.status != "failed" else str(shrink)[:60],
                      len(sm.trace_report.fallbacks), f"{elapsed:.2f}"])
         del model, sm
     print(table(rows, ["model", "groups", "coverage", "permutation", "shrink", "fallbacks",
