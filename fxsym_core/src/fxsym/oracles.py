@@ -236,10 +236,11 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     * every resized module's integer attributes: one that equalled the size of a weight
       dimension that changed must still equal the size of one of the dimensions it equalled
       (``Conv2d.out_channels`` follows ``weight.shape[0]``; a stale attribute is a bug even
-      when the forward pass happens to run). This fails the check for a module with a
-      SymInfo (its resize rule owns those attributes); for a module that only owns parameter
-      members (``(owner, "name:dim")``, resized entry by entry, attributes untouched) a stale
-      attribute is listed in ``notes``.
+      when the forward pass happens to run). This fails the check for an attribute named
+      like one of the module's SymInfo symbols (its resize rule owns it); any other
+      attribute — of such a module, or of a module that only owns parameter members
+      (``(owner, "name:dim")``, resized entry by entry) — may equal a weight dimension by
+      coincidence (a window of 3 beside 3 heads), so it is listed in ``notes``.
 
     The expected size of a member's dimension follows its layout: the chosen share of each
     group laid along it, fixed entries unchanged.
@@ -291,8 +292,11 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
             _blame(result, group_of.get(key, qualname))
     for q in owners:
         described = modules[q] in sm
+        symbols = set(sm[modules[q]]) if described else set()
         for attr, problem in _stale_attributes(modules[q], before[q], attrs[q]):
-            if not described:  # no SymInfo, so no resize rule that could keep it up to date
+            if attr.partition("[")[0] not in symbols:
+                # not a size the SymInfo names (or no SymInfo, so no resize rule that could
+                # keep it up to date): equal to a weight dim maybe only by coincidence
                 result.notes.append(f"{q}.{attr}: {problem}")
                 continue
             result.details.append(f"{q}.{attr}: {problem}")
