@@ -1,7 +1,9 @@
 """Both oracles over torchvision's classification zoo.
 
 The default suite runs a representative subset (``test_zoo_subset``); ``pytest -m zoo`` runs
-every classification model (``test_zoo_all``).
+every classification model (``test_zoo_all``). Every model must have at least one group (a
+classifier whose every size is pinned is an analysis that found nothing), except those listed
+in ``NO_GROUP`` with the reason.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ SUBSET = {
 }
 
 
+#: models allowed to have no group at all, each with the reason (none known today)
+NO_GROUP: dict[str, str] = {}
+
+
 def input_size(name: str) -> int:
     if name.startswith(("vit_", "swin", "maxvit")):
         return 224
@@ -38,7 +44,9 @@ def _check(name: str, min_coverage: float = 0.0) -> None:
     torch.manual_seed(0)
     model = torchvision.models.get_model(name, weights=None).eval()
     size = input_size(name)
-    sm = assert_oracles(model, (torch.randn(1, 3, size, size),), min_groups=0)
+    sm = assert_oracles(model, (torch.randn(1, 3, size, size),),
+                        min_groups=0 if name in NO_GROUP else 1,
+                        expect_unchecked=name in NO_GROUP)
     assert coverage(sm) >= min_coverage, (name, coverage(sm))
 
 
