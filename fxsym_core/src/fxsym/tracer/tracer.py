@@ -29,6 +29,7 @@ import contextlib
 import functools
 import inspect
 import operator
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,7 +38,6 @@ import torch.fx
 from torch import nn
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.fx._symbolic_trace import _assert_is_none, _Patcher
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.nn.utils import parametrize
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -269,7 +269,7 @@ class FxsymTracer(torch.fx.Tracer):
         whose result depends on a meta tensor's data (``.item()``, ``bool(t)``, ``nonzero``):
         meta kernels report those with a plain ``RuntimeError``, as they do a shape mismatch.
         """
-        if isinstance(exc, _VALUE_UNKNOWN):
+        if _value_unknown_type(exc):
             return True
         try:
             with _DataDependence():
@@ -352,9 +352,18 @@ _VALUE_UNKNOWN: tuple[type[Exception], ...] = (
     NotImplementedError,
     DataDependentOutputException,
     DynamicOutputShapeException,
-    GuardOnDataDependentSymNode,
     _NeedsData,
 )
+
+
+def _value_unknown_type(exc: Exception) -> bool:
+    """``exc`` is one of :data:`_VALUE_UNKNOWN`, or torch's ``GuardOnDataDependentSymNode``
+    (looked up only if its module is loaded: importing it costs most of a second)."""
+    if isinstance(exc, _VALUE_UNKNOWN):
+        return True
+    shapes = sys.modules.get("torch.fx.experimental.symbolic_shapes")
+    guard = getattr(shapes, "GuardOnDataDependentSymNode", None)
+    return guard is not None and isinstance(exc, guard)
 
 
 def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
