@@ -1,11 +1,14 @@
 """The tracer: torch.fx with hook-driven leaves, shape-aware proxies and robust fallback."""
 
+from .guard import TRACE_LOCK, ModuleGuard
 from .proxy import ShapeProxy, value_of
 from .report import ReportEntry, TraceReport
 from .tracer import FxsymTracer, resolve_example_inputs, to_meta, trace
 
 __all__ = [
+    "TRACE_LOCK",
     "FxsymTracer",
+    "ModuleGuard",
     "ReportEntry",
     "ShapeProxy",
     "TraceReport",
