@@ -134,6 +134,31 @@ def test_zoo_models_untouched(name: str) -> None:
     _check_untouched(*_torchvision(name))
 
 
+#: Hugging Face models whose forward reassigns attributes from traced sizes
+HF = {
+    "swin": ("AutoModelForImageClassification",
+             dict(embed_dim=16, depths=[1, 1], num_heads=[2, 4], image_size=32, patch_size=4,
+                  window_size=4)),  # SwinLayer.set_shift_and_window_size: window_size
+    "funnel": ("AutoModelForSequenceClassification",
+               dict(vocab_size=100, d_model=32, n_head=2, d_head=16, d_inner=64,
+                    block_sizes=[1, 1], block_repeats=[1, 1], num_decoder_layers=1)),  # seq_len
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF))
+def test_hugging_face_attribute_writes_stay_inside_the_trace(name: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    auto, kwargs = HF[name]
+    torch.manual_seed(0)
+    model = getattr(transformers, auto).from_config(
+        transformers.AutoConfig.for_model(name, **kwargs)).eval()
+    before = state_of(model)
+    first = _groups(fxsym.analyze(model))  # the hf plugin supplies the example inputs
+    assert first and state_of(model) == before
+    assert _groups(fxsym.analyze(model)) == first
+    assert _groups(fxsym.analyze(copy.deepcopy(model))) == first
+
+
 def test_failed_analysis_of_a_detection_model_leaves_it_as_it_was() -> None:
     torch.manual_seed(0)
     model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
