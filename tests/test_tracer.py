@@ -421,3 +421,22 @@ def test_torch_tensor_of_a_traced_size() -> None:
     gm = sm.graph_module
     for shape in ((2, 5, 6), (3, 7, 6)):
         _same(gm, model, torch.randn(*shape))
+
+
+def test_values_of_factories_stay_real_until_they_meet_meta_ones() -> None:
+    class Positions(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 8)
+            self.b = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            pos = torch.arange(x.shape[1])
+            if (pos >= 3).any():  # real values: the question resolves at trace time
+                x = x + pos[:, None] + torch.zeros(x.shape[0], x.shape[1], 1)
+            return self.b(torch.relu(self.a(x)))
+
+    model = Positions().eval()
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 5, 4),))
+    assert [g.name for g in sm.groups()] == ["a.out_features"]
+    _same(sm.graph_module, model, torch.randn(2, 5, 4))

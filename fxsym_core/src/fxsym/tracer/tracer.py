@@ -224,10 +224,12 @@ class FxsymTracer(torch.fx.Tracer):
             args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), self._arg_value)
         except _UnknownValue:
             return _FAILED
+        if node.op == "call_module" or _mixes_devices((args, kwargs)):
+            # a factory given traced sizes ran for real (``torch.arange(n)``): its value stays
+            # real while only real values meet it, and meets meta ones on the meta device
+            args, kwargs = to_meta((args, kwargs))
         try:
-            value = self._evaluate(node, args, kwargs)
-            # a factory given traced sizes ran for real: keep every value on the meta device
-            return to_meta(value) if node.op == "call_function" else value
+            return self._evaluate(node, args, kwargs)
         except (ModelError, PluginError):
             raise
         except Exception as exc:
@@ -364,6 +366,15 @@ def _value_unknown_type(exc: Exception) -> bool:
     shapes = sys.modules.get("torch.fx.experimental.symbolic_shapes")
     guard = getattr(shapes, "GuardOnDataDependentSymNode", None)
     return guard is not None and isinstance(exc, guard)
+
+
+def _mixes_devices(value: Any) -> bool:
+    """Whether ``value`` holds both meta and real tensors."""
+    meta = real = False
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, torch.Tensor):
+            meta, real = meta or leaf.is_meta, real or not leaf.is_meta
+    return meta and real
 
 
 def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
