@@ -36,6 +36,7 @@ from torch.utils import _pytree as pytree
 
 from .analysis import analyze
 from .analysis.analyzer import resolve_dim
+from .analysis.outputs import Contract, select_outputs
 from .resize import resize
 from .symbols import SymMap
 
@@ -90,8 +91,10 @@ class OracleResult:
         return f"FAILED {self.failed[:5]} {self.error or ''} {shown}".strip()
 
 
-def run_model(model: nn.Module, example_inputs: Any) -> list[torch.Tensor]:
-    """Run ``model`` on example inputs; the output's tensors, flattened."""
+def run_model(model: nn.Module, example_inputs: Any,
+              contract: Contract | None = None) -> list[torch.Tensor]:
+    """Run ``model`` on example inputs; the tensors of the outputs in ``contract`` (default:
+    every output; see :mod:`fxsym.analysis.outputs`), flattened."""
     with torch.no_grad():
         if isinstance(example_inputs, dict):
             out = model(**example_inputs)
@@ -99,9 +102,11 @@ def run_model(model: nn.Module, example_inputs: Any) -> list[torch.Tensor]:
             out = model(*example_inputs)
         else:
             out = model(example_inputs)
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    return [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    if contract is None:
+        picked = [out.to_tuple() if hasattr(out, "to_tuple") else out]
+    else:
+        picked = select_outputs(out, contract, strict=False)
+    return [t for t in pytree.tree_leaves(picked) if isinstance(t, torch.Tensor)]
 
 
 def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
@@ -201,7 +206,7 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     sizes = {g.name: g.size for g in symmap.groups()}
     for seed in seeds:
         base, base_sm = perturbed(model, seed, symmap)
-        reference = run_model(base, example_inputs)
+        reference = run_model(base, example_inputs, symmap.output_contract)
         gen = torch.Generator().manual_seed(seed)
         perms = {n: moving_permutation(sizes[n], gen) for n in names}
         if _close(reference, _permuted(base, base_sm, example_inputs, perms), rtol, atol):
@@ -219,7 +224,7 @@ def _permuted(base: nn.Module, symmap: SymMap, example_inputs: Any,
               perms: dict[str, torch.Tensor]) -> list[torch.Tensor]:
     clone, sm = copy.deepcopy((base, symmap))
     resize(clone, sm, perms)
-    return run_model(clone, example_inputs)
+    return run_model(clone, example_inputs, symmap.output_contract)
 
 
 def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
@@ -251,7 +256,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     if not groups:
         return result
     base, base_sm = perturbed(model, seed, symmap)
-    reference = run_model(base, example_inputs)
+    reference = run_model(base, example_inputs, symmap.output_contract)
     clone, sm = copy.deepcopy((base, base_sm))
     chosen = {g.name: max(1, g.size // 2) for g in groups}
     modules = dict(clone.named_modules())
@@ -268,7 +273,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     observed: dict[tuple[str, str], set[int]] = {}
     handles = _measure(sm, modules, observed, {k for k in expected if k not in sm._param_members})
     try:
-        out = run_model(clone, example_inputs)
+        out = run_model(clone, example_inputs, symmap.output_contract)
     except Exception as exc:
         result.error = f"the shrunk model fails: {type(exc).__name__}: {exc}"
         return result
