@@ -36,12 +36,10 @@ def _to_graph_module(model: nn.Module, example_inputs: Any = None) -> fx.GraphMo
 
 
 def _default_inputs(model: nn.Module) -> Any:
-    try:
-        from ..plugins.manager import get_plugin_manager
+    """The plugins' default example inputs (a failing plugin is disabled and reported)."""
+    from ..plugins.calls import example_inputs
 
-        return get_plugin_manager().hook.fxsym_example_inputs(model=model)
-    except Exception:
-        return None
+    return example_inputs(model)
 
 
 def optimize(
