@@ -176,7 +176,7 @@ def test_outputs_outside_the_contract_do_not_pin(outputs: object) -> None:
 
 
 def test_unknown_output_name_is_a_typed_error() -> None:
-    with pytest.raises(fxsym.AnalysisError, match="'logit'.*logits"):
+    with pytest.raises(fxsym.AnalysisError, match=r"'logit'.*logits"):
         fxsym.analyze(_TwoOutputs(), example_inputs=(torch.randn(2, 8),), outputs="logit")
     with pytest.raises(fxsym.AnalysisError):
         fxsym.analyze(_TwoOutputs(), example_inputs=(torch.randn(2, 8),), outputs=[])

@@ -24,8 +24,6 @@ from ..symbols import Symbol, SymMap
 from ..tracer.report import TraceReport
 from .context import OpContext, Unsupported
 from .groups import GroupTable
-from .outputs import Contract, output_keys, select_outputs
-from .shared import tie_shared_tensors
 from .layout import (
     Dim,
     Layout,
@@ -36,6 +34,8 @@ from .layout import (
     group_dim,
     iter_dims,
 )
+from .outputs import Contract, output_keys, select_outputs
+from .shared import tie_shared_tensors
 
 
 def _qualname(target: Any) -> str:
