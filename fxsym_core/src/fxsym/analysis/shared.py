@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 #: a dim that no symbol of a leaf sizes, or that several size: it pins what meets it
 _PIN = "pin"
 
+#: what a probe of one symbol found: the leaf's tensor shapes after its rule kept all but one
+#: unit, that unit's length in entries, and the symbol's Dim (``None``: the rule failed)
+Probe = tuple[dict[str, tuple[int, ...]], int, Dim] | None
+
 
 @dataclass(frozen=True)
 class _Place:
@@ -65,10 +69,10 @@ def tie_shared_tensors(an: Analyzer) -> None:
                 tensors[id(t)] = t
                 places.setdefault(id(t), []).append(_Place(node, str(node.target), rel))
         elif node.op == "get_attr" and str(node.target) in an.param_reads:
-            t = _tensor_at(model, str(node.target))
-            if t is not None:
-                tensors[id(t)] = t
-                places.setdefault(id(t), []).append(_Place(node))
+            read = _tensor_at(model, str(node.target))
+            if read is not None:
+                tensors[id(read)] = read
+                places.setdefault(id(read), []).append(_Place(node))
     probes = _Probes(an)
     for tid, where in places.items():
         if len(where) < 2:
@@ -126,7 +130,7 @@ class _Probes:
 
     def __init__(self, an: Analyzer) -> None:
         self.an = an
-        self._shapes: dict[str, dict[str, tuple[tuple[int, ...], int, Dim] | None]] = {}
+        self._probes: dict[str, dict[str, Probe]] = {}
 
     def dims(self, place: _Place, tensor: torch.Tensor) -> list[Any]:
         """Per dim of ``tensor`` at ``place``: the Dim sizing it there, or ``_PIN``."""
@@ -139,26 +143,26 @@ class _Probes:
         shape = tuple(tensor.shape)
         out: list[Any] = []
         for d, size in enumerate(shape):
-            sizers = []
+            sizers: list[tuple[int, int, Dim] | None] = []
             for result in probed.values():
                 if result is None:  # a rule that could not be probed may size anything
                     sizers.append(None)
                     continue
                 shapes, drop, dim = result
-                new = shapes.get(place.rel)  # type: ignore[attr-defined]
+                new = shapes.get(place.rel)
                 if new is None or len(new) != len(shape):
                     sizers.append(None)
                 elif new[d] != size:
                     sizers.append((size - new[d], drop, dim))
-            if len(sizers) == 1 and sizers[0] is not None:
-                delta, drop, dim = sizers[0]
-                out.append(dim if delta == drop and dim_size(dim) == size else _PIN)
+            only = sizers[0] if len(sizers) == 1 else None
+            if only is not None and only[0] == only[1] and dim_size(only[2]) == size:
+                out.append(only[2])
             else:
                 out.append(_PIN)
         return out
 
-    def _probe(self, leaf: str) -> dict[str, Any]:
-        known = self._shapes.get(leaf)
+    def _probe(self, leaf: str) -> dict[str, Probe]:
+        known = self._probes.get(leaf)
         if known is not None:
             return known
         an = self.an
@@ -166,7 +170,7 @@ class _Probes:
         name = an.symmap._mod_to_name.get(mod, leaf)
         entry = an.registry.sym_info_entry(type(mod))
         info = an.symmap._map.get(mod)
-        result: dict[str, Any] = {}
+        result: dict[str, Probe] = {}
         if entry is None or entry.resize is None or info is None:
             result["<no resize rule>"] = None
         else:
@@ -175,12 +179,12 @@ class _Probes:
                 if dim is None:
                     continue
                 result[sname] = _run_rule(entry, mod, sname, dim, an)
-        self._shapes[leaf] = result
+        self._probes[leaf] = result
         return result
 
 
 def _run_rule(entry: SymInfoEntry, mod: nn.Module, sname: str, dim: Dim,
-              an: Analyzer) -> tuple[dict[str, tuple[int, ...]], int, Dim] | None:
+              an: Analyzer) -> Probe:
     """Shapes of ``mod``'s tensors after its rule keeps all but the last unit of ``sname``."""
     last = dim[-1]
     drop = 1 if last.group is None else last.length // an.table.units[an.table.find(last.group)]
