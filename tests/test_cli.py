@@ -83,3 +83,15 @@ def _error_line(stderr: str) -> str:
     lines = [ln for ln in stderr.splitlines() if not ln.endswith(" ...")]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     return lines[0]
+
+
+def test_analyze_outputs_option_narrows_the_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torchvision")
+    spec = ["analyze", "torchvision:squeezenet1_1", "--input-shape", "1,3,64,64", "--json"]
+    assert main(spec) == 0
+    assert json.loads(capsys.readouterr().out)["output_contract"] is None
+    assert main([*spec, "--outputs", "0"]) == 0
+    assert json.loads(capsys.readouterr().out)["output_contract"] == [0]
+    assert main([*spec, "--outputs", "logits"]) == 2
+    err = capsys.readouterr().err
+    assert "'logits' is not among the model's outputs" in err and "Traceback" not in err

@@ -93,7 +93,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         inputs = (torch.randn(1, 3, 224, 224),)
     _progress(f"analyzing {label} ...")
     start = time.perf_counter()
-    sm = analyze(model, example_inputs=inputs)
+    outputs: Any = None
+    if args.outputs:
+        outputs = [int(k) if k.lstrip("-").isdigit() else k for k in args.outputs.split(",")]
+        outputs = "*" if outputs == ["*"] else outputs
+    sm = analyze(model, example_inputs=inputs, outputs=outputs)
     elapsed = time.perf_counter() - start
     groups = sm.groups()
     report = [e for e in sm.trace_report if e.message != "reaches the model output"]
@@ -101,6 +105,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print(json.dumps({
             "model": label,
             "seconds": round(elapsed, 4),
+            "output_contract": None if sm.output_contract is None else list(sm.output_contract),
             "groups": [{"name": g.name, "size": g.size, "sortable": g.is_sortable,
                         "members": [list(m) for m in g.members]} for g in groups],
             "trace_report": [{"kind": e.kind, "where": e.where, "message": e.message}
@@ -170,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    " (default: a built-in demo model)")
     p.add_argument("--input-shape", help="shape of one random input tensor, e.g. 1,3,224,224")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--outputs", help="the outputs whose sizes must stay, by name or position "
+                   "(e.g. logits or 0,1; * for every output); default: the plugins' choice "
+                   "for the model's family, else every output")
     p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
     p.set_defaults(func=cmd_analyze)
     p = sub.add_parser("plugins", help="list plugins and what each contributed")
