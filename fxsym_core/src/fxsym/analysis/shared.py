@@ -22,7 +22,6 @@ slices the tensor, and ``resize`` re-shares tensors that were shared before.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ import torch.fx
 from torch import nn
 
 from ..registry import SymInfoEntry
+from ..tracer.tracer import meta_copy
 from .context import OpContext, Unsupported
 from .layout import Dim, TensorLayout, dim_size
 
@@ -200,22 +200,4 @@ def _run_rule(entry: SymInfoEntry, mod: nn.Module, sname: str, dim: Dim,
     return {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, drop, dim
 
 
-def meta_copy(mod: nn.Module) -> nn.Module:
-    """A copy of ``mod`` and its submodules whose tensors are on the meta device and whose
-    attribute containers are copies: anything done to it leaves ``mod`` as it was."""
-    clone = copy.copy(mod)
-    state = vars(clone)
-    for key, value in list(state.items()):
-        if isinstance(value, (list, dict, set)) and key not in (
-                "_parameters", "_buffers", "_modules"):
-            state[key] = copy.copy(value)
-    state["_parameters"] = {
-        k: None if v is None else nn.Parameter(v.detach().to("meta"), v.requires_grad)
-        for k, v in mod._parameters.items()}
-    state["_buffers"] = {k: None if v is None else v.detach().to("meta")
-                         for k, v in mod._buffers.items()}
-    state["_modules"] = {k: None if v is None else meta_copy(v) for k, v in mod._modules.items()}
-    return clone
-
-
-__all__ = ["meta_copy", "tie_shared_tensors"]
+__all__ = ["tie_shared_tensors"]

@@ -26,6 +26,7 @@ mutates the model.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import operator
@@ -300,7 +301,7 @@ class FxsymTracer(torch.fx.Tracer):
             return args[0]
         clone = self._meta_modules.get(id(mod))
         if clone is None:
-            clone = self._meta_modules[id(mod)] = _meta_copy(mod)
+            clone = self._meta_modules[id(mod)] = meta_copy(mod)
         with self._quietly():
             return clone(*args, **kwargs)
 
@@ -436,15 +437,20 @@ def _plain_output(out: Any) -> Any:
     return out
 
 
-def _meta_copy(mod: nn.Module) -> nn.Module:
-    """A shallow copy of ``mod`` (and its submodules) whose parameters and buffers are meta
-    tensors; the original is untouched."""
-    clone = object.__new__(type(mod))  # copy.copy refuses parametrized modules
-    vars(clone).update(vars(mod))
-    clone._parameters = {k: None if v is None else to_meta(v)  # type: ignore[assignment]
-                         for k, v in mod._parameters.items()}
-    clone._buffers = {k: None if v is None else to_meta(v) for k, v in mod._buffers.items()}
-    clone._modules = {k: None if v is None else _meta_copy(v) for k, v in mod._modules.items()}
+def meta_copy(mod: nn.Module) -> nn.Module:
+    """A copy of ``mod`` and its submodules whose parameters and buffers are meta tensors
+    (parameters stay ``Parameter``s) and whose attribute containers are copies: running it, or
+    a resize rule on it, leaves ``mod`` as it was. Not ``copy.copy``: parametrized modules
+    refuse it."""
+    clone = object.__new__(type(mod))
+    state = vars(clone)
+    for key, value in vars(mod).items():
+        state[key] = copy.copy(value) if isinstance(value, (list, dict, set)) else value
+    state["_parameters"] = {
+        k: None if v is None else nn.Parameter(to_meta(v), requires_grad=False)
+        for k, v in mod._parameters.items()}
+    state["_buffers"] = {k: None if v is None else to_meta(v) for k, v in mod._buffers.items()}
+    state["_modules"] = {k: None if v is None else meta_copy(v) for k, v in mod._modules.items()}
     return clone
 
 
