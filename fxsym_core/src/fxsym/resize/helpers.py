@@ -18,7 +18,7 @@ def keep_entries(module: nn.Module, name: str, dim: int, index: torch.Tensor) ->
         return
     index = index.to(device=tensor.device, dtype=torch.long)
     with torch.no_grad():
-        new = tensor.detach().index_select(dim, index).clone()
+        new = tensor.detach().index_select(dim, index)  # a new tensor: the old one stays
     if isinstance(tensor, nn.Parameter):
         new = nn.Parameter(new, requires_grad=tensor.requires_grad)
     setattr(module, name, new)
