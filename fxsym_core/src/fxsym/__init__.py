@@ -13,6 +13,7 @@ from .errors import (
     FxsymError,
     ModelError,
     PassError,
+    PassWarning,
     PluginError,
     PluginWarning,
     ResizeError,
@@ -61,7 +62,7 @@ __all__ = [
 
 
 _PASSES = frozenset({"optimize", "Pass", "Pattern", "ChainPattern", "Step", "SubgraphPattern",
-                     "OpAlias", "ModuleSemantics", "PassWarning", "graph_pass"})
+                     "OpAlias", "ModuleSemantics", "graph_pass"})
 
 
 def __getattr__(name: str) -> object:

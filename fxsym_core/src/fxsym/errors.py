@@ -43,6 +43,10 @@ class PassError(FxsymError):
     """A pass of the optimize pipeline failed or changed the model's outputs."""
 
 
+class PassWarning(UserWarning):
+    """A pass refused a rewrite, or was rolled back because it changed the outputs."""
+
+
 class ResizeWarning(UserWarning):
     """A resize did something the caller may not expect (it untied a shared parameter)."""
 

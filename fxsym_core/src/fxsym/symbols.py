@@ -47,7 +47,17 @@ class Symbol:
         is_sortable: bool = True,
         cl_type: Symbol.CLType = CLType.NONE,
         elastic_dims: Iterable[int] | None = None,
+        *,
+        units: int | None = None,
+        size: int | None = None,
+        block: int = 1,
     ) -> None:
+        #: an INCOMING symbol's dim may only change in this many whole pieces (conv groups)
+        self.units = units
+        #: the size of a searchable symbol that is not cross-layer (heads inside a leaf)
+        self.size = size
+        #: entries per unit of an OUTGOING symbol (a head of ``head_dim`` features)
+        self.block = block
         self._is_searchable = is_searchable
         self._is_sortable = is_sortable
         self._is_constant = False

@@ -187,7 +187,7 @@ def _other_tensors(module: nn.Module, projections: set[str],
 # -- SymInfo ---------------------------------------------------------------------------------
 def _internal(size: int, *, sortable: bool = True, constant: bool = False) -> Symbol:
     sym = Symbol(is_searchable=not constant, is_sortable=sortable)
-    sym.size = size  # type: ignore[attr-defined]
+    sym.size = size
     if constant:
         sym.disable()
     return sym
@@ -205,7 +205,7 @@ def attention_info(module: nn.Module) -> SymInfo:
     symbols: dict[str, Symbol] = {"hidden": Symbol(cl_type=IN, elastic_dims={-1})}
     if spec.o is None:  # the concatenated heads leave the module
         heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
-        heads.block = spec.head_dim  # type: ignore[attr-defined]
+        heads.block = spec.head_dim
         if pinned:
             heads.disable()
         symbols["heads"] = heads

@@ -62,7 +62,7 @@ def conv_info(mod: nn.Module) -> SymInfo:
         return SymInfo(in_channels=in_sym, out_channels=out_sym)
     # grouped (and depthwise): output channels of conv group g read only the input channels of
     # group g, so channels can only go a whole conv group at a time, on both sides at once
-    in_sym.units = groups  # type: ignore[attr-defined]
+    in_sym.units = groups
     out_sym = Symbol(cl_type=OUT, elastic_dims=dims)
     out_sym.link_to(in_sym)
     return SymInfo(in_channels=in_sym, out_channels=out_sym)
@@ -187,7 +187,7 @@ def mha_info(mod: nn.Module) -> SymInfo:
         embed.disable()
         out.disable()
         return SymInfo(embed_dim=embed, embed_dim_out=out)
-    embed.units = m.num_heads  # type: ignore[attr-defined]
+    embed.units = m.num_heads
     out.link_to(embed)
     return SymInfo(embed_dim=embed, embed_dim_out=out)
 
@@ -213,7 +213,7 @@ def swin_attention_info(mod: nn.Module) -> SymInfo:
     """Like MultiheadAttention: the width is ``num_heads * head_dim`` on both sides, so the
     embedding dim changes a whole head at a time and the output follows the input."""
     dim = Symbol(cl_type=IN, elastic_dims={-1})
-    dim.units = mod.num_heads  # type: ignore[attr-defined]
+    dim.units = mod.num_heads
     out = Symbol(cl_type=OUT, elastic_dims={-1})
     out.link_to(dim)
     return SymInfo(dim=dim, dim_out=out)

@@ -224,7 +224,7 @@ class Analyzer:
             consumed.add(d)
             if sym.is_constant:
                 self.fix(x[d], f"{name}.{sname} cannot change", node)
-            units = getattr(sym, "units", None)
+            units = sym.units
             if units and not sym.is_constant:  # e.g. conv groups: whole groups only
                 if len(x[d]) != 1:
                     self.fix(x[d], f"{name}.{sname}: groups over concatenated inputs", node)
@@ -233,10 +233,10 @@ class Analyzer:
             self._attach(name, sname, x[d], node)
             incoming[id(sym)] = (x[d], units)
         for sname, sym in info.symbols.items():  # internal searchable sizes (heads, ...)
-            size = getattr(sym, "size", None)
+            size = sym.size
             if not sym.is_cross_layer and sym.is_searchable and size and (
                     (name, sname) not in self._out_groups):
-                self._outgoing(name, sname, sym, int(size) * int(getattr(sym, "block", 1) or 1))
+                self._outgoing(name, sname, sym, size * sym.block)
         if info.is_shape_preserving:
             if ctx.shape(tensors[0]) != ctx.out_shape():
                 ctx.unsupported(f"shape-preserving {type(mod).__name__} changed the shape")
@@ -291,7 +291,7 @@ class Analyzer:
 
     def _outgoing(self, name: str, sname: str, sym: Symbol, size: int) -> Dim:
         key = (name, sname)
-        block = int(getattr(sym, "block", 1) or 1)
+        block = sym.block
         g = self._out_groups.get(key)
         if g is None:
             g = self.table.new(size // block)

@@ -12,7 +12,8 @@ Plugins contribute all of these with the ``fxsym_register_patterns(register)`` h
 
 from __future__ import annotations
 
-from .base import Pass, PassRecord, PassWarning, PipelineReport, graph_pass
+from ..errors import PassWarning
+from .base import Pass, PassRecord, PipelineReport, graph_pass
 from .catalog import PatternPass, all_passes, get_pass
 from .chain import ChainPattern, Step
 from .engine import PatternEngine, apply_patterns

@@ -29,10 +29,6 @@ from torch import fx
 PassFn = Callable[[fx.GraphModule], int]
 
 
-class PassWarning(UserWarning):
-    """A pass refused a rewrite, or was rolled back because it changed the outputs."""
-
-
 @dataclass
 class Pass:
     """A named graph pass with ordering constraints.

@@ -22,9 +22,10 @@ from typing import Any
 
 from torch import fx
 
+from ..errors import PassWarning
 from ..plugins.manager import get_plugin_manager
 from ..registry import get_registry
-from .base import Pass, PassWarning
+from .base import Pass
 from .core.dce import dead_code_elimination
 from .core.inplace import remove_inplace
 from .core.noop import remove_noops

@@ -35,8 +35,8 @@ from typing import Any, Literal
 
 from torch import fx
 
-from ..errors import PassError
-from .base import Pass, PassRecord, PassWarning, PipelineReport
+from ..errors import PassError, PassWarning
+from .base import Pass, PassRecord, PipelineReport
 from .catalog import PatternPass, all_passes, catalog, distribution, get_pass
 from .ordering import order_passes
 from .pattern import Pattern

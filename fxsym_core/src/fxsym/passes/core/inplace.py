@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from ..base import PassWarning
+from ...errors import PassWarning
 from ..ops import INPLACE_OPERATORS, Modules, OpTable, is_fresh, mutated_arg
 from ..pattern import RewriteContext
 
