@@ -119,3 +119,33 @@ def test_add_sym_info_by_hand() -> None:
     assert "1" in dict(sm.named_sym_dicts())
     with pytest.raises(ValueError):
         sm.add_sym_info(nn.Linear(1, 1), SymInfo())
+
+
+def test_register_takes_resize_and_importance_like_the_plugin_hook() -> None:
+    class Gate(nn.Module):  # one learned weight per feature, owned by this application
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.arange(1.0, n + 1))
+            self.n = n
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.weight
+
+    def resize_gate(mod: nn.Module, name: str, index: torch.Tensor) -> None:
+        mod.weight = nn.Parameter(mod.weight.detach()[index])
+        mod.n = len(index)
+
+    def info(mod: nn.Module) -> SymInfo:
+        return SymInfo(is_shape_preserving=True, n=Symbol(cl_type=IN, elastic_dims={-1}))
+
+    SymMap.register(Gate, resize=resize_gate, importance=lambda m, s: m.weight.abs())(info)
+    try:
+        model = nn.Sequential(nn.Linear(3, 6), Gate(6), nn.Linear(6, 2))
+        sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 3),))
+        group = sm.group("0.out_features")
+        assert ("1", "n") in group.members
+        fxsym.resize(model, sm, {"0.out_features": [5, 1, 3]})
+        assert model[1].n == 3 and model[1].weight.tolist() == [6.0, 2.0, 4.0]
+        assert model(torch.randn(2, 3)).shape == (2, 2)
+    finally:
+        SymMap.unregister(Gate)

@@ -261,12 +261,19 @@ class SymMap:
     # -- registration (the in-application way; plugins use hooks) ---------------------------
     @classmethod
     def register(
-        cls, nn_cls: type[nn.Module] | Iterable[type[nn.Module]], is_explicit_leaf: bool = True
+        cls,
+        nn_cls: type[nn.Module] | Iterable[type[nn.Module]],
+        is_explicit_leaf: bool = True,
+        *,
+        resize: Callable[[nn.Module, str, Any], None] | None = None,
+        importance: Callable[[nn.Module, str], Any] | None = None,
     ) -> Callable[[SymInfoFactory], SymInfoFactory]:
         """Decorator registering ``factory(module) -> SymInfo`` for one or more module classes.
 
         A user's registration beats every plugin's. ``is_explicit_leaf`` makes the tracer keep
-        such modules as single ``call_module`` nodes.
+        such modules as single ``call_module`` nodes. ``resize(module, symbol, index)`` and
+        ``importance(module, symbol)`` are what the ``fxsym_register_sym_infos`` hook takes:
+        without ``resize``, ``fxsym.resize`` refuses groups holding such a module.
         """
         from .registry import get_registry
 
@@ -274,7 +281,8 @@ class SymMap:
 
         def decorator(factory: SymInfoFactory) -> SymInfoFactory:
             for c in classes:
-                get_registry().register_user(c, factory, leaf=is_explicit_leaf)
+                get_registry().register_user(c, factory, leaf=is_explicit_leaf, resize=resize,
+                                             importance=importance)
             return factory
 
         return decorator
