@@ -24,7 +24,7 @@ from fxsym.oracles import (
     perturbed,
     run_model,
 )
-from fxsym.resize.helpers import keep_entries
+from fxsym.resizing import keep_entries
 
 
 class ScaleShift(nn.Module):

@@ -41,7 +41,7 @@ THIRD_PARTY = textwrap.dedent('''
         )
 
     def resize(mod, name, index):
-        from fxsym.resize import keep_entries
+        from fxsym.resizing import keep_entries
         if name == "n_in":
             keep_entries(mod, "scale", 0, index)
             keep_entries(mod, "proj", 1, index)

@@ -21,7 +21,7 @@ from .errors import (
     TraceError,
 )
 from .plugins import PluginManager, hookimpl, load_plugins
-from .resize import resize
+from .resizing import resize
 from .symbols import Symbol, SymGroup, SymInfo, SymMap
 from .tracer import TraceReport, trace
 

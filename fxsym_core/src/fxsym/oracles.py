@@ -37,7 +37,7 @@ from torch.utils import _pytree as pytree
 from .analysis import analyze
 from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
-from .resize import resize
+from .resizing import resize
 from .symbols import SymMap
 
 Status = Literal["ok", "failed", "not checked"]

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from fxsym import SymInfo
-from fxsym.resize import keep_entries, l1_scores
+from fxsym.resizing import keep_entries, l1_scores
 from fxsym_plugins_nn.modules import linear_info
 
 CONV1D = "transformers.pytorch_utils.Conv1D"

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym.resize import keep_entries, l1_scores
+from fxsym.resizing import keep_entries, l1_scores
 
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING

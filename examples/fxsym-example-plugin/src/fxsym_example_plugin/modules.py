@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym.resize import keep_entries, l1_scores
+from fxsym.resizing import keep_entries, l1_scores
 
 IN, OUT = Symbol.CLType.INCOMING, Symbol.CLType.OUTGOING
 
