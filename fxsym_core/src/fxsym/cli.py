@@ -137,7 +137,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     pm = load_plugins()
     by_plugin = get_registry().contributions.by_plugin()
-    names = [name for name, _ in pm.list_name_plugin() if name]
+    names = pm.plugin_names()
     if not names and not pm.failed:
         print("no fxsym plugins installed (try: pip install fxsym-plugins-nn)")
     for name in names:

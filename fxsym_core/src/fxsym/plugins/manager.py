@@ -10,10 +10,17 @@ Importing a plugin runs arbitrary code: anything it raises is caught, ``SystemEx
 and ``GeneratorExit`` keep their meaning (:data:`PLUGIN_ERRORS`).
 
 A plugin that fails later, in any hook (see :mod:`fxsym.plugins.calls`), is *disabled*
-(:meth:`PluginManager.disable`): unregistered (which bumps :attr:`PluginManager.generation`,
-so the registry collects the contributions again without it), recorded in ``failed`` and
-reported once. It stays off for the rest of the process; ``load_plugins(rescan=True)`` clears
-the failures and tries every entry point again (e.g. after installing a fixed version).
+(:meth:`PluginManager.disable`): blocked with pluggy's ``set_blocked`` (which unregisters it
+and bumps :attr:`PluginManager.generation`, so the registry collects the contributions again
+without it), recorded in ``failed`` and reported once. A plugin that fails at import is
+blocked too, so ``pm.is_blocked(name)`` answers for every inactive plugin. It stays off for
+the rest of the process; ``load_plugins(rescan=True)`` clears the failures, unblocks their
+names and tries every entry point again (e.g. after installing a fixed version). A name stays
+blocked exactly as long as its failure is recorded: dropping it from ``failed`` unblocks it.
+
+``load_plugins(block=[...])`` blocks the named plugins the same way (``set_blocked``); each
+call says which names are blocked, so a later ``load_plugins()`` without them unblocks them
+and loads their entry points again.
 
 Environment:
 
@@ -92,21 +99,55 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
-        self.failed: list[PluginFailure] = []
+        self._failed: list[PluginFailure] = []
         self.sources: dict[str, PluginSource] = {}
         self.generation = 0
         self._from_entry_points: set[str] = set()
+        self._blocked_on_request: set[str] = set()  # by ``load_plugins(block=...)``
         self._unknown_warned: tuple[list[str], list[str]] | None = None
+
+    @property
+    def failed(self) -> list[PluginFailure]:
+        """The plugins that failed, at import or in a hook; their names are blocked."""
+        return self._failed
+
+    @failed.setter
+    def failed(self, failures: list[PluginFailure]) -> None:
+        kept = {f.name for f in failures}
+        for name in {f.name for f in self._failed} - kept - self._blocked_on_request:
+            self.unblock(name)
+        for name in kept:
+            self.set_blocked(name)
+        self._failed = list(failures)
 
     def register(self, plugin: Any, name: str | None = None) -> str | None:
         result = super().register(plugin, name)
-        self.generation += 1
+        if result is not None:  # ``None``: the name is blocked, nothing was registered
+            self.generation += 1
         return result
 
     def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
         result = super().unregister(plugin, name)
-        self.generation += 1
+        if result is not None:
+            self.generation += 1
         return result
+
+    def set_blocked(self, name: str) -> None:
+        """Block ``name`` (pluggy's ``set_blocked``: unregistered if registered, and later
+        registrations under that name are ignored)."""
+        if not self.is_blocked(name):
+            super().set_blocked(name)
+            self.trace("blocked", name)
+
+    def unblock(self, name: str) -> bool:
+        unblocked = super().unblock(name)
+        if unblocked:
+            self.trace("unblocked", name)
+        return unblocked
+
+    def plugin_names(self) -> list[str]:
+        """The names of the registered plugins (blocked names left out)."""
+        return [name for name, plugin in self.list_name_plugin() if plugin is not None]
 
     def source(self, plugin_name: str) -> PluginSource:
         """The distribution behind a plugin (``<local>`` for one registered in code)."""
@@ -138,12 +179,11 @@ class PluginManager(pluggy.PluginManager):
         self, name: str, error: BaseException, during: str, *, raise_strict: bool = True
     ) -> None:
         """Turn off plugin ``name`` for the rest of the process because ``during`` raised
-        ``error``: unregister it, record and report the failure (once: a plugin already
-        disabled is left alone)."""
+        ``error``: block it (which unregisters it), record and report the failure (once: a
+        plugin already disabled is left alone)."""
         if not self.has_plugin(name):
             return
         distribution = self.source(name).distribution
-        self.unregister(name=name)
         self._from_entry_points.discard(name)
         self.sources.pop(name, None)
         self.report_failure(name, distribution, error, during, raise_strict=raise_strict)
@@ -153,7 +193,7 @@ class PluginManager(pluggy.PluginManager):
     ) -> None:
         if rescan:
             _entry_points.cache_clear()
-            self.failed = []
+            self.failed = []  # unblocks their names
         allowed = set(allow) if allow is not None else None
         env = os.environ.get("FXSYM_PLUGINS", "").strip()
         autoload = not _env_flag("FXSYM_DISABLE_PLUGIN_AUTOLOAD")
@@ -163,6 +203,14 @@ class PluginManager(pluggy.PluginManager):
             if autoload:
                 self._warn_unknown(names)
         blocked = set(block or ())
+        failed = {f.name for f in self.failed}
+        for name in sorted(self._blocked_on_request - blocked - failed):
+            self.unblock(name)
+        for name in sorted(blocked - self._blocked_on_request):
+            self.set_blocked(name)
+            self._from_entry_points.discard(name)
+            self.sources.pop(name, None)
+        self._blocked_on_request = blocked
         wanted: dict[str, metadata.EntryPoint] = {}
         if autoload:
             for ep in _entry_points():
