@@ -28,6 +28,7 @@ from typing import Any
 from torch import nn
 
 from .errors import PluginWarning
+from .naming import qualname
 from .plugins.calls import call_impl, leaf_vote
 from .plugins.manager import PLUGIN_ERRORS, get_plugin_manager
 
@@ -65,22 +66,16 @@ class Contributions:
             out.setdefault(src, {}).setdefault(kind, []).append(what)
 
         for cls, entry in self.sym_infos.items():
-            add(entry.source, "sym_infos", cls if isinstance(cls, str) else _qualname(cls))
+            add(entry.source, "sym_infos", cls if isinstance(cls, str) else qualname(cls))
         for policy, src in self.leaf_policies:
-            add(src, "leaf_policies", _qualname(policy))
+            add(src, "leaf_policies", qualname(policy))
         for target, (_, src) in self.op_rules.items():
-            add(src, "op_rules", target if isinstance(target, str) else _qualname(target))
+            add(src, "op_rules", target if isinstance(target, str) else qualname(target))
         for vtype, (pcls, src) in self.proxies.items():
-            add(src, "proxies", f"{_qualname(vtype)} -> {_qualname(pcls)}")
+            add(src, "proxies", f"{qualname(vtype)} -> {qualname(pcls)}")
         for item, src in self.patterns:
-            add(src, "patterns", getattr(item, "name", None) or _qualname(item))
+            add(src, "patterns", getattr(item, "name", None) or qualname(item))
         return out
-
-
-def _qualname(obj: Any) -> str:
-    mod = getattr(obj, "__module__", None) or ""
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
-    return f"{mod}.{name}" if mod and mod != "builtins" else name
 
 
 class Registry:
@@ -159,7 +154,7 @@ class Registry:
             pass
         found = None
         for base in cls.__mro__[1:]:
-            name = f"{base.__module__}.{base.__qualname__}"
+            name = qualname(base)
             if any(base in t or name in t for t in (self._user, self._plugins.sym_infos)):
                 found = base
                 break
@@ -185,8 +180,7 @@ class Registry:
         except TypeError:  # unhashable target
             return None
         if found is None and not isinstance(target, str):
-            name = f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', '')}"
-            found = rules.get(name)
+            found = rules.get(qualname(target))
         return found[0] if found else None
 
     def proxy_class(self, value_type: type) -> type | None:
@@ -211,7 +205,7 @@ def _lookup(cls: type, table: dict[Any, SymInfoEntry]) -> SymInfoEntry | None:
         return None
     forward = getattr(cls, "forward", None)
     for base in cls.__mro__:
-        entry = table.get(base) or table.get(f"{base.__module__}.{base.__qualname__}")
+        entry = table.get(base) or table.get(qualname(base))
         if entry is not None:
             return entry if (base is cls or getattr(base, "forward", None) is forward) else None
     return None
@@ -254,7 +248,7 @@ def _collect(pm: Any) -> Contributions:
             for cls in nn_cls if isinstance(nn_cls, (tuple, list)) else (nn_cls,):
                 if cls in sym_owner and sym_owner[cls] != src:
                     warnings.warn(
-                        f"{cls if isinstance(cls, str) else _qualname(cls)} is described by "
+                        f"{cls if isinstance(cls, str) else qualname(cls)} is described by "
                         "two plugins: "
                         f"{pm.source(sym_owner[cls]).distribution!r} ({sym_owner[cls]}) and "
                         f"{pm.source(src).distribution!r} ({src}); using {src!r}",

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from ..errors import PluginError
+from ..naming import qualname
 from ..registry import get_registry
 from ..symbols import Symbol, SymMap
 from ..tracer.report import TraceReport
@@ -36,14 +37,6 @@ from .layout import (
 )
 from .outputs import Contract, output_keys, select_outputs
 from .shared import tie_shared_tensors
-
-
-def _qualname(target: Any) -> str:
-    if isinstance(target, str):
-        return f".{target}()"
-    mod = getattr(target, "__module__", None)
-    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", repr(target))
-    return f"{mod}.{name}" if mod else name
 
 
 def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
@@ -126,7 +119,7 @@ class Analyzer:
                 return self._visit_module(ctx)
             rule = self.registry.op_rule(node.target)
             if rule is None:
-                return self.boundary(node, f"no op rule for {_qualname(node.target)}")
+                return self.boundary(node, f"no op rule for {qualname(node.target)}")
             return rule(ctx)
         except Unsupported as exc:
             return self.boundary(node, str(exc) or "unsupported")

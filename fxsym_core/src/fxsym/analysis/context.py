@@ -9,17 +9,25 @@ becomes constant) and the reason goes to the trace report. Never guess.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx
 
+from .groups import GroupTable
 from .layout import Dim, Layout, TensorLayout, dim_size, fixed_dim, fixed_layout
 
-if TYPE_CHECKING:
-    from .analyzer import Analyzer
-
 _NO_DEFAULT = object()
+
+
+class AnalysisState(Protocol):
+    """What an :class:`OpContext` reads and writes of the analyzer running it
+    (:class:`fxsym.analysis.analyzer.Analyzer`, which imports this module)."""
+
+    table: GroupTable
+    env: dict[torch.fx.Node, Layout]
+
+    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None: ...
 
 
 class Unsupported(Exception):
@@ -29,7 +37,7 @@ class Unsupported(Exception):
 class OpContext:
     """The node under analysis, its input layouts and the group table."""
 
-    def __init__(self, analyzer: Analyzer, node: torch.fx.Node) -> None:
+    def __init__(self, analyzer: AnalysisState, node: torch.fx.Node) -> None:
         self.analyzer = analyzer
         self.node = node
         self.table = analyzer.table

@@ -24,19 +24,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.fx
 from torch import nn
 
-from ..registry import SymInfoEntry
+from ..registry import Registry, SymInfoEntry
+from ..symbols import SymMap
 from ..tracer.tracer import meta_copy
-from .context import OpContext, Unsupported
-from .layout import Dim, TensorLayout, dim_size
+from .context import AnalysisState, OpContext, Unsupported
+from .layout import Dim, Layout, TensorLayout, dim_size
 
-if TYPE_CHECKING:
-    from .analyzer import Analyzer
+
+class AnalyzerState(AnalysisState, Protocol):
+    """What tying shared tensors needs of the analyzer
+    (:class:`fxsym.analysis.analyzer.Analyzer`, which imports this module)."""
+
+    gm: torch.fx.GraphModule
+    symmap: SymMap
+    registry: Registry
+    symbol_dims: dict[tuple[str, str], Dim]
+    param_reads: dict[str, Layout]
+
+    def drop_parameter_member(self, target: str) -> None: ...
 
 #: a dim that no symbol of a leaf sizes, or that several size: it pins what meets it
 _PIN = "pin"
@@ -55,7 +66,7 @@ class _Place:
     rel: str = ""
 
 
-def tie_shared_tensors(an: Analyzer) -> None:
+def tie_shared_tensors(an: AnalyzerState) -> None:
     """Unify, dim by dim, what sizes each tensor at each of its places (see the module doc)."""
     places: dict[int, list[_Place]] = {}
     tensors: dict[int, torch.Tensor] = {}
@@ -128,7 +139,7 @@ class _Probes:
     """Which symbol of a leaf sizes which dim of each of its tensors, found by running the
     leaf's resize rule on meta copies (one run per symbol, cached per leaf)."""
 
-    def __init__(self, an: Analyzer) -> None:
+    def __init__(self, an: AnalyzerState) -> None:
         self.an = an
         self._probes: dict[str, dict[str, Probe]] = {}
 
@@ -184,7 +195,7 @@ class _Probes:
 
 
 def _run_rule(entry: SymInfoEntry, mod: nn.Module, sname: str, dim: Dim,
-              an: Analyzer) -> Probe:
+              an: AnalyzerState) -> Probe:
     """Shapes of ``mod``'s tensors after its rule keeps all but the last unit of ``sname``."""
     last = dim[-1]
     drop = 1 if last.group is None else last.length // an.table.units[an.table.find(last.group)]

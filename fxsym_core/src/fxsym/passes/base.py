@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from torch import fx
 
@@ -132,6 +131,3 @@ class PipelineReport:
             lines.append(f"{r.name:<28} {r.changes:>7} {r.status:<12} {r.source}")
         return "\n".join(lines)
 
-
-def describe(obj: Any) -> str:
-    return getattr(obj, "name", None) or getattr(obj, "__name__", None) or repr(obj)

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import fx
 
-from ..errors import PassWarning
+from ..errors import PassError, PassWarning
 from ..plugins.manager import get_plugin_manager
 from ..registry import get_registry
 from .base import Pass
@@ -30,8 +30,9 @@ from .core.dce import dead_code_elimination
 from .core.inplace import remove_inplace
 from .core.noop import remove_noops
 from .engine import PatternEngine
-from .ops import ModuleSemantics, OpAlias, OpTable, builtin_table
+from .ops import ModuleSemantics, OpAlias, OpTable
 from .pattern import Pattern
+from .table import op_table
 
 CORE = "<core>"
 PATTERN_STAGE = "patterns"
@@ -121,7 +122,7 @@ class Catalog:
     patterns: list[tuple[Pattern, str]] = field(default_factory=list)
     aliases: list[tuple[OpAlias, str]] = field(default_factory=list)
     semantics: list[tuple[ModuleSemantics, str]] = field(default_factory=list)
-    table: OpTable = field(default_factory=builtin_table)
+    table: OpTable = field(default_factory=op_table)
 
 
 _CACHE: tuple[int, Catalog] | None = None
@@ -153,11 +154,9 @@ def _add(cat: Catalog, item: Any, src: str) -> None:
     elif isinstance(item, Pattern):
         cat.patterns.append((item, src))
     elif isinstance(item, OpAlias):
-        cat.aliases.append((item, src))
-        cat.table.add_alias(item)
+        cat.aliases.append((item, src))  # already in the op table (fxsym.passes.table)
     elif isinstance(item, ModuleSemantics):
         cat.semantics.append((item, src))
-        cat.table.add_semantics(item)
     else:
         warnings.warn(
             f"plugin {src!r} ({distribution(src)}) registered {item!r} as a pattern; expected "
@@ -190,11 +189,6 @@ def catalog() -> Catalog:
     return cat
 
 
-def op_table() -> OpTable:
-    """Built-in aliases plus the plugins' :class:`OpAlias` and :class:`ModuleSemantics`."""
-    return catalog().table
-
-
 def all_passes() -> list[Pass]:
     return list(catalog().passes.values())
 
@@ -205,6 +199,4 @@ def get_pass(name: str) -> Pass:
         return cat.passes[name]
     except KeyError:
         known = ", ".join(cat.passes)
-        from ..errors import PassError
-
         raise PassError(f"no pass named {name!r}; known passes: {known}") from None

@@ -35,6 +35,7 @@ from torch import fx
 
 from .ops import Key, OpTable, default_table
 from .pattern import Match, Pattern, RewriteContext
+from .table import op_table
 
 _CALLS = ("call_function", "call_method", "call_module")
 _META_KEYS = ("val", "tensor_meta", "example_value")
@@ -198,8 +199,6 @@ def apply_patterns(
     ``table`` defaults to the built-in aliases plus everything the loaded plugins contribute.
     """
     if table is None:
-        from .catalog import op_table
-
         table = op_table()
     changes = PatternEngine(patterns, table).run(gm)
     if changes and recompile:

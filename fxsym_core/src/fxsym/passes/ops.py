@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from ..naming import qualname
+
 Key = tuple[str, Any]
 """A node kind: ``(op, target)``; for modules ``("call_module", module_class)``."""
 
@@ -61,7 +63,7 @@ class OpAlias:
 
     def __post_init__(self) -> None:
         if not self.name:
-            object.__setattr__(self, "name", f"alias:{_name_of(self.canonical)}")
+            object.__setattr__(self, "name", f"alias:{qualname(self.canonical, module=False)}")
 
 
 @dataclass(frozen=True)
@@ -81,12 +83,6 @@ class ModuleSemantics:
     def __post_init__(self) -> None:
         if not self.name:
             object.__setattr__(self, "name", f"semantics:{self.cls.__name__}")
-
-
-def _name_of(kind: OpKind) -> str:
-    if isinstance(kind, str):
-        return f".{kind}()"
-    return getattr(kind, "__qualname__", None) or getattr(kind, "__name__", None) or repr(kind)
 
 
 # -- built-in aliases: spellings of the same torch operation ------------------------------------

@@ -32,6 +32,7 @@ from torch import fx
 from ...errors import PassWarning
 from ..ops import INPLACE_OPERATORS, Modules, OpTable, is_fresh, mutated_arg
 from ..pattern import RewriteContext
+from ..table import op_table
 
 _RANDOM_FILLS = frozenset(
     {
@@ -138,8 +139,6 @@ def _out_of_place(node: fx.Node, ctx: RewriteContext) -> fx.Node | str:
 
 def remove_inplace(gm: fx.GraphModule) -> int:
     """Rewrite in-place ops out-of-place when provably safe; warn about the others."""
-    from ..catalog import op_table
-
     table = op_table()
     ctx = RewriteContext(gm, table)
     graph = gm.graph

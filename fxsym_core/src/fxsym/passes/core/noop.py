@@ -26,6 +26,7 @@ from torch import fx
 
 from ..ops import Modules, OpTable, get_arg, may_be_mutated, tensor_shape
 from ..pattern import RewriteContext
+from ..table import op_table
 
 _DROPOUTS = frozenset(
     {
@@ -146,8 +147,6 @@ def _collapse_reshape(node: fx.Node, ctx: RewriteContext) -> fx.Node | None:
 
 def remove_noops(gm: fx.GraphModule) -> int:
     """Remove identity modules, eval dropout, full slices, x*1, x+0 and chained reshapes."""
-    from ..catalog import op_table
-
     table = op_table()
     ctx = RewriteContext(gm, table)
     graph = gm.graph
