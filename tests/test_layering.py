@@ -1,0 +1,181 @@
+"""The rooms of the ``fxsym`` package import downward only (issue 10).
+
+A *room* is a top-level module or subpackage of ``fxsym`` (``fxsym.analysis.context`` is in
+room ``analysis``). :data:`ORDER` lists the rooms lowest first and :data:`ALLOWED` says which
+rooms each one imports; a lower room never imports a higher one. Checked, with :mod:`ast`:
+every import a module runs when it is imported — module level, class bodies, ``try`` and
+``if`` blocks — except those under ``if TYPE_CHECKING:`` (annotations only). Imports inside
+functions run later and may go anywhere (``cli`` imports most rooms that way, ``fxsym``'s
+``__getattr__`` imports ``passes`` on first use); they still go downward today.
+
+Adding an import to another room: add it to :data:`ALLOWED` if the room is lower; an upward
+one means the shared piece belongs in a lower module (or in a function-level import, with a
+reason, listed in :data:`EXCEPTIONS`).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+import fxsym
+
+PACKAGE = Path(fxsym.__file__).parent
+
+#: lowest first; ``fxsym`` is the package's ``__init__`` (the public facade)
+ORDER = [
+    "errors",      # the exception and warning classes
+    "naming",      # how a class or callable is named
+    "plugins",     # hook specifications, the plugin manager, guarded hook calls
+    "registry",    # user registrations + plugin contributions
+    "symbols",     # Symbol, SymInfo, SymMap, SymGroup
+    "tracer",      # the hook-driven tracer and its report
+    "analysis",    # layouts, groups, op-rule context, analyze
+    "resizing",    # the resize engine and its helpers
+    "oracles",     # permutation and shrink oracles
+    "passes",      # optimize: passes, patterns, verification
+    "demo",        # the demo model of ``fxsym analyze``
+    "cli",         # the command line
+    "fxsym",       # the facade: ``import fxsym``
+]
+
+#: the rooms each room imports when it is imported (what the code needs today)
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "naming": set(),
+    "plugins": {"errors"},
+    "registry": {"errors", "naming", "plugins"},
+    "symbols": set(),  # the registry only inside functions; GroupTable only for annotations
+    "tracer": {"errors", "plugins", "registry"},
+    "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
+    "resizing": {"errors", "registry", "symbols"},
+    "oracles": {"analysis", "resizing", "symbols"},
+    "passes": {"errors", "naming", "plugins", "registry"},  # the tracer only in optimize()
+    "demo": set(),
+    "cli": {"errors"},  # everything else inside its commands, so ``fxsym --help`` is fast
+    "fxsym": {"analysis", "errors", "plugins", "resizing", "symbols", "tracer"},
+}
+
+#: justified upward imports: (room, imported room) -> reason. None today.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def import_time_imports(module: str) -> list[tuple[int, str]]:
+    """``(line, imported module)`` for each import ``module`` runs when it is imported."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                found.extend((node.lineno, a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:  # ``from . import hookspecs`` imports a submodule
+                    sub = f"{target}.{alias.name}"
+                    found.append((node.lineno, sub if sub in MODULES else target))
+            elif isinstance(node, ast.If):
+                if not _is_type_checking(node.test):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+            elif isinstance(node, (ast.With, ast.ClassDef)):
+                visit(node.body)
+            # function bodies run later: not import-time imports
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    return found
+
+
+def test_the_table_goes_downward() -> None:
+    assert set(ORDER) == set(ALLOWED)
+    rank = {r: i for i, r in enumerate(ORDER)}
+    upward = [(r, d) for r, deps in ALLOWED.items() for d in deps
+              if rank[d] >= rank[r] and (r, d) not in EXCEPTIONS]
+    assert not upward, f"ALLOWED lets a room import itself or a higher room: {upward}"
+
+
+def test_every_module_is_in_a_room() -> None:
+    assert {room(m) for m in MODULES} <= set(ORDER)
+
+
+def violations(modules: dict[str, Path] = MODULES) -> list[str]:
+    """An import of a room that is not in its :data:`ALLOWED` (nor in :data:`EXCEPTIONS`)."""
+    bad = []
+    for module in modules:
+        here = room(module)
+        for line, imported in import_time_imports(module):
+            if imported != "fxsym" and not imported.startswith("fxsym."):
+                continue  # torch, the standard library, ...
+            there = room(imported)  # ``from .. import analyze`` is the facade, room "fxsym"
+            if there != here and there not in ALLOWED[here] and (here, there) not in EXCEPTIONS:
+                bad.append(f"{modules[module].relative_to(PACKAGE.parent)}:{line} imports "
+                           f"{imported} (room {here!r} may import "
+                           f"{sorted(ALLOWED[here]) or 'no room'})")
+    return bad
+
+
+def test_no_room_imports_a_room_it_may_not() -> None:
+    bad = violations()
+    assert not bad, "upward or unlisted imports:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_an_upward_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    fake = tmp_path / "fxsym" / "tracer"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..passes import Pass\n"  # annotations only: fine
+        "def f():\n    from ..cli import main\n"  # inside a function: not at import time
+        "from .. import analyze\n"  # the facade: upward
+        "from ..analysis import Analyzer\n"  # upward
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "fxsym")
+    modules = {"fxsym.tracer": fake / "__init__.py"}
+    monkeypatch.setitem(MODULES, "fxsym.tracer", fake / "__init__.py")
+    assert [m for _, m in import_time_imports("fxsym.tracer")] == [
+        "typing", "fxsym", "fxsym.analysis"]
+    bad = violations(modules)
+    assert len(bad) == 2 and "imports fxsym.analysis (room 'tracer'" in bad[1], bad
+
+
+def test_every_module_imports_in_room_order() -> None:
+    rank = {r: i for i, r in enumerate(ORDER)}
+    for module in sorted(MODULES, key=lambda m: (rank[room(m)], m)):
+        importlib.import_module(module)
