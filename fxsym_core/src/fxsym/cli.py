@@ -153,7 +153,28 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for failure in pm.failed:
         where = "" if failure.during == "import" else f" (failed in {failure.during})"
         print(f"{failure.name}  ({failure.distribution})  INACTIVE{where}: {failure.error}")
+    if args.trace:
+        _trace_demo(pm)
     return 0
+
+
+def _trace_demo(pm: Any) -> None:
+    """Analyze the built-in demo model with every hook call traced (pluggy's tracer), the
+    registrations collected again, and print the trace."""
+    from . import analyze
+    from .demo import demo_model
+    from .registry import get_registry
+
+    lines: list[str] = []
+    model, _ = demo_model()
+    get_registry().invalidate()
+    undo = pm.trace_hooks(lines.append)
+    try:
+        analyze(model)  # no inputs: the plugins' fxsym_example_inputs is asked too
+    finally:
+        undo()
+    print("\nhook calls while analyzing the built-in demo model (fxsym.demo.DemoNet):")
+    print("".join(lines), end="")
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
@@ -181,6 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
     p.set_defaults(func=cmd_analyze)
     p = sub.add_parser("plugins", help="list plugins and what each contributed")
+    p.add_argument("--trace", action="store_true", help="also analyze the built-in demo model "
+                   "and show each hook call and the plugin that answered (as FXSYM_DEBUG=1 "
+                   "does on stderr)")
     p.set_defaults(func=cmd_plugins)
     p = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)

@@ -29,7 +29,7 @@ from torch import nn
 
 from .errors import PluginWarning
 from .naming import qualname
-from .plugins.calls import call_impl, leaf_vote
+from .plugins.calls import call_one, leaf_vote
 from .plugins.manager import PLUGIN_ERRORS, get_plugin_manager
 
 ResizeFn = Callable[[nn.Module, str, Any], None]
@@ -232,7 +232,8 @@ def _collect(pm: Any) -> Contributions:
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             name = impl.plugin_name
             try:
-                call_impl(impl, register=recorder(name, hook_name, make_register(name)))
+                call_one(pm, hook_name, impl,
+                         register=recorder(name, hook_name, make_register(name)))
             except PLUGIN_ERRORS as exc:
                 failed.append((name, exc, hook_name))
 

@@ -12,6 +12,12 @@ Implementations are called in pluggy's order (``tryfirst`` first, then the most 
 registered first) with the arguments each one declares. Hook wrappers are not supported for
 these hooks and are skipped.
 
+Each implementation is still called through pluggy (:func:`call_one`: a
+``pm.subset_hook_caller`` holding that one plugin), so pluggy's hook-call monitoring sees every
+call and names the plugin that answered: ``FXSYM_DEBUG=1`` (see
+:meth:`~fxsym.plugins.manager.PluginManager.trace_hooks`) and any monitor added with
+``pm.add_hookcall_monitoring`` see fxsym's isolated calls like ordinary ones.
+
 * :func:`trace_contexts` — every plugin's ``fxsym_trace_context``, entered one by one;
 * :func:`first_result` — a ``firstresult`` hook, e.g. :func:`example_inputs`
   (``fxsym_example_inputs``);
@@ -39,6 +45,25 @@ def implementations(pm: PluginManager, hook_name: str) -> list[HookImpl]:
 def call_impl(impl: HookImpl, **kwargs: Any) -> Any:
     """Call one implementation with the subset of ``kwargs`` it declares (as pluggy does)."""
     return impl.function(*(kwargs[name] for name in impl.argnames))
+
+
+def call_one(pm: PluginManager, hook_name: str, impl: HookImpl, **kwargs: Any) -> Any:
+    """Call the one implementation ``impl`` of ``hook_name`` through pluggy, and return its
+    result (``None`` when it returned ``None``).
+
+    The call goes through ``pm.subset_hook_caller`` with every other plugin removed, so
+    pluggy's monitoring (``add_hookcall_monitoring``, ``enable_tracing``) sees it. Should the
+    subset hold anything else (an implementation registered under another ``specname``), the
+    implementation is called directly instead.
+    """
+    others = [p for p in pm.get_plugins() if p is not impl.plugin]
+    caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
+    if caller.get_hookimpls() != [impl]:
+        return call_impl(impl, **kwargs)
+    result = caller(**kwargs)
+    if caller.spec is not None and caller.spec.opts.get("firstresult"):
+        return result
+    return result[0] if result else None
 
 
 def trace_contexts(model: Any, example_inputs: Any, pm: PluginManager | None = None) -> Any:
@@ -69,7 +94,7 @@ class _TraceContexts:
             for impl in implementations(self._pm, "fxsym_trace_context"):
                 name = impl.plugin_name
                 try:
-                    ctx = call_impl(impl, **self._kwargs)
+                    ctx = call_one(self._pm, "fxsym_trace_context", impl, **self._kwargs)
                     if ctx is None:
                         continue
                     exit_fn = type(ctx).__exit__
@@ -114,7 +139,7 @@ def first_result(hook_name: str, pm: PluginManager | None = None, **kwargs: Any)
     pm = pm or get_plugin_manager()
     for impl in implementations(pm, hook_name):
         try:
-            result = call_impl(impl, **kwargs)
+            result = call_one(pm, hook_name, impl, **kwargs)
         except PLUGIN_ERRORS as exc:
             pm.disable(impl.plugin_name, exc, hook_name)
             continue

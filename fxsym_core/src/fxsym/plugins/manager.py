@@ -18,9 +18,10 @@ the rest of the process; ``load_plugins(rescan=True)`` clears the failures, unbl
 names and tries every entry point again (e.g. after installing a fixed version). A name stays
 blocked exactly as long as its failure is recorded: dropping it from ``failed`` unblocks it.
 
-``load_plugins(block=[...])`` blocks the named plugins the same way (``set_blocked``); each
-call says which names are blocked, so a later ``load_plugins()`` without them unblocks them
-and loads their entry points again.
+``load_plugins(block=[...])`` blocks the named plugins the same way (``set_blocked``). The
+block holds for the later ``load_plugins()`` calls (every trace makes one) until a call passes
+``allow`` or ``block`` again (which replace the previous choice) or ``rescan=True`` (which
+clears it): then the names no longer blocked are unblocked and their entry points loaded.
 
 Environment:
 
@@ -28,15 +29,19 @@ Environment:
 * ``FXSYM_PLUGINS=a,b``: load only the entry points named ``a`` and ``b`` (a name that matches
   no installed entry point warns, listing the known ones);
 * ``FXSYM_STRICT_PLUGINS=1``: a failing plugin raises :class:`~fxsym.errors.PluginError`
-  (after being disabled and recorded, like in the lenient mode).
+  (after being disabled and recorded, like in the lenient mode);
+* ``FXSYM_DEBUG=1``: every hook call is written to stderr through pluggy's tracer
+  (:meth:`PluginManager.trace_hooks`): the hook, the plugin(s) called, the arguments' types
+  and the result's type (or the exception), plus the names blocked and unblocked.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
@@ -86,6 +91,13 @@ def _entry_points() -> tuple[metadata.EntryPoint, ...]:
     return tuple(metadata.entry_points(group=GROUP))
 
 
+def _type_names(result: object) -> str:
+    """``tuple``, or ``[SymInfo, NoneType]`` for the list a non-firstresult hook returns."""
+    if isinstance(result, list):
+        return f"[{', '.join(type(r).__name__ for r in result)}]"
+    return type(result).__name__
+
+
 def _dist_of(ep: metadata.EntryPoint) -> tuple[str, str]:
     dist = getattr(ep, "dist", None)
     if dist is None:
@@ -105,6 +117,7 @@ class PluginManager(pluggy.PluginManager):
         self._from_entry_points: set[str] = set()
         self._blocked_on_request: set[str] = set()  # by ``load_plugins(block=...)``
         self._unknown_warned: tuple[list[str], list[str]] | None = None
+        self._debug_undo: Callable[[], None] | None = None  # FXSYM_DEBUG's tracing
 
     @property
     def failed(self) -> list[PluginFailure]:
@@ -148,6 +161,60 @@ class PluginManager(pluggy.PluginManager):
     def plugin_names(self) -> list[str]:
         """The names of the registered plugins (blocked names left out)."""
         return [name for name, plugin in self.list_name_plugin() if plugin is not None]
+
+    def trace_hooks(self, write: Callable[[str], object]) -> Callable[[], None]:
+        """Write every hook call to ``write`` through pluggy's tracer (``pm.trace``, tag
+        ``hook``) and hook-call monitoring; returns the function undoing it.
+
+        Each call gives two lines (each ending in a newline), nested calls indented::
+
+            fxsym_example_inputs -> nn [hook]
+                model: DemoNet
+            finish fxsym_example_inputs <- nn --> tuple [hook]
+
+        fxsym calls each plugin on its own (:mod:`fxsym.plugins.calls`), so the plugin after
+        ``->`` is the one that answered; a raising implementation gives ``raised`` and the
+        exception instead of ``-->``. Only types are shown, never values.
+        """
+        hooktrace = self.trace.root.get("hook")
+
+        def names(impls: Sequence[pluggy.HookImpl]) -> str:
+            return ", ".join(i.plugin_name for i in reversed(impls)) or "no plugin"
+
+        def before(hook_name: str, impls: Sequence[pluggy.HookImpl],
+                   kwargs: Mapping[str, object]) -> None:
+            hooktrace.root.indent += 1
+            hooktrace(hook_name, "->", names(impls),
+                      {k: type(v).__name__ for k, v in kwargs.items()})
+
+        def after(outcome: pluggy.Result[object], hook_name: str,
+                  impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object]) -> None:
+            exc = outcome.exception
+            if exc is None:
+                hooktrace("finish", hook_name, "<-", names(impls), "-->",
+                          _type_names(outcome.get_result()))
+            else:
+                hooktrace("finish", hook_name, "<-", names(impls), "raised",
+                          f"{type(exc).__name__}: {exc}")
+            hooktrace.root.indent -= 1
+
+        self.trace.root.setwriter(write)
+        undo_monitoring = self.add_hookcall_monitoring(before, after)
+
+        def undo() -> None:
+            undo_monitoring()
+            self.trace.root.setwriter(None)
+
+        return undo
+
+    def _debug_from_env(self) -> None:
+        """Start or stop ``FXSYM_DEBUG``'s tracing to follow the environment variable."""
+        wanted = _env_flag("FXSYM_DEBUG")
+        if wanted and self._debug_undo is None:
+            self._debug_undo = self.trace_hooks(lambda line: sys.stderr.write(line))
+        elif not wanted and self._debug_undo is not None:
+            self._debug_undo()
+            self._debug_undo = None
 
     def source(self, plugin_name: str) -> PluginSource:
         """The distribution behind a plugin (``<local>`` for one registered in code)."""
@@ -202,7 +269,10 @@ class PluginManager(pluggy.PluginManager):
             allowed = names if allowed is None else allowed & names
             if autoload:
                 self._warn_unknown(names)
-        blocked = set(block or ())
+        if block is None and allow is None and not rescan:
+            blocked = set(self._blocked_on_request)  # a plain load keeps the last choice
+        else:
+            blocked = set(block or ())
         failed = {f.name for f in self.failed}
         for name in sorted(self._blocked_on_request - blocked - failed):
             self.unblock(name)
@@ -269,9 +339,12 @@ def load_plugins(
     """Load the plugins of the ``fxsym`` entry-point group; cheap and idempotent.
 
     ``allow`` keeps only the named entry points, ``block`` drops the named ones (a plugin
-    loaded earlier and now excluded is unregistered). ``rescan=True`` reads the installed
-    entry points again, e.g. after a ``pip install`` in the same process.
+    loaded earlier and now excluded is unregistered; a blocked name is marked with pluggy's
+    ``set_blocked`` and stays blocked for later calls until one passes ``allow``/``block``
+    again or ``rescan=True``). ``rescan=True`` reads the installed entry points again, e.g.
+    after a ``pip install`` in the same process.
     """
     pm = get_plugin_manager()
+    pm._debug_from_env()
     pm.load(allow, block, rescan)
     return pm
