@@ -3,6 +3,10 @@
 The core holds the machinery — symbols, the plugin system, the tracer, the analyzer, the
 resize engine and the pass pipeline — and knows no module family by itself: every family
 arrives through a plugin (``pip install fxsym-plugins-nn``).
+
+The package is built in rooms that import downward only — errors, naming, plugins, registry,
+symbols, tracer, analysis, resizing, oracles, passes, demo, cli — checked by
+``tests/test_layering.py``; this facade imports the passes on first use.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""How fxsym names a class, a callable or a method in messages, listings and lookup keys."""
+"""How fxsym names a class, a callable or a method in messages, listings and lookup keys.
+
+Imports nothing of fxsym: every room may use it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The resize engine: transactional, validated resizing of groups."""
+"""The resize engine: transactional, validated resizing of groups.
+
+``fxsym.resize`` is the function; ``from fxsym.resizing import keep_entries, l1_scores`` gives
+plugin authors the helpers. Imports errors, registry and symbols; never analysis, oracles,
+passes or cli (room order: ``tests/test_layering.py``).
+"""
 
 from .engine import resize
 from .helpers import keep_entries, l1_scores

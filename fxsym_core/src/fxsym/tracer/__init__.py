@@ -1,4 +1,8 @@
-"""The tracer: torch.fx with hook-driven leaves, shape-aware proxies and robust fallback."""
+"""The tracer: torch.fx with hook-driven leaves, shape-aware proxies and robust fallback.
+
+Imports errors, plugins and registry; never symbols, analysis or anything above (room order:
+``tests/test_layering.py``).
+"""
 
 from .guard import TRACE_LOCK, ModuleGuard
 from .proxy import ShapeProxy, value_of
