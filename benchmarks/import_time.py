@@ -17,7 +17,7 @@ different scenarios are interleaved, after one unrecorded warm-up round):
   imported ``transformers`` before it is needed (minus the hf plugin's own modules)
 
 fxsym's cost on top of torch is (c) - (a). The runs of (c) also time their own steps after
-``import torch``; that paired figure is printed as a cross-check, since the spread of
+``import torch``; that paired figure is judged too, since on a busy machine the spread of
 ``import torch`` alone is larger than the target. Target: (c) - (a) under 50 ms (the pass
 pipeline and the Hugging Face plugin import ``transformers`` only when needed).
 
@@ -231,9 +231,12 @@ def measure(args: argparse.Namespace) -> None:
     print(f"import transformers alone: {med('transformers', 'total'):.1f} ms "
           f"(imports torch: {'yes' if results['transformers'][0]['torch_loaded'] else 'no'}), "
           f"on top of torch: {med('torch+transformers', 'after_torch'):.1f} ms")
-    verdict = "PASS" if cost < TARGET_MS else "FAIL"
-    print(f"fxsym on top of torch, (c) - (a): {cost:.1f} ms "
-          f"(paired, timed inside (c): {paired:.1f} ms)  target < {TARGET_MS:.0f} ms: {verdict}")
+    def verdict(ms: float) -> str:
+        return "PASS" if ms < TARGET_MS else "FAIL"
+
+    print(f"fxsym on top of torch, (c) - (a): {cost:.1f} ms {verdict(cost)}; paired, timed "
+          f"inside (c): {paired:.1f} ms {verdict(paired)} (target < {TARGET_MS:.0f} ms; the "
+          "paired figure is the steadier one when import torch alone varies a lot)")
 
     if args.top:
         top, packages = top_imports(args.top)
