@@ -144,3 +144,40 @@ def test_a_disabled_plugin_stays_blocked_until_its_failure_is_forgotten(
     assert not pm.is_blocked("raises")
     assert pm.register(Raises(), name="raises") == "raises"
     pm.unregister(name="raises")
+
+
+def test_registration_order_tryfirst_wins_and_wrappers_are_skipped(
+    pm: fxsym.PluginManager,
+) -> None:
+    from fxsym.registry import get_registry
+
+    def plugin(tag: str, **opts: Any) -> object:
+        class Plugin:
+            @fxsym.hookimpl(**opts)
+            def fxsym_register_op_rules(self, register: Any) -> None:
+                register("fxsym_test_op", tag)
+
+        return Plugin()
+
+    class Wrapper:
+        called = False
+
+        @fxsym.hookimpl(wrapper=True)
+        def fxsym_register_op_rules(self, register: Any) -> Any:
+            Wrapper.called = True
+            return (yield)
+
+    names = {"first": {"tryfirst": True}, "plain-old": {}, "plain-new": {},
+             "last": {"trylast": True}}
+    try:
+        pm.register(Wrapper(), name="wrapper")
+        for name, opts in names.items():
+            pm.register(plugin(name, **opts), name=name)
+        assert get_registry().op_rule("fxsym_test_op") == "first"
+        pm.unregister(name="first")
+        assert get_registry().op_rule("fxsym_test_op") == "plain-new"
+        assert not Wrapper.called
+    finally:
+        for name in [*names, "wrapper"]:
+            if pm.has_plugin(name):
+                pm.unregister(name=name)

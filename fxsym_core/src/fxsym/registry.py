@@ -230,6 +230,8 @@ def _collect(pm: Any) -> Contributions:
 
     def run(hook_name: str, make_register: Callable[[str], Callable[..., None]]) -> None:
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            if impl.hookwrapper or impl.wrapper:  # not supported, skipped (as in calls.py)
+                continue
             name = impl.plugin_name
             try:
                 call_one(pm, hook_name, impl,
@@ -281,8 +283,9 @@ def _collect(pm: Any) -> Contributions:
     def patterns(src: str) -> Callable[..., None]:
         return lambda item: contrib.patterns.append((item, src))
 
-    # pluggy calls the last registered plugin first; collect in registration order instead so
-    # that a later plugin's registration overrides an earlier one deterministically.
+    # pluggy calls the last registered plugin first; collect in the reverse of pluggy's order
+    # (registration order, trylast plugins before and tryfirst plugins after the others) so
+    # that the registration applied last, which wins, is the one pluggy would call first.
     run("fxsym_register_sym_infos", sym_infos)
     run("fxsym_register_leaf_policies", leaf_policies)
     run("fxsym_register_op_rules", op_rules)
