@@ -181,3 +181,20 @@ def test_registration_order_tryfirst_wins_and_wrappers_are_skipped(
         for name in [*names, "wrapper"]:
             if pm.has_plugin(name):
                 pm.unregister(name=name)
+
+
+def test_two_writers_each_get_every_line_once(pm: fxsym.PluginManager) -> None:
+    a: list[str] = []
+    b: list[str] = []
+    undo_a = pm.trace_hooks(a.append)
+    undo_b = pm.trace_hooks(b.append)
+    try:
+        first_result("fxsym_example_inputs", pm, model=nn.Identity())
+    finally:
+        undo_b()
+    first_result("fxsym_example_inputs", pm, model=nn.Identity())
+    undo_a()
+    first_result("fxsym_example_inputs", pm, model=nn.Identity())
+    assert sum("finish fxsym_example_inputs <- nn" in ln for ln in b) == 1
+    assert sum("finish fxsym_example_inputs <- nn" in ln for ln in a) == 2
+    undo_a()  # undoing twice is harmless

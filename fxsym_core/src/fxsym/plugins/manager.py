@@ -118,6 +118,8 @@ class PluginManager(pluggy.PluginManager):
         self._blocked_on_request: set[str] = set()  # by ``load_plugins(block=...)``
         self._unknown_warned: tuple[list[str], list[str]] | None = None
         self._debug_undo: Callable[[], None] | None = None  # FXSYM_DEBUG's tracing
+        self._trace_writers: list[Callable[[str], object]] = []
+        self._undo_monitoring: Callable[[], None] = lambda: None
 
     @property
     def failed(self) -> list[PluginFailure]:
@@ -174,7 +176,8 @@ class PluginManager(pluggy.PluginManager):
 
         fxsym calls each plugin on its own (:mod:`fxsym.plugins.calls`), so the plugin after
         ``->`` is the one that answered; a raising implementation gives ``raised`` and the
-        exception instead of ``-->``. Only types are shown, never values.
+        exception instead of ``-->``. Only types are shown, never values. Several writers
+        (``FXSYM_DEBUG`` and ``fxsym plugins --trace``) each get every line once.
         """
         hooktrace = self.trace.root.get("hook")
 
@@ -198,12 +201,19 @@ class PluginManager(pluggy.PluginManager):
                           f"{type(exc).__name__}: {exc}")
             hooktrace.root.indent -= 1
 
-        self.trace.root.setwriter(write)
-        undo_monitoring = self.add_hookcall_monitoring(before, after)
+        writers = self._trace_writers
+        writers.append(write)
+        if len(writers) == 1:  # one writer and one monitor, however many callers trace
+            self.trace.root.setwriter(lambda line: [w(line) for w in list(writers)])
+            self._undo_monitoring = self.add_hookcall_monitoring(before, after)
 
         def undo() -> None:
-            undo_monitoring()
-            self.trace.root.setwriter(None)
+            if write not in writers:
+                return
+            writers.remove(write)
+            if not writers:
+                self._undo_monitoring()
+                self.trace.root.setwriter(None)
 
         return undo
 
