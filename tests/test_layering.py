@@ -30,6 +30,7 @@ PACKAGE = Path(fxsym.__file__).parent
 ORDER = [
     "errors",      # the exception and warning classes
     "naming",      # how a class or callable is named
+    "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
     "registry",    # user registrations + plugin contributions
     "symbols",     # Symbol, SymInfo, SymMap, SymGroup
@@ -47,14 +48,16 @@ ORDER = [
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "naming": set(),
+    "modstate": set(),
     "plugins": {"errors"},
     "registry": {"errors", "naming", "plugins"},
     "symbols": set(),  # the registry only inside functions; GroupTable only for annotations
-    "tracer": {"errors", "plugins", "registry"},
+    "tracer": {"errors", "modstate", "plugins", "registry"},
     "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
-    "resizing": {"errors", "registry", "symbols"},
+    "resizing": {"errors", "modstate", "registry", "symbols"},
     "oracles": {"analysis", "resizing", "symbols"},
-    "passes": {"errors", "naming", "plugins", "registry"},  # the tracer only in optimize()
+    # the tracer only inside optimize()
+    "passes": {"errors", "modstate", "naming", "plugins", "registry"},
     "demo": set(),
     "cli": {"errors"},  # everything else inside its commands, so ``fxsym --help`` is fast
     "fxsym": {"analysis", "errors", "plugins", "resizing", "symbols", "tracer"},

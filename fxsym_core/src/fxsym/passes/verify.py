@@ -18,8 +18,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import fx
 from torch.fx.passes.shape_prop import ShapeProp
+
+from ..modstate import ModuleTreeState
 
 _SEED = 0x5EED
 
@@ -115,27 +117,14 @@ def compare_outputs(expected: Any, actual: Any, rtol: float, atol: float) -> str
 
 
 class Snapshot:
-    """Everything a pass may change in a GraphModule, ready to be put back."""
+    """Everything a pass may change in a GraphModule, ready to be put back: its graph and
+    the state of its module tree (:class:`~fxsym.modstate.ModuleTreeState`)."""
 
     def __init__(self, gm: fx.GraphModule) -> None:
         self.gm = gm
         self.graph = copy.deepcopy(gm.graph)
-        self.states: list[tuple[nn.Module, dict[str, Any], dict[str, Any]]] = []
-        seen: set[int] = set()
-        for module in gm.modules():
-            if id(module) in seen:
-                continue
-            seen.add(id(module))
-            dicts = {
-                k: dict(v) if isinstance(v, dict) else v
-                for k, v in module.__dict__.items()
-                if k in ("_modules", "_parameters", "_buffers")
-            }
-            self.states.append((module, dict(module.__dict__), dicts))
+        self.modules = ModuleTreeState(gm)
 
     def restore(self) -> None:
-        for module, attrs, dicts in self.states:
-            module.__dict__.clear()
-            module.__dict__.update(attrs)
-            module.__dict__.update({k: dict(v) for k, v in dicts.items()})
+        self.modules.restore()
         self.gm.graph = self.graph  # the setter recompiles; rollback is the rare path

@@ -12,7 +12,6 @@ with :func:`fxsym.analyze`.
 from __future__ import annotations
 
 import difflib
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -20,6 +19,7 @@ import torch
 from torch import nn
 
 from ..errors import ResizeError
+from ..modstate import ModuleTreeState
 from ..registry import SymInfoEntry, get_registry
 from ..symbols import SymGroup, SymMap
 from .helpers import keep_entries
@@ -221,40 +221,26 @@ def _dim_index(symmap: SymMap, dim: Any, plans: dict[int, torch.Tensor]) -> torc
 # A rule may rebind anything a module holds: its parameters and buffers, attributes such as
 # ``num_heads``, child modules, entries of its dicts. It must not write into a tensor (the
 # engine keeps references, not copies: a copy of every weight would double the memory).
-# So the snapshot is shallow and per module, O(modules + tensors): a copy of each module's
-# ``__dict__``, a copy of the contents of each plain container in it (``_parameters``,
-# ``_buffers``, ``_modules``, hook dicts, lists such as Swin's ``window_size``) and a
-# fingerprint of each parameter and buffer, which detects a write in place.
-
-_DICTS = (dict, OrderedDict, set)
-
-
-class _ModuleState(NamedTuple):
-    module: nn.Module
-    attrs: dict[str, Any]
-    contents: list[tuple[Any, list[Any]]]  # (container of ``attrs``, its items)
+# So the snapshot is the module tree's state (:class:`~fxsym.modstate.ModuleTreeState`, no
+# tensor copied) plus a fingerprint of each parameter and buffer, which detects a write in
+# place.
 
 
 class _Snapshot(NamedTuple):
-    modules: list[_ModuleState]
+    modules: ModuleTreeState
     tensors: list[tuple[str, torch.Tensor, tuple[Any, ...] | None]]
 
 
 def _snapshot(model: nn.Module) -> _Snapshot:
     """The state of every module of ``model``, enough to undo any rebinding."""
-    modules: list[_ModuleState] = []
     tensors: list[tuple[str, torch.Tensor, tuple[Any, ...] | None]] = []
     seen: set[int] = set()
     for prefix, mod in model.named_modules():
-        attrs = dict(vars(mod))
-        contents = [(v, list(v.items()) if isinstance(v, dict) else list(v))
-                    for v in attrs.values() if type(v) in _DICTS or type(v) is list]
-        modules.append(_ModuleState(mod, attrs, contents))
         for name, t in (*mod._parameters.items(), *mod._buffers.items()):
             if t is not None and id(t) not in seen:
                 seen.add(id(t))
                 tensors.append((f"{prefix}.{name}" if prefix else name, t, _fingerprint(t)))
-    return _Snapshot(modules, tensors)
+    return _Snapshot(ModuleTreeState(model), tensors)
 
 
 def _fingerprint(t: torch.Tensor) -> tuple[Any, ...] | None:
@@ -265,20 +251,11 @@ def _fingerprint(t: torch.Tensor) -> tuple[Any, ...] | None:
 
 
 def _restore(saved: _Snapshot) -> None:
-    """Put back every module's state. Only dict, list and set operations, which cannot fail;
-    idempotent, so an interrupt landing in the middle just runs it again."""
+    """Put back every module's state; an interrupt landing in the middle just runs the
+    (idempotent) restore again."""
     for attempt in range(3):
         try:
-            for state in saved.modules:
-                attrs = vars(state.module)
-                attrs.clear()
-                attrs.update(state.attrs)
-                for container, items in state.contents:
-                    if type(container) is list:
-                        container[:] = items
-                    else:
-                        container.clear()
-                        container.update(items)
+            saved.modules.restore()
             return
         except BaseException:
             if attempt == 2:

@@ -3,11 +3,12 @@
 Tracing runs the model's Python code with Proxies in place of tensors, so every
 ``self.cache[key] = ...``, ``self.window_size = x.shape[1]`` or ``self._flat_weights = [...]``
 a forward performs would leave graph objects inside the user's model. :class:`ModuleGuard`
-takes a snapshot of every submodule's ``__dict__`` — and, recursively, of the contents of the
-dicts, lists and sets it holds (``_parameters``, ``_buffers``, caches) — and puts every object
-back in place on exit, on success and on failure alike: the same objects, so parameter
-identity and the identity of the containers are kept. Tensors are not copied: during a trace
-the model's tensors are read (as ``get_attr`` nodes or meta copies), not written.
+takes a snapshot (:class:`~fxsym.modstate.ModuleTreeState`) of every submodule's
+``__dict__`` — and, recursively, of the contents of the dicts, lists and sets it holds
+(``_parameters``, ``_buffers``, caches) — and puts every object back in place on exit, on
+success and on failure alike: the same objects, so parameter identity and the identity of the
+containers are kept. Tensors are not copied: during a trace the model's tensors are read (as
+``get_attr`` nodes or meta copies), not written.
 
 While the guard is active the modules' forward and pre-forward hooks are hidden, except
 torch's own (``torch.nn.utils.weight_norm``'s pre-hook computes the weight the module uses);
@@ -32,6 +33,8 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from torch import nn
+
+from ..modstate import ModuleTreeState
 
 #: held by every ``fxsym.trace`` / ``fxsym.analyze`` call (reentrant: plugins may trace)
 TRACE_LOCK = threading.RLock()
@@ -68,7 +71,6 @@ def tracing_thread() -> Iterator[None]:
         _local.depth -= 1
 
 
-_CONTAINERS = (dict, list, set)
 _FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 _BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
 
@@ -79,50 +81,9 @@ def _is_torch_hook(hook: Any) -> bool:
     return owner == "torch" or owner.startswith("torch.")
 
 
-_MISSING = object()
-
-
-def _record(container: Any, seen: set[int], out: list[tuple[Any, Any]]) -> None:
-    """Append ``(container, its items)`` to ``out``, then the same for nested containers."""
-    if isinstance(container, dict):
-        items: Any = tuple(container.items())
-        values: Any = container.values()
-    elif isinstance(container, list):
-        items = values = tuple(container)
-    else:
-        items, values = frozenset(container), ()
-    out.append((container, items))
-    for value in values:
-        if _fresh(value, seen):
-            _record(value, seen, out)
-
-
-def _restore(container: Any, items: Any) -> None:
-    """Put ``items`` back into ``container`` in place, if they changed."""
-    if isinstance(container, dict):
-        if len(container) != len(items) or any(
-            container.get(k, _MISSING) is not v for k, v in items
-        ):
-            container.clear()
-            container.update(items)
-    elif isinstance(container, list):
-        if len(container) != len(items) or any(a is not b for a, b in zip(container, items)):
-            container[:] = items
-    elif container != items:
-        container.clear()
-        container.update(items)
-
-
-def _fresh(value: Any, seen: set[int]) -> bool:
-    """A container not recorded yet (shared or cyclic containers are recorded once)."""
-    if not isinstance(value, _CONTAINERS) or isinstance(value, nn.Module) or id(value) in seen:
-        return False
-    seen.add(id(value))
-    return True
-
-
 class ModuleGuard:
-    """Snapshot every submodule's state on entry; restore it exactly on exit.
+    """Snapshot every submodule's state on entry (:class:`~fxsym.modstate.ModuleTreeState`),
+    hide the user's hooks, and restore it all exactly on exit.
 
     Used as a context manager around one trace; see the module docstring for what is kept
     and why.
@@ -130,18 +91,11 @@ class ModuleGuard:
 
     def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self._attrs: list[tuple[nn.Module, dict[str, Any]]] = []
-        self._contents: list[tuple[Any, Any]] = []
+        self._state: ModuleTreeState | None = None
 
     def __enter__(self) -> ModuleGuard:
-        seen: set[int] = set()
-        for mod in self.model.modules():
-            state = vars(mod)
-            self._attrs.append((mod, dict(state)))
-            for value in state.values():
-                if _fresh(value, seen):
-                    _record(value, seen, self._contents)
-        for mod, _ in self._attrs:
+        self._state = ModuleTreeState(self.model)
+        for mod, _ in self._state.attrs:
             _hide_hooks(mod)
         return self
 
@@ -150,15 +104,8 @@ class ModuleGuard:
 
     def restore(self) -> None:
         """Put back every attribute and container content recorded on entry."""
-        for mod, saved in self._attrs:
-            state = vars(mod)
-            for key in [k for k in state if k not in saved]:
-                del state[key]
-            for key, value in saved.items():
-                if state.get(key, saved) is not value:
-                    state[key] = value
-        for container, items in self._contents:
-            _restore(container, items)
+        if self._state is not None:
+            self._state.restore()
 
 
 def _hide_hooks(mod: nn.Module) -> None:
