@@ -29,7 +29,7 @@ from torch import nn
 
 from .errors import PluginWarning
 from .naming import qualname
-from .plugins.calls import call_one, leaf_vote
+from .plugins.calls import call_one, implementations, leaf_vote
 from .plugins.manager import PLUGIN_ERRORS, get_plugin_manager
 
 ResizeFn = Callable[[nn.Module, str, Any], None]
@@ -229,9 +229,7 @@ def _collect(pm: Any) -> Contributions:
         return record
 
     def run(hook_name: str, make_register: Callable[[str], Callable[..., None]]) -> None:
-        for impl in getattr(pm.hook, hook_name).get_hookimpls():
-            if impl.hookwrapper or impl.wrapper:  # not supported, skipped (as in calls.py)
-                continue
+        for impl in reversed(implementations(pm, hook_name)):  # wrappers skipped
             name = impl.plugin_name
             try:
                 call_one(pm, hook_name, impl,

@@ -419,15 +419,7 @@ def _traced_factory(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _find_proxy(value: Any) -> torch.fx.Proxy | None:
     """The first Proxy inside nested tuples, lists and dicts (sizes may come as a list)."""
-    if isinstance(value, torch.fx.Proxy):
-        return value
-    items = value.values() if isinstance(value, dict) else value
-    if isinstance(value, (tuple, list, dict)):
-        for item in items:
-            found = _find_proxy(item)
-            if found is not None:
-                return found
-    return None
+    return next((a for a in pytree.tree_leaves(value) if isinstance(a, torch.fx.Proxy)), None)
 
 
 def _plain_output(out: Any) -> Any:
