@@ -142,8 +142,11 @@ def creation(ctx: OpContext) -> Layout:
 
 def _dims_arg(ctx: OpContext, index: int, name: str, ndim: int) -> list[int] | None:
     d = ctx.val(ctx.arg(index, name, None))
-    if d is None:
-        return None
+    return None if d is None else _dims_arg_value(d, ndim)
+
+
+def _dims_arg_value(d: Any, ndim: int) -> list[int]:
+    """One dim or several, normalized to sorted non-negative indices."""
     if isinstance(d, int):
         d = [d]
     return sorted({_norm_dim(int(x), ndim) for x in d})
@@ -241,12 +244,6 @@ def reduce_rule(*, dim_at: int = 1, keepdim_at: int = 2, default: int | None = N
         return _checked(ctx, out, value)
 
     return rule
-
-
-def _dims_arg_value(d: Any, ndim: int) -> list[int]:
-    if isinstance(d, int):
-        d = [d]
-    return sorted({_norm_dim(int(x), ndim) for x in d})
 
 
 reduction = reduce_rule()
@@ -605,8 +602,7 @@ def split(ctx: OpContext) -> Layout:
     """``split``/``chunk``/``unbind``: pieces along a fixed dim keep the other dims' groups."""
     x = ctx.arg(0, "input")
     lay = ctx.tensor_layout(x)
-    target = ctx.node.target
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    name = _op_name(ctx)
     default_dim = 0
     d = ctx.val(ctx.arg(2 if name in ("split", "chunk", "tensor_split") else 1, "dim",
                         default_dim))
