@@ -93,10 +93,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         inputs = (torch.randn(1, 3, 224, 224),)
     _progress(f"analyzing {label} ...")
     start = time.perf_counter()
-    outputs: Any = None
-    if args.outputs:
-        outputs = [int(k) if k.lstrip("-").isdigit() else k for k in args.outputs.split(",")]
-        outputs = "*" if outputs == ["*"] else outputs
+    outputs: Any = args.outputs or None
+    if outputs and outputs != "*":
+        outputs = [int(k) if k.lstrip("-").isdigit() else k for k in outputs.split(",")]
     sm = analyze(model, example_inputs=inputs, outputs=outputs)
     elapsed = time.perf_counter() - start
     groups = sm.groups()
