@@ -186,8 +186,7 @@ def _other_tensors(module: nn.Module, projections: set[str],
 
 # -- SymInfo ---------------------------------------------------------------------------------
 def _internal(size: int, *, sortable: bool = True, constant: bool = False) -> Symbol:
-    sym = Symbol(is_searchable=not constant, is_sortable=sortable)
-    sym.size = size
+    sym = Symbol(is_searchable=not constant, is_sortable=sortable, size=size)
     if constant:
         sym.disable()
     return sym
@@ -204,8 +203,7 @@ def attention_info(module: nn.Module) -> SymInfo:
     pinned = per_head_input(module) is not None
     symbols: dict[str, Symbol] = {"hidden": Symbol(cl_type=IN, elastic_dims={-1})}
     if spec.o is None:  # the concatenated heads leave the module
-        heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
-        heads.block = spec.head_dim
+        heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, block=spec.head_dim)
         if pinned:
             heads.disable()
         symbols["heads"] = heads

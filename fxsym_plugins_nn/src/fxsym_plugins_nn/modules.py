@@ -212,8 +212,7 @@ def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
 def swin_attention_info(mod: nn.Module) -> SymInfo:
     """Like MultiheadAttention: the width is ``num_heads * head_dim`` on both sides, so the
     embedding dim changes a whole head at a time and the output follows the input."""
-    dim = Symbol(cl_type=IN, elastic_dims={-1})
-    dim.units = mod.num_heads
+    dim = Symbol(cl_type=IN, elastic_dims={-1}, units=mod.num_heads)
     out = Symbol(cl_type=OUT, elastic_dims={-1})
     out.link_to(dim)
     return SymInfo(dim=dim, dim_out=out)
