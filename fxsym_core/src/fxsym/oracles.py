@@ -136,7 +136,7 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
 
 def _perturbable(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
     seen: set[int] = set()
-    named = list(model.named_parameters(remove_duplicate=False))
+    named: list[tuple[str, torch.Tensor]] = [*model.named_parameters(remove_duplicate=False)]
     named += [(n, b) for n, b in model.named_buffers(remove_duplicate=False)
               if n.rpartition(".")[2] in NORM_STATISTICS]
     for name, tensor in named:
@@ -268,13 +268,14 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     before = {q: _weight_shapes(modules[q]) for q in owners}
     attrs = {q: _int_attributes(modules[q]) for q in owners}
     expected = _expected_lengths(sm, chosen)
+    param_members = sm.analysis.param_members if sm.analysis else frozenset()
     try:
         resize(clone, sm, chosen)
     except Exception as exc:
         result.error = f"resize failed: {type(exc).__name__}: {exc}"
         return result
     observed: dict[tuple[str, str], set[int]] = {}
-    handles = _measure(sm, modules, observed, {k for k in expected if k not in sm._param_members})
+    handles = _measure(sm, modules, observed, {k for k in expected if k not in param_members})
     try:
         out = run_model(clone, example_inputs, symmap.output_contract)
     except Exception as exc:
@@ -289,7 +290,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     for key, length in expected.items():
         qualname, sname = key
         got: set[int] | None
-        if key in sm._param_members:
+        if key in param_members:
             pname, _, dim = sname.rpartition(":")
             tensor = _attribute(modules.get(qualname), pname)
             got = {int(tensor.shape[int(dim)])} if isinstance(tensor, torch.Tensor) else None
@@ -325,12 +326,13 @@ def _attribute(obj: Any, dotted: str) -> Any:
 
 def _expected_lengths(sm: SymMap, chosen: dict[str, int]) -> dict[tuple[str, str], int]:
     """For every symbol laid along a group: its dimension's length once ``chosen`` applies."""
-    table = sm._table
-    if table is None:
+    analysis = sm.analysis
+    if analysis is None:
         return {}
-    units = {g.id: (g.size, chosen[g.name]) for g in sm.groups() if g.name in chosen}
+    table = analysis.table
+    units = {g.id: (g.size, chosen[g.name]) for g in analysis.groups if g.name in chosen}
     out: dict[tuple[str, str], int] = {}
-    for key, dim in sm._symbol_dims.items():
+    for key, dim in analysis.symbol_dims.items():
         total, touched = 0, False
         for seg in dim:
             root = table.find(seg.group) if seg.group is not None else None

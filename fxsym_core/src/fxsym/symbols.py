@@ -13,22 +13,37 @@ Cross-layer symbols say which dimension of the module's input (``INCOMING``) or 
 dimension, e.g. ``{1, -3}`` for the channels of NCHW).
 
 A :class:`SymInfo` holds the symbols of one module. A :class:`SymMap` holds the SymInfos of a
-model's modules and, after :func:`fxsym.analyze`, the cross-layer groups as :class:`SymGroup`.
+model's modules and, after :func:`fxsym.analyze`, what the analysis found (a
+:class:`GroupAnalysis`), whose searchable groups it offers as :class:`SymGroup`.
+
+This module names no higher room: what it needs of the analysis' dimension segments and group
+table is spelled as the protocols :class:`Segment` and :class:`GroupIndex`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from torch import nn
+from torch import fx, nn
 
 if TYPE_CHECKING:
-    from .analysis.groups import GroupTable
+    from .registry import Registry
+    from .tracer.report import TraceReport
 
-__all__ = ["SymGroup", "SymInfo", "SymMap", "Symbol"]
+__all__ = [
+    "GroupAnalysis",
+    "GroupIndex",
+    "Segment",
+    "SymGroup",
+    "SymInfo",
+    "SymMap",
+    "Symbol",
+    "SymbolKey",
+]
 
 
 class Symbol:
@@ -107,6 +122,12 @@ class Symbol:
     def is_sortable(self, value: bool) -> None:
         self._is_sortable = value
 
+    @property
+    def is_sortable_itself(self) -> bool:
+        """Whether this symbol alone may be reordered, whatever the symbols linked to it say
+        (the value ``is_sortable`` was last set to)."""
+        return self._is_sortable
+
     # -- cross-layer properties -------------------------------------------------------------
     @property
     def cl_type(self) -> Symbol.CLType:
@@ -148,6 +169,16 @@ class Symbol:
         self._is_searchable = False
         self._parent = parent
         parent._dependencies.append(self)
+
+    def make_searchable(self) -> None:
+        """Make this symbol the searchable root of its group (its value may be chosen).
+
+        Raises ``ValueError`` if it is constant or dynamic: such a symbol cannot lead a group.
+        """
+        if self._is_constant or self._parent is not None:
+            raise ValueError(f"only a free or searchable symbol can be made searchable, not "
+                             f"{self!r}")
+        self._is_searchable = True
 
     def disable(self) -> None:
         """Make this symbol and its whole dependency tree (parents and followers) constant."""
@@ -219,25 +250,88 @@ class SymGroup:
     id: int = field(repr=False, compare=False, default=-1)
 
 
+#: ``(module_qualname, symbol_name)``; a parameter member is ``(owner, "name:dim")``
+SymbolKey = tuple[str, str]
+
+
+class Segment(Protocol):
+    """A run of entries along one tensor dimension (``fxsym.analysis.Seg``): ``units`` units
+    of group ``group`` (``None``: of fixed size), each ``block`` consecutive entries long."""
+
+    @property
+    def group(self) -> int | None: ...
+
+    @property
+    def units(self) -> int: ...
+
+    @property
+    def block(self) -> int: ...
+
+
+class GroupIndex(Protocol):
+    """The analysis' union-find of groups (``fxsym.analysis.GroupTable``), read-only.
+
+    A group id from a :class:`Segment` is looked up through its root, :meth:`find`.
+    """
+
+    @property
+    def units(self) -> Sequence[int]:
+        """Per root: how many units the group has."""
+        ...
+
+    def find(self, g: int) -> int:
+        """The root of group ``g``: the id of the group it was merged into."""
+        ...
+
+    def reason(self, g: int) -> str | None:
+        """Why group ``g`` is constant (the first boundary it met), or ``None``."""
+        ...
+
+
+@dataclass(frozen=True)
+class GroupAnalysis:
+    """What :func:`fxsym.analyze` found about a model's groups, as attached to its SymMap.
+
+    ``groups`` are the searchable groups in graph order (``SymGroup.id`` is a root of
+    ``table``). ``symbol_dims`` gives, for every symbol the traced graph reached and every
+    parameter member, the segments of the tensor dimension it sizes; ``param_members`` says
+    which of its keys are parameter members (a parameter used directly in the graph, sliced
+    along one dim) rather than symbols. ``producers`` lists, per root of a searchable group,
+    the symbols that create the group's values (whose weights rank its entries).
+    """
+
+    groups: tuple[SymGroup, ...]
+    symbol_dims: Mapping[SymbolKey, Sequence[Segment]]
+    param_members: frozenset[SymbolKey]
+    table: GroupIndex
+    producers: Mapping[int, tuple[SymbolKey, ...]]
+
+
 class SymMap:
-    """The SymInfos of a model's modules and, once analyzed, its cross-layer groups."""
+    """The SymInfos of a model's modules and, once analyzed, its cross-layer groups.
+
+    A SymMap describes the model as analyzed: after :func:`fxsym.resize` changed the model it
+    is *stale* (:attr:`is_stale`) and must be computed again.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         from .registry import get_registry
 
         self.model = model
-        self._map: dict[nn.Module, SymInfo] = {}
-        self._mod_to_name: dict[nn.Module, str] = {}
-        self._groups: list[SymGroup] = []
-        self._table: GroupTable | None = None
-        self._symbol_dims: dict[tuple[str, str], Any] = {}
-        self._param_members: set[tuple[str, str]] = set()
-        self._producers: dict[int, list[tuple[str, str]]] = {}
-        self._stale = False
+        #: the registry the SymInfos came from; resizing the model looks up its rules here
+        self.registry: Registry = get_registry()
+        #: what :func:`fxsym.analyze` reported while tracing (fallback leaves, boundaries)
+        self.trace_report: TraceReport | None = None
+        #: the graph :func:`fxsym.analyze` traced and analyzed
+        self.graph_module: fx.GraphModule | None = None
         #: the outputs whose sizes the analysis kept (``None``: every output); see
         #: :mod:`fxsym.analysis.outputs`
         self.output_contract: tuple[str | int, ...] | None = None
-        registry = get_registry()
+        self._map: dict[nn.Module, SymInfo] = {}
+        self._mod_to_name: dict[nn.Module, str] = {}
+        self._analysis: GroupAnalysis | None = None
+        self._stale = False
+        registry = self.registry
         stack: list[tuple[str, nn.Module]] = [("", model)]
         seen: set[int] = set()
         while stack:
@@ -293,6 +387,16 @@ class SymMap:
         from .registry import get_registry
 
         get_registry().unregister_user(nn_cls)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SymMap:
+        """A deep copy that shares :attr:`registry` (it belongs to the plugin manager, not to
+        the model)."""
+        memo[id(self.registry)] = self.registry
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            clone.__dict__[key] = copy.deepcopy(value, memo)
+        return clone
 
     # -- mapping API ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -352,6 +456,14 @@ class SymMap:
                 if any(getattr(sym, f"is_{state}") for state in wanted):
                     yield prefix + sname, sym
 
+    def name_of(self, mod: nn.Module) -> str:
+        """The qualified name of ``mod`` in the model; ``KeyError`` if it has no SymInfo here."""
+        return self._mod_to_name[mod]
+
+    def sym_info(self, mod: nn.Module) -> SymInfo:
+        """The SymInfo of ``mod``; ``KeyError`` if it has none here."""
+        return self._map[mod]
+
     def get_symbol(self, mod: nn.Module, name: str) -> Symbol:
         return self._map[mod].symbols[name]
 
@@ -377,13 +489,38 @@ class SymMap:
             del self._map[mod]
             del self._mod_to_name[mod]
 
+    # -- analysis ---------------------------------------------------------------------------
+    def attach_analysis(self, analysis: GroupAnalysis) -> None:
+        """Record what :func:`fxsym.analyze` found; :meth:`groups` offers its groups."""
+        self._analysis = analysis
+
+    @property
+    def analysis(self) -> GroupAnalysis | None:
+        """What :func:`fxsym.analyze` found, or ``None`` before an analysis was attached."""
+        return self._analysis
+
+    @property
+    def _symbol_dims(self) -> Mapping[SymbolKey, Sequence[Segment]]:
+        # kept for tests/test_analyze.py, tests/test_ops.py and tests/hf/test_families.py
+        # until they read ``analysis.symbol_dims``; remove with them
+        return {} if self._analysis is None else self._analysis.symbol_dims
+
+    def mark_stale(self) -> None:
+        """Record that the model changed since this SymMap was computed (a resize did it)."""
+        self._stale = True
+
+    @property
+    def is_stale(self) -> bool:
+        """Whether the model changed since this SymMap was computed; analyze it again."""
+        return self._stale
+
     # -- groups -----------------------------------------------------------------------------
     def groups(self) -> list[SymGroup]:
         """The searchable cross-layer groups found by :func:`fxsym.analyze`, in graph order."""
-        return list(self._groups)
+        return [] if self._analysis is None else list(self._analysis.groups)
 
     def group(self, name: str) -> SymGroup:
-        for g in self._groups:
+        for g in self.groups():
             if g.name == name:
                 return g
         raise KeyError(name)
@@ -391,19 +528,23 @@ class SymMap:
     def why_constant(self, qualname: str, symbol: str) -> str | None:
         """Why a cross-layer symbol cannot change (the first boundary its group met), or
         ``None`` if it belongs to a searchable group."""
-        dim = self._symbol_dims.get((qualname, symbol))
-        if dim is None or self._table is None:
+        analysis = self._analysis
+        dim = None if analysis is None else analysis.symbol_dims.get((qualname, symbol))
+        if analysis is None or dim is None:
             return "not reached by the traced graph (unused, or inside a leaf without a SymInfo)"
-        reasons = [self._table.reason(s.group) for s in dim if s.group is not None]
+        table = analysis.table
+        groups = [s.group for s in dim if s.group is not None]
+        reasons = [table.reason(g) for g in groups]
         if not reasons:
             return "its dimension is fixed where it enters the module (a model input or a literal)"
-        live = {g.id for g in self._groups}
-        if any(self._table.find(s.group) in live for s in dim if s.group is not None):
+        live = {g.id for g in analysis.groups}
+        if any(table.find(g) in live for g in groups):
             return None
         return next((r for r in reasons if r), "no searchable producer feeds its group")
 
     def __repr__(self) -> str:
-        lines = [f"SymMap(model={type(self.model).__name__}, groups={len(self._groups)})"]
-        for g in self._groups:
+        groups = self.groups()
+        lines = [f"SymMap(model={type(self.model).__name__}, groups={len(groups)})"]
+        for g in groups:
             lines.append(f"  {g.name}: size={g.size} members={len(g.members)}")
         return "\n".join(lines)

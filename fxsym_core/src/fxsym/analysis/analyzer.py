@@ -20,7 +20,6 @@ import torch.fx
 
 from ..errors import PluginError
 from ..naming import qualname
-from ..registry import get_registry
 from ..symbols import Symbol, SymMap
 from ..tracer.report import TraceReport
 from .context import OpContext, Unsupported
@@ -36,7 +35,7 @@ from .layout import (
     iter_dims,
 )
 from .outputs import Contract, output_keys, select_outputs
-from .shared import tie_shared_tensors
+from .shared import own_tensor, tie_shared_tensors
 
 
 def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
@@ -67,7 +66,7 @@ class Analyzer:
         #: layout of each parameter or buffer read with ``get_attr``, by target
         self.param_reads: dict[str, Layout] = {}
         self._member_keys: dict[str, list[tuple[str, str]]] = {}
-        self.registry = get_registry()
+        self.registry = symmap.registry
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -152,9 +151,9 @@ class Analyzer:
             mod = self.gm.get_submodule(owner) if owner else self.gm
         except AttributeError:
             return fixed_layout(value)
-        if pname not in mod._parameters and pname not in mod._buffers:
+        if own_tensor(mod, pname) is None:
             return fixed_layout(value)
-        name = self.symmap._mod_to_name.get(mod, owner) if owner else ""
+        name = (self.symmap.name_of(mod) if mod in self.symmap else owner) if owner else ""
         dims: list[Dim] = []
         for d, size in enumerate(value.shape):
             if size <= 1:
@@ -193,10 +192,10 @@ class Analyzer:
         node = ctx.node
         qualname = str(node.target)
         mod = self.gm.get_submodule(qualname)
-        info = self.symmap._map.get(mod)
-        if info is None:
+        if mod not in self.symmap:
             return self.boundary(node, f"no SymInfo for module {type(mod).__name__}")
-        name = self.symmap._mod_to_name.get(mod, qualname)
+        info = self.symmap.sym_info(mod)
+        name = self.symmap.name_of(mod)
         tensors = [a for a in node.args if isinstance(ctx.layout(a), TensorLayout)]
         tensors += [a for a in node.kwargs.values() if isinstance(ctx.layout(a), TensorLayout)]
         if not tensors:
@@ -263,7 +262,7 @@ class Analyzer:
                     seg = source[0]
                     if not (units and len(source) == 1 and shape[d] % units == 0):
                         ctx.unsupported(f"{name}.{sname} follows an input dim of another size")
-                    source = (Seg(seg.group, int(units), shape[d] // int(units)),)
+                    source = (Seg(seg.group, units, shape[d] // units),)
                 self._attach(name, sname, source, ctx.node)
                 dims[d] = source
                 continue

@@ -8,9 +8,10 @@ from torch import nn
 
 from ..errors import AnalysisError
 from ..plugins.calls import first_result
-from ..symbols import SymGroup, SymMap
+from ..symbols import GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
 from ..tracer import trace
 from ..tracer.guard import serialised
+from ..tracer.report import TraceReport
 from .analyzer import Analyzer, analyze_graph
 from .layout import dim_size
 from .outputs import Contract, normalize_contract
@@ -39,18 +40,19 @@ def analyze(
     if not isinstance(model, nn.Module):
         raise AnalysisError(f"expected a torch.nn.Module, got {type(model).__name__}")
     gm = trace(model, example_inputs=example_inputs, concrete_args=concrete_args)
-    if gm.example_inputs is None:  # type: ignore[attr-defined]
+    if gm.example_inputs is None:
         raise AnalysisError(
             f"analyzing {type(model).__name__} needs example_inputs (a tuple of positional "
             "arguments or a dict of keyword arguments); no plugin supplies defaults for it"
         )
     contract, strict = _contract(model, outputs)
     symmap = SymMap(model)
-    report = gm.trace_report  # type: ignore[attr-defined]
+    report = gm.trace_report
+    assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
     analyzer = analyze_graph(gm, symmap, report, contract, strict)
     _finish(symmap, analyzer)
-    symmap.trace_report = report  # type: ignore[attr-defined]
-    symmap.graph_module = gm  # type: ignore[attr-defined]
+    symmap.trace_report = report
+    symmap.graph_module = gm
     symmap.output_contract = analyzer.contract
     return symmap
 
@@ -66,22 +68,23 @@ def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:
 
 
 def _finish(symmap: SymMap, an: Analyzer) -> None:
-    """Build the SymGroups and set every symbol's state from the group table."""
+    """Build the SymGroups, set every symbol's state from the group table and attach the
+    result to ``symmap``."""
     table = an.table
-    members: dict[int, list[tuple[str, str]]] = {}
+    members: dict[int, list[SymbolKey]] = {}
     for key, dim in an.symbol_dims.items():
         for seg in dim:
             if seg.group is not None:
                 lst = members.setdefault(table.find(seg.group), [])
                 if key not in lst:
                     lst.append(key)
-    by_name = {name: mod for mod, name in symmap._mod_to_name.items()}
+    symbols = dict(symmap.named_sym_dicts())
 
-    def symbol(key: tuple[str, str]) -> Any:
-        return symmap._map[by_name[key[0]]].symbols[key[1]]
+    def symbol(key: SymbolKey) -> Symbol:
+        return symbols[key[0]][key[1]]
 
     groups: list[SymGroup] = []
-    roots: dict[int, tuple[str, str]] = {}
+    roots: dict[int, SymbolKey] = {}
     for root, producers in sorted(table.producers.items()):
         if table.find(root) != root or root in table.reasons:
             continue
@@ -96,35 +99,36 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
             name=f"{head[0]}.{head[1]}" if head[0] else head[1],
             size=table.units[root],
             unit=dim_size(an.symbol_dims[head]) // table.units[root],
-            is_sortable=all(k in an.param_members or symbol(k)._is_sortable for k in keys),
+            is_sortable=all(k in an.param_members or symbol(k).is_sortable_itself
+                            for k in keys),
             members=keys,
             id=root,
         ))
     # symbol states: constant unless in a searchable group; the group head is searchable
-    for mod, info in symmap._map.items():
-        name = symmap._mod_to_name[mod]
-        for sname, sym in info.symbols.items():
+    for name, syms in symbols.items():
+        for sname, sym in syms.items():
             if not sym.is_cross_layer:
                 continue
-            dim = an.symbol_dims.get((name, sname))
-            live = [table.find(s.group) for s in (dim or ()) if s.group is not None
-                    and table.find(s.group) in roots]
+            live = [table.find(s.group) for s in an.symbol_dims.get((name, sname), ())
+                    if s.group is not None and table.find(s.group) in roots]
             if not live:
                 sym.disable()
     for root, head in roots.items():
         head_sym = symbol(head)
-        head_sym._is_searchable = True
+        head_sym.make_searchable()
         for key in members.get(root, []):
             if key == head or key in an.param_members:
                 continue
             sym = symbol(key)
             if sym.is_free or sym.is_searchable:
                 sym.link_to(head_sym)
-    symmap._groups = groups
-    symmap._symbol_dims = dict(an.symbol_dims)
-    symmap._param_members = set(an.param_members)
-    symmap._table = table
-    symmap._producers = {r: [(q, s) for _, q, s, _ in table.producers.get(r, [])] for r in roots}
+    symmap.attach_analysis(GroupAnalysis(
+        groups=tuple(groups),
+        symbol_dims=dict(an.symbol_dims),
+        param_members=frozenset(an.param_members),
+        table=table,
+        producers={r: tuple((q, s) for _, q, s, _ in table.producers.get(r, [])) for r in roots},
+    ))
 
 
 __all__ = ["analyze"]

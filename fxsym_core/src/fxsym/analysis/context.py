@@ -9,13 +9,13 @@ becomes constant) and the reason goes to the trace report. Never guess.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import torch
 import torch.fx
 
 from .groups import GroupTable
-from .layout import Dim, Layout, TensorLayout, dim_size, fixed_dim, fixed_layout
+from .layout import Dim, Layout, Seg, TensorLayout, dim_size, fixed_dim, fixed_layout
 
 _NO_DEFAULT = object()
 
@@ -127,7 +127,8 @@ class OpContext:
                 continue
             if len(groups) < len(segs):
                 for g in groups:
-                    self.fix((segs[0]._replace(group=g),), "meets a dimension of fixed size")
+                    self.fix((Seg(g, segs[0].units, segs[0].block),),
+                             "meets a dimension of fixed size")
             for seg in segs:  # a unit of the tied group must be whole in every segment
                 if seg.group is not None:
                     self.table.constrain(seg.group, seg.units)
@@ -137,5 +138,5 @@ class OpContext:
             out.append(next(s for s in segs if s.group is not None))
         return tuple(out)
 
-    def unsupported(self, reason: str) -> None:
+    def unsupported(self, reason: str) -> NoReturn:
         raise Unsupported(reason)

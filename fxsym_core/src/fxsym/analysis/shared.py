@@ -131,8 +131,18 @@ def _tensor_at(model: nn.Module, target: str) -> torch.Tensor | None:
         mod = model.get_submodule(owner) if owner else model
     except AttributeError:
         return None
-    t = mod._parameters.get(name, mod._buffers.get(name))
-    return t if isinstance(t, torch.Tensor) else None
+    return own_tensor(mod, name)
+
+
+def own_tensor(mod: nn.Module, name: str) -> torch.Tensor | None:
+    """The parameter or buffer ``mod`` registers as ``name`` itself (not in a child)."""
+    for pname, p in mod.named_parameters(recurse=False, remove_duplicate=False):
+        if pname == name:
+            return p
+    for bname, b in mod.named_buffers(recurse=False, remove_duplicate=False):
+        if bname == name:
+            return b
+    return None
 
 
 class _Probes:
@@ -178,14 +188,14 @@ class _Probes:
             return known
         an = self.an
         mod = an.symmap.model.get_submodule(leaf)
-        name = an.symmap._mod_to_name.get(mod, leaf)
+        described = mod in an.symmap
+        name = an.symmap.name_of(mod) if described else leaf
         entry = an.registry.sym_info_entry(type(mod))
-        info = an.symmap._map.get(mod)
         result: dict[str, Probe] = {}
-        if entry is None or entry.resize is None or info is None:
+        if entry is None or entry.resize is None or not described:
             result["<no resize rule>"] = None
         else:
-            for sname in info.symbols:
+            for sname in an.symmap[mod]:
                 dim = an.symbol_dims.get((name, sname))
                 if dim is None:
                     continue
@@ -211,4 +221,4 @@ def _run_rule(entry: SymInfoEntry, mod: nn.Module, sname: str, dim: Dim,
     return {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, drop, dim
 
 
-__all__ = ["tie_shared_tensors"]
+__all__ = ["own_tensor", "tie_shared_tensors"]

@@ -12,7 +12,7 @@ with :func:`fxsym.analyze`.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
@@ -20,8 +20,8 @@ from torch import nn
 
 from ..errors import ResizeError
 from ..modstate import ModuleTreeState
-from ..registry import SymInfoEntry, get_registry
-from ..symbols import SymGroup, SymMap
+from ..registry import Registry, SymInfoEntry
+from ..symbols import GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
 from .helpers import keep_entries
 
 Choice = Any  # int | Sequence[int] | torch.Tensor
@@ -36,7 +36,7 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
     """
     if symmap.model is not model:
         raise ResizeError("this SymMap was computed for another model; call fxsym.analyze(model)")
-    if getattr(symmap, "_stale", False):
+    if symmap.is_stale:
         raise ResizeError("the model was resized since this SymMap was computed; analyze again")
     if not isinstance(choices, Mapping):
         raise ResizeError(f"choices must be a mapping of group name to indices, got {choices!r}")
@@ -50,27 +50,8 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             raise ResizeError(f"unknown group {name!r}{hint} ({len(groups)} groups known)")
         plans[group.id] = _indices(symmap, group, choice)
 
-    modules = dict(model.named_modules())
-    work: list[tuple[nn.Module, str, str, torch.Tensor, SymInfoEntry]] = []
-    registry = get_registry()
-    for (qualname, sname), dim in symmap._symbol_dims.items():
-        roots = {symmap._table.find(s.group) for s in dim if s.group is not None}
-        if not roots & plans.keys():
-            continue
-        mod = modules.get(qualname)
-        if mod is None:
-            raise ResizeError(f"module {qualname!r} is no longer part of the model")
-        if (qualname, sname) in symmap._param_members:
-            work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), _PARAMETER))
-            continue
-        entry = registry.sym_info_entry(type(mod))
-        if entry is None or entry.resize is None:
-            raise ResizeError(
-                f"no resize rule for {type(mod).__name__} ({qualname}.{sname}); register one "
-                "with the fxsym_register_sym_infos hook (resize=...)"
-            )
-        work.append((mod, qualname, sname, _dim_index(symmap, dim, plans), entry))
-
+    analysis = symmap.analysis
+    work = [] if analysis is None else _work(model, symmap.registry, analysis, plans)
     ties = _tied_parameters(model)
     saved = _snapshot(model)
     where = ""
@@ -92,8 +73,40 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
                 f"rule wrote in place: {', '.join(written)} (rules must replace parameters "
                 "and buffers, never write into them)") from exc
         raise ResizeError(f"resizing {where} failed, model restored: {exc}") from exc
-    symmap._stale = True
+    symmap.mark_stale()
     return model
+
+
+#: one resize rule call: the module, its qualified name, the symbol (or parameter member), the
+#: entries to keep and the registry entry holding the rule
+_Step = tuple[nn.Module, str, str, torch.Tensor, SymInfoEntry]
+
+
+def _work(model: nn.Module, registry: Registry, analysis: GroupAnalysis,
+          plans: dict[int, torch.Tensor]) -> list[_Step]:
+    """Every resize rule call ``plans`` (entries to keep, by group root) needs, in the order of
+    ``analysis.symbol_dims``; raises ResizeError before anything is touched."""
+    modules = dict(model.named_modules())
+    table = analysis.table
+    work: list[_Step] = []
+    for (qualname, sname), dim in analysis.symbol_dims.items():
+        roots = {table.find(s.group) for s in dim if s.group is not None}
+        if not roots & plans.keys():
+            continue
+        mod = modules.get(qualname)
+        if mod is None:
+            raise ResizeError(f"module {qualname!r} is no longer part of the model")
+        if (qualname, sname) in analysis.param_members:
+            work.append((mod, qualname, sname, _dim_index(table, dim, plans), _PARAMETER))
+            continue
+        entry = registry.sym_info_entry(type(mod))
+        if entry is None or entry.resize is None:
+            raise ResizeError(
+                f"no resize rule for {type(mod).__name__} ({qualname}.{sname}); register one "
+                "with the fxsym_register_sym_infos hook (resize=...)"
+            )
+        work.append((mod, qualname, sname, _dim_index(table, dim, plans), entry))
+    return work
 
 
 def _tied_parameters(model: nn.Module) -> list[tuple[nn.Parameter, list[tuple[nn.Module, str]]]]:
@@ -101,9 +114,8 @@ def _tied_parameters(model: nn.Module) -> list[tuple[nn.Parameter, list[tuple[nn
     those places."""
     places: dict[int, tuple[nn.Parameter, list[tuple[nn.Module, str]]]] = {}
     for mod in model.modules():
-        for pname, p in mod._parameters.items():
-            if p is not None:
-                places.setdefault(id(p), (p, []))[1].append((mod, pname))
+        for pname, p in mod.named_parameters(recurse=False, remove_duplicate=False):
+            places.setdefault(id(p), (p, []))[1].append((mod, pname))
     return [v for v in places.values() if len(v[1]) > 1]
 
 
@@ -168,7 +180,7 @@ def _indices(symmap: SymMap, group: SymGroup, choice: Choice) -> torch.Tensor:
     index = index.long()
     if int(index.min()) < 0 or int(index.max()) >= size:
         raise ResizeError(f"{name}: indices must lie in [0, {size}), got {index.tolist()}")
-    if index.unique().numel() != index.numel():
+    if index.unique().numel() != index.numel():  # type: ignore[no-untyped-call]
         raise ResizeError(f"{name}: duplicate indices {index.tolist()}")
     if not group.is_sortable and bool((index[1:] <= index[:-1]).any()):
         raise ResizeError(f"{name} is not sortable: indices must be increasing")
@@ -176,10 +188,11 @@ def _indices(symmap: SymMap, group: SymGroup, choice: Choice) -> torch.Tensor:
 
 
 def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
-    registry = get_registry()
+    registry = symmap.registry
     modules = dict(symmap.model.named_modules())
     total: torch.Tensor | None = None
-    for qualname, sname in symmap._producers.get(group.id, []):
+    producers = symmap.analysis.producers if symmap.analysis else {}
+    for qualname, sname in producers.get(group.id, ()):
         mod = modules.get(qualname)
         entry = registry.sym_info_entry(type(mod)) if mod is not None else None
         if mod is None or entry is None or entry.importance is None:
@@ -200,16 +213,20 @@ def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
     return total
 
 
-def _dim_index(symmap: SymMap, dim: Any, plans: dict[int, torch.Tensor]) -> torch.Tensor:
+def _dim_index(table: GroupIndex, dim: Sequence[Segment], plans: dict[int, torch.Tensor]
+               ) -> torch.Tensor:
+    """The entries of a dimension laid out as ``dim`` to keep, once each group in ``plans``
+    (by root) keeps the units given there."""
     parts: list[torch.Tensor] = []
     offset = 0
     for seg in dim:
         length = seg.units * seg.block
-        plan = plans.get(symmap._table.find(seg.group)) if seg.group is not None else None
-        if plan is None:
+        root = table.find(seg.group) if seg.group is not None else None
+        plan = plans.get(root) if root is not None else None
+        if root is None or plan is None:
             parts.append(torch.arange(offset, offset + length))
         else:  # group units -> this segment's (finer) units -> entries
-            per_unit = seg.units // symmap._table.units[symmap._table.find(seg.group)]
+            per_unit = seg.units // table.units[root]
             fine = (plan[:, None] * per_unit + torch.arange(per_unit)[None, :]).flatten()
             block = torch.arange(seg.block)
             parts.append((fine[:, None] * seg.block + block[None, :]).flatten() + offset)
@@ -236,8 +253,9 @@ def _snapshot(model: nn.Module) -> _Snapshot:
     tensors: list[tuple[str, torch.Tensor, tuple[Any, ...] | None]] = []
     seen: set[int] = set()
     for prefix, mod in model.named_modules():
-        for name, t in (*mod._parameters.items(), *mod._buffers.items()):
-            if t is not None and id(t) not in seen:
+        for name, t in (*mod.named_parameters(recurse=False, remove_duplicate=False),
+                        *mod.named_buffers(recurse=False, remove_duplicate=False)):
+            if id(t) not in seen:
                 seen.add(id(t))
                 tensors.append((f"{prefix}.{name}" if prefix else name, t, _fingerprint(t)))
     return _Snapshot(ModuleTreeState(model), tensors)
