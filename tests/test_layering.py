@@ -11,6 +11,9 @@ functions run later and may go anywhere (``cli`` imports most rooms that way, ``
 Adding an import to another room: add it to :data:`ALLOWED` if the room is lower; an upward
 one means the shared piece belongs in a lower module (or in a function-level import, with a
 reason, listed in :data:`EXCEPTIONS`).
+
+Rooms also keep to themselves: no module reads or writes a private field (``x._name``) that
+another module defines; see :func:`private_violations`.
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ ALLOWED: dict[str, set[str]] = {
     "modstate": set(),
     "plugins": {"errors"},
     "registry": {"errors", "naming", "plugins"},
-    "symbols": set(),  # the registry only inside functions; GroupTable only for annotations
+    # the registry only inside functions; the registry and TraceReport for annotations
+    "symbols": set(),
     "tracer": {"errors", "modstate", "plugins", "registry"},
     "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "registry", "symbols"},
@@ -182,3 +186,132 @@ def test_every_module_imports_in_room_order() -> None:
     rank = {r: i for i, r in enumerate(ORDER)}
     for module in sorted(MODULES, key=lambda m: (rank[room(m)], m)):
         importlib.import_module(module)
+
+
+# -- private fields stay in their module ----------------------------------------------------
+# A module reads and writes only its own private fields: ``x._name`` (one leading underscore)
+# where ``x`` is not ``self``/``cls`` must name something the same file defines (an attribute
+# it assigns as ``self._name``/``cls._name``, a function or class, or a name assigned at module
+# level or in a class body). ``getattr``/``setattr``/``hasattr``/``delattr`` with a literal
+# private name count too. What another module needs gets a public name there.
+
+#: private names of torch's objects fxsym uses knowingly, allowed anywhere: name -> why
+FOREIGN_PRIVATE: dict[str, str] = {
+    "_version": "torch.Tensor's version counter: the only way to see a write in place "
+                "(the resize transaction)",
+}
+
+#: ``(file, private name)`` used where the file does not define it -> reason
+PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
+    # owned by another change, being fixed
+    ("fxsym/passes/copying.py", "_parameters"): "nn.Module storage, shallow clone",
+    ("fxsym/passes/copying.py", "_buffers"): "nn.Module storage, shallow clone",
+    ("fxsym/passes/copying.py", "_modules"): "nn.Module storage, shallow clone",
+    ("fxsym/passes/copying.py", "_non_persistent_buffers_set"): "nn.Module storage",
+    ("fxsym/tracer/tracer.py", "_parameters"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/tracer.py", "_buffers"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/tracer.py", "_modules"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/tracer.py", "_root"): "torch.fx.Graph's node list sentinel (rollback)",
+    ("fxsym/tracer/tracer.py", "_assert"): "torch._assert, the assert torch.fx records",
+}
+
+_ATTR_FUNCTIONS = {"getattr", "setattr", "hasattr", "delattr"}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _own_names(tree: ast.Module) -> set[str]:
+    """The private names a module file defines (see the comment above)."""
+    names: set[str] = set()
+
+    def targets(node: ast.AST) -> list[ast.expr]:
+        if isinstance(node, ast.Assign):
+            return node.targets
+        if isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            return [node.target]
+        return []
+
+    def bound(target: ast.expr) -> None:
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                bound(elt)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            names.add(node.attr)
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]:
+        for stmt in scope.body:
+            for target in targets(stmt):
+                bound(target)
+    return {n for n in names if _is_private(n)}
+
+
+def _private_uses(tree: ast.Module) -> list[tuple[int, str, str]]:
+    """``(line, name, source)`` of each private attribute used on an object other than
+    ``self``/``cls``."""
+    found: list[tuple[int, str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            owner, name = node.value, node.attr
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in _ATTR_FUNCTIONS and len(node.args) >= 2
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            owner, name = node.args[0], node.args[1].value
+        else:
+            continue
+        if not _is_private(name):
+            continue
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        found.append((node.lineno, name, ast.unparse(node)))
+    return found
+
+
+def private_violations(modules: dict[str, Path] = MODULES) -> list[str]:
+    """Each use of a private name its file does not define (nor allowed above)."""
+    bad = []
+    for path in modules.values():
+        where = path.relative_to(PACKAGE.parent).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = _own_names(tree)
+        for line, name, source in sorted(_private_uses(tree)):
+            if name in own or name in FOREIGN_PRIVATE or (where, name) in PRIVATE_EXCEPTIONS:
+                continue
+            bad.append(f"{where}:{line} uses {source}, a private name {where} does not define")
+    return bad
+
+
+def test_no_module_uses_another_modules_private_fields() -> None:
+    bad = private_violations()
+    assert not bad, ("private fields used outside their module (give them a public name "
+                     "there):\n" + "\n".join(bad))
+
+
+def test_the_checker_sees_a_foreign_private_field(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "fxsym" / "resizing"
+    fake.mkdir(parents=True)
+    (fake / "engine.py").write_text(
+        "_LIMIT = 3\n"
+        "class Plan:\n"
+        "    _cache: dict = {}\n"
+        "    def __init__(self):\n        self._steps = []\n"
+        "    def _merge(self, other):\n"
+        "        return other._steps, other._merge, Plan._cache, _LIMIT\n"  # all defined here
+        "def run(symmap, t):\n"
+        "    symmap.__class__, t._version\n"  # a dunder; an allowed foreign private
+        "    symmap._table.find(0)\n"  # another module's private field
+        "    setattr(symmap, '_stale', True)\n"  # the same, spelled as a string
+    )
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "fxsym")
+    bad = private_violations({"fxsym.resizing.engine": fake / "engine.py"})
+    assert [b.split(" uses ")[0] for b in bad] == ["fxsym/resizing/engine.py:10",
+                                                   "fxsym/resizing/engine.py:11"], bad
+    assert "symmap._table" in bad[0] and "'_stale'" in bad[1]
