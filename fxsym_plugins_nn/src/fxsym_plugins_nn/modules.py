@@ -21,6 +21,9 @@ from fxsym.resizing import keep_entries, l1_scores
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING
 
+Conv = (nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose1d | nn.ConvTranspose2d
+        | nn.ConvTranspose3d)
+
 
 # -- Linear ------------------------------------------------------------------------------------
 def linear_info(mod: nn.Module) -> SymInfo:
@@ -45,13 +48,13 @@ def linear_importance(mod: Any, name: str) -> torch.Tensor:
 
 
 # -- Conv / ConvTranspose ------------------------------------------------------------------------
-def _channel_dims(mod: Any) -> set[int]:
+def _channel_dims(mod: Conv) -> set[int]:
     return {1, -(len(mod.kernel_size) + 1)}
 
 
-def conv_info(mod: nn.Module) -> SymInfo:
+def conv_info(mod: Conv) -> SymInfo:
     dims = _channel_dims(mod)
-    groups = mod.groups  # type: ignore[attr-defined]
+    groups = mod.groups
     in_sym = Symbol(cl_type=IN, elastic_dims=dims)
     out_sym = Symbol(is_searchable=True, cl_type=OUT, elastic_dims=dims)
     if groups == 1:
@@ -68,7 +71,7 @@ def conv_info(mod: nn.Module) -> SymInfo:
     return SymInfo(in_channels=in_sym, out_channels=out_sym)
 
 
-def conv_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+def conv_resize(mod: Conv, name: str, index: torch.Tensor) -> None:
     transposed = isinstance(mod, nn.modules.conv._ConvTransposeNd)
     out_dim, in_dim = (1, 0) if transposed else (0, 1)
     if mod.groups > 1:  # whole conv groups go: the per-group weight slice is unchanged
@@ -90,7 +93,7 @@ def conv_resize(mod: Any, name: str, index: torch.Tensor) -> None:
         mod.out_channels = len(index)
 
 
-def conv_importance(mod: Any, name: str) -> torch.Tensor:
+def conv_importance(mod: Conv, name: str) -> torch.Tensor:
     transposed = isinstance(mod, nn.modules.conv._ConvTransposeNd)
     return l1_scores(mod.weight, 1 if transposed and mod.groups == 1 else 0)
 
@@ -107,8 +110,8 @@ def batchnorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     mod.num_features = len(index)
 
 
-def layernorm_info(mod: nn.Module) -> SymInfo:
-    shape = tuple(mod.normalized_shape)  # type: ignore[attr-defined]
+def layernorm_info(mod: nn.LayerNorm) -> SymInfo:
+    shape = tuple(mod.normalized_shape)
     if len(shape) == 1:
         return SymInfo(is_shape_preserving=True,
                        normalized_shape=Symbol(cl_type=IN, elastic_dims={-1}))
@@ -116,27 +119,27 @@ def layernorm_info(mod: nn.Module) -> SymInfo:
     return SymInfo()
 
 
-def layernorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+def layernorm_resize(mod: nn.LayerNorm, name: str, index: torch.Tensor) -> None:
     keep_entries(mod, "weight", 0, index)
     keep_entries(mod, "bias", 0, index)
     mod.normalized_shape = (len(index),)
 
 
-def layernorm2d_info(mod: nn.Module) -> SymInfo:
-    if len(tuple(mod.normalized_shape)) != 1:  # type: ignore[attr-defined]
+def layernorm2d_info(mod: nn.LayerNorm) -> SymInfo:
+    if len(tuple(mod.normalized_shape)) != 1:
         return SymInfo()
     return SymInfo(is_shape_preserving=True,
                    normalized_shape=Symbol(cl_type=IN, elastic_dims={1}))
 
 
-def groupnorm_info(mod: nn.Module) -> SymInfo:
+def groupnorm_info(mod: nn.GroupNorm) -> SymInfo:
     sym = Symbol(cl_type=IN, elastic_dims={1})
-    if mod.num_groups not in (1, mod.num_channels):  # type: ignore[attr-defined]
+    if mod.num_groups not in (1, mod.num_channels):
         sym.disable()
     return SymInfo(is_shape_preserving=True, num_channels=sym)
 
 
-def groupnorm_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+def groupnorm_resize(mod: nn.GroupNorm, name: str, index: torch.Tensor) -> None:
     keep_entries(mod, "weight", 0, index)
     keep_entries(mod, "bias", 0, index)
     if mod.num_groups == mod.num_channels:
@@ -163,31 +166,30 @@ def embedding_importance(mod: Any, name: str) -> torch.Tensor:
     return l1_scores(mod.weight, 1)
 
 
-def prelu_info(mod: nn.Module) -> SymInfo:
-    if mod.num_parameters == 1:  # type: ignore[attr-defined]
+def prelu_info(mod: nn.PReLU) -> SymInfo:
+    if mod.num_parameters == 1:
         return SymInfo(is_shape_preserving=True)
     return SymInfo(is_shape_preserving=True,
                    num_parameters=Symbol(cl_type=IN, elastic_dims={1}))
 
 
-def prelu_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+def prelu_resize(mod: nn.PReLU, name: str, index: torch.Tensor) -> None:
     keep_entries(mod, "weight", 0, index)
     mod.num_parameters = len(index)
 
 
 # -- MultiheadAttention --------------------------------------------------------------------------
-def mha_info(mod: nn.Module) -> SymInfo:
+def mha_info(mod: nn.MultiheadAttention) -> SymInfo:
     """nn.MultiheadAttention ties its input width to its packed q/k/v width (``embed_dim`` =
     ``num_heads * head_dim``): the embedding dim can only change a whole head at a time, and
     the output (``out_proj``) follows it."""
-    m: Any = mod
     embed = Symbol(cl_type=IN, elastic_dims={-1})
     out = Symbol(cl_type=OUT, elastic_dims={-1})
-    if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+    if not mod._qkv_same_embed_dim or mod.bias_k is not None or mod.add_zero_attn:
         embed.disable()
         out.disable()
         return SymInfo(embed_dim=embed, embed_dim_out=out)
-    embed.units = m.num_heads
+    embed.units = mod.num_heads
     out.link_to(embed)
     return SymInfo(embed_dim=embed, embed_dim_out=out)
 
@@ -209,7 +211,7 @@ def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
 
 
 # -- torchvision's Swin window attention (named: torchvision stays optional) ---------------------
-def swin_attention_info(mod: nn.Module) -> SymInfo:
+def swin_attention_info(mod: Any) -> SymInfo:
     """Like MultiheadAttention: the width is ``num_heads * head_dim`` on both sides, so the
     embedding dim changes a whole head at a time and the output follows the input."""
     dim = Symbol(cl_type=IN, elastic_dims={-1}, units=mod.num_heads)

@@ -31,6 +31,8 @@ from fxsym.analysis import (
 )
 
 Rule = Callable[[OpContext], Layout]
+#: what an op rule is registered for: a function, or a method name
+OpTarget = Callable[..., Any] | str
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -271,6 +273,7 @@ def along(why: str, *, dim_at: int = 1, name: str = "dim", default: Any = None,
     def rule(ctx: OpContext) -> Layout:
         x = ctx.arg(0, "input")
         lay = ctx.tensor_layout(x)
+        worked: list[int] | None
         if dims is not None:
             worked = _dims_arg_value(list(dims), len(lay))
         else:
@@ -747,7 +750,8 @@ def _same_dim(ctx: OpContext, a: Dim, b: Dim) -> bool:
             return False
         if (sa.group is None) != (sb.group is None):
             return False
-        if sa.group is not None and ctx.table.find(sa.group) != ctx.table.find(sb.group):
+        if (sa.group is not None and sb.group is not None
+                and ctx.table.find(sa.group) != ctx.table.find(sb.group)):
             return False
     return True
 
@@ -1043,7 +1047,8 @@ def matmul(ctx: OpContext) -> Layout:
     if b1:
         lb, sb = [*lb, fixed_dim(1)], [*sb, 1]
     ctx.unify(la[-1], lb[-2])
-    batch_shape = tuple(torch.broadcast_shapes(tuple(sa[:-2]), tuple(sb[:-2])))
+    batch_shape = tuple(torch.broadcast_shapes(  # type: ignore[no-untyped-call]  # torch: untyped
+        tuple(sa[:-2]), tuple(sb[:-2])))
     batch = _broadcast(ctx, [TensorLayout(la[:-2]), TensorLayout(lb[:-2])],
                        [tuple(sa[:-2]), tuple(sb[:-2])], batch_shape)
     dims = [*batch, *([] if a1 else [la[-2]]), *([] if b1 else [lb[-1]])]
@@ -1212,6 +1217,7 @@ def register_order_rules(register: Callable[[Any, Rule], None]) -> None:
 
 def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
     """Register every rule of this module with fxsym (called from the plugin hook)."""
+    t: OpTarget
     for f in _ELEMENTWISE_FUNCS:
         register(f, elementwise)
     for m in _ELEMENTWISE_METHODS:

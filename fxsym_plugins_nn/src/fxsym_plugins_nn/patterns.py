@@ -80,6 +80,13 @@ def semantics() -> list[Any]:
 
 
 # -- BatchNorm folding --------------------------------------------------------------------------
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_BATCHNORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+_FOLDABLE = (nn.Linear, *_CONVS)
+BatchNorm = nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d
+Foldable = nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
+
+
 def _bn_ready(node: fx.Node, ctx: RewriteContext) -> bool:
     bn = ctx.module(node)
     return (
@@ -98,8 +105,9 @@ def _has_hooks(module: nn.Module) -> bool:
     )
 
 
-def _fold_scale(bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+def _fold_scale(bn: BatchNorm) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, shift) with ``bn(y) == y * scale + shift`` per channel, in float64."""
+    assert bn.running_var is not None and bn.running_mean is not None  # see _bn_ready
     var = bn.running_var.detach().double()
     mean = bn.running_mean.detach().double()
     gamma = bn.weight.detach().double() if bn.weight is not None else torch.ones_like(var)
@@ -108,7 +116,7 @@ def _fold_scale(bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     return scale, beta - mean * scale
 
 
-def _fused_copy(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> nn.Module:
+def _fused_copy(layer: Foldable, weight: torch.Tensor, bias: torch.Tensor) -> nn.Module:
     fused = copy.copy(layer)
     fused._parameters = dict(layer._parameters)
     fused._buffers = dict(layer._buffers)
@@ -122,6 +130,8 @@ def _fused_copy(layer: nn.Module, weight: torch.Tensor, bias: torch.Tensor) -> n
 def _fold(match: Match, ctx: RewriteContext, layer_name: str, channel_dim: int) -> fx.Node | None:
     layer_node, bn_node = match[layer_name], match["bn"]
     layer, bn = ctx.module(layer_node), ctx.module(bn_node)
+    if not isinstance(layer, _FOLDABLE) or not isinstance(bn, _BATCHNORMS):  # see the steps
+        return None
     if _has_hooks(layer) or layer.weight.shape[channel_dim] != bn.num_features:
         return None
     scale, shift = _fold_scale(bn)
@@ -142,9 +152,9 @@ def _fold(match: Match, ctx: RewriteContext, layer_name: str, channel_dim: int) 
 
 def _same_rank(match: Match, ctx: RewriteContext) -> bool:
     conv, bn = ctx.module(match["conv"]), ctx.module(match["bn"])
-    return {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}.get(
-        _base(conv, (nn.Conv1d, nn.Conv2d, nn.Conv3d))
-    ) is _base(bn, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d))
+    ranks: dict[type | None, type] = {
+        nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
+    return ranks.get(_base(conv, _CONVS)) is _base(bn, _BATCHNORMS)
 
 
 def _base(module: nn.Module, classes: tuple[type, ...]) -> type | None:
@@ -159,8 +169,8 @@ def _linear_2d(match: Match, ctx: RewriteContext) -> bool:
 FOLD_CONV_BN = ChainPattern(
     "fold_conv_bn",
     [
-        Step(nn.Conv1d, nn.Conv2d, nn.Conv3d, name="conv"),
-        Step(nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, name="bn", where=_bn_ready),
+        Step(*_CONVS, name="conv"),
+        Step(*_BATCHNORMS, name="bn", where=_bn_ready),
     ],
     lambda m, ctx: _fold(m, ctx, "conv", 0),
     where=_same_rank,
@@ -180,7 +190,7 @@ FOLD_LINEAR_BN = ChainPattern(
 def _log_softmax(match: Match, ctx: RewriteContext) -> fx.Node | None:
     sm = match["softmax"]
     if sm.op == "call_module":
-        dim, dtype = ctx.module(sm).dim, None
+        dim, dtype = getattr(ctx.module(sm), "dim", None), None
     else:
         if len(sm.args) > 2:
             return None
@@ -224,9 +234,9 @@ def _expansion(value: Any, ctx: RewriteContext) -> tuple[Any, list[int | None], 
         base_shape = ctx.shape(base)
         items = index if isinstance(index, tuple) else (index,)
         if base_shape is not None and len(value.users) == 1 and _only_none_and_full(items):
-            dims = _index_map(items, len(base_shape))
-            if dims is not None:
-                return base, dims, value
+            mapped = _index_map(items, len(base_shape))
+            if mapped is not None:
+                return base, mapped, value
     if shape is None:
         return value, [], None
     return value, list(range(len(shape))), None
