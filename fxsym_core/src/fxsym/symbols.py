@@ -16,8 +16,9 @@ A :class:`SymInfo` holds the symbols of one module. A :class:`SymMap` holds the 
 model's modules and, after :func:`fxsym.analyze`, what the analysis found (a
 :class:`GroupAnalysis`), whose searchable groups it offers as :class:`SymGroup`.
 
-This module names no higher room: what it needs of the analysis' dimension segments and group
-table is spelled as the protocols :class:`Segment` and :class:`GroupIndex`.
+This module names no higher room but in the annotation of :attr:`SymMap.trace_report`: what it
+needs of the analysis' dimension segments and group table is spelled as the protocols
+:class:`Segment` and :class:`GroupIndex`.
 """
 
 from __future__ import annotations
