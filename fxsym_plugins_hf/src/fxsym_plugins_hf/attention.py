@@ -39,9 +39,8 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym_plugins_nn.modules import IN, OUT, linear_resize
 
-from .modules import conv1d_resize
+from .modules import IN, OUT, conv1d_resize, linear_resize
 
 Q_NAMES = ("q_proj", "query", "q", "q_lin", "to_q")
 K_NAMES = ("k_proj", "key", "k", "k_lin", "to_k")
@@ -88,6 +87,20 @@ def _features(mod: Any) -> tuple[int, int]:
     return mod.nx, mod.nf
 
 
+def _projection(module: nn.Module, name: str | None) -> nn.Module:
+    """The projection child ``name`` (one :func:`describe` found)."""
+    if name is None:
+        raise ValueError(f"{type(module).__name__}: no such projection")
+    return module.get_submodule(name)
+
+
+def _out_in_weight(mod: nn.Module) -> torch.Tensor:
+    """A projection's weight, detached, as ``(out, in)`` (GPT-2's ``Conv1D`` stores it
+    transposed)."""
+    w = mod.get_parameter("weight").detach()
+    return w if isinstance(mod, nn.Linear) else w.t()
+
+
 def _child(module: nn.Module, names: tuple[str, ...]) -> str | None:
     for name in names:
         if _is_projection(module._modules.get(name)):
@@ -120,14 +133,14 @@ def describe(module: nn.Module) -> AttnSpec | None:
     if "hidden_states" not in params:
         return None
     if fused is not None:
-        d_in, d_out = _features(module._modules[fused])
+        d_in, d_out = _features(_projection(module, fused))
         if d_out % 3:
             return None
         q_out = kv_out = d_out // 3
     else:
-        d_in, q_out = _features(module._modules[q])  # type: ignore[index]
-        k_in, kv_out = _features(module._modules[k])  # type: ignore[index]
-        v_in, v_out = _features(module._modules[v])  # type: ignore[index]
+        d_in, q_out = _features(_projection(module, q))
+        k_in, kv_out = _features(_projection(module, k))
+        v_in, v_out = _features(_projection(module, v))
         if (k_in, v_in) != (d_in, d_in) or v_out != kv_out:
             return None
     # head counts: the module's own attributes, else the current weights, else the config
@@ -147,10 +160,11 @@ def describe(module: nn.Module) -> AttnSpec | None:
     if n_kv == 0 or n_q % n_kv:
         return None
     o = _child(module, O_NAMES)
-    if o is not None and _features(module._modules[o])[0] != q_out:
+    if o is not None and _features(_projection(module, o))[0] != q_out:
         o = None
     why = ""
-    per_head_dim, other = _other_tensors(module, {q, k, v, fused, o} - {None}, head_dim)
+    projections = {p for p in (q, k, v, fused, o) if p is not None}
+    per_head_dim, other = _other_tensors(module, projections, head_dim)
     if getattr(module, "is_cross_attention", False) or any(p in params for p in CROSS_PARAMS):
         why = "its keys and values may come from a second input, or it shares a per-head " \
               "bias across layers"
@@ -201,20 +215,20 @@ def attention_info(module: nn.Module) -> SymInfo:
     if spec is None or not spec.leaf:
         return SymInfo()
     pinned = per_head_input(module) is not None
-    symbols: dict[str, Symbol] = {"hidden": Symbol(cl_type=IN, elastic_dims={-1})}
+    hidden = Symbol(cl_type=IN, elastic_dims={-1})
     if spec.o is None:  # the concatenated heads leave the module
         heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, block=spec.head_dim)
         if pinned:
             heads.disable()
-        symbols["heads"] = heads
-        return SymInfo(**symbols)
-    symbols["out_features"] = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
-    symbols["heads"] = _internal(spec.n_kv, constant=pinned)
-    if spec.rep > 1:
-        symbols["queries_per_kv"] = _internal(spec.rep, constant=pinned)
-    symbols["head_dim"] = _internal(spec.head_dim, sortable=not spec.rotary,
-                                    constant=spec.rotary)
-    return SymInfo(**symbols)
+        return SymInfo(hidden=hidden, heads=heads)
+    out = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
+    heads = _internal(spec.n_kv, constant=pinned)
+    group = _internal(spec.rep, constant=pinned) if spec.rep > 1 else None
+    head_dim = _internal(spec.head_dim, sortable=not spec.rotary, constant=spec.rotary)
+    if group is None:
+        return SymInfo(hidden=hidden, out_features=out, heads=heads, head_dim=head_dim)
+    return SymInfo(hidden=hidden, out_features=out, heads=heads, queries_per_kv=group,
+                   head_dim=head_dim)
 
 
 # -- resize ----------------------------------------------------------------------------------
@@ -222,11 +236,11 @@ def _layout(module: nn.Module, spec: AttnSpec) -> tuple[int, int, int]:
     """The current (key/value heads, queries per key/value head, head_dim)."""
     hd = _int_attr(module, HEAD_DIM_ATTRS) or spec.head_dim
     if spec.fused is not None:
-        q_out = _features(module._modules[spec.fused])[1] // 3
+        q_out = _features(_projection(module, spec.fused))[1] // 3
         kv_out = q_out
     else:
-        q_out = _features(module._modules[spec.q])[1]  # type: ignore[index]
-        kv_out = _features(module._modules[spec.k])[1]  # type: ignore[index]
+        q_out = _features(_projection(module, spec.q))[1]
+        kv_out = _features(_projection(module, spec.k))[1]
     n_kv = kv_out // hd
     return n_kv, q_out // (n_kv * hd), hd
 
@@ -238,14 +252,20 @@ def _rows(heads: torch.Tensor, reps: torch.Tensor, dims: torch.Tensor, rep: int,
     return idx.flatten()
 
 
-def _keep_out(mod: Any, index: torch.Tensor) -> None:
+def _keep_out(mod: nn.Module, index: torch.Tensor) -> None:
     """Keep output features of a projection (``nn.Linear`` or GPT-2's ``Conv1D``)."""
-    (linear_resize if isinstance(mod, nn.Linear) else conv1d_resize)(mod, "out_features", index)
+    if isinstance(mod, nn.Linear):
+        linear_resize(mod, "out_features", index)
+    else:
+        conv1d_resize(mod, "out_features", index)
 
 
-def _keep_in(mod: Any, index: torch.Tensor) -> None:
+def _keep_in(mod: nn.Module, index: torch.Tensor) -> None:
     """Keep input features of a projection (``nn.Linear`` or GPT-2's ``Conv1D``)."""
-    (linear_resize if isinstance(mod, nn.Linear) else conv1d_resize)(mod, "in_features", index)
+    if isinstance(mod, nn.Linear):
+        linear_resize(mod, "in_features", index)
+    else:
+        conv1d_resize(mod, "in_features", index)
 
 
 def _set_attrs(module: nn.Module, names: tuple[str, ...], value: int) -> None:
@@ -258,14 +278,12 @@ def attention_resize(module: nn.Module, name: str, index: torch.Tensor) -> None:
     spec = describe(module)
     if spec is None:
         raise ValueError(f"{type(module).__name__} is no longer a recognized attention module")
-    mods = module._modules
-    projections = [spec.fused] if spec.fused else [spec.q, spec.k, spec.v]
     if name == "hidden":
-        for p in projections:
-            _keep_in(mods[p], index)
+        for p in [spec.fused] if spec.fused else [spec.q, spec.k, spec.v]:
+            _keep_in(_projection(module, p), index)
         return
     if name == "out_features":
-        _keep_out(mods[spec.o], index)
+        _keep_out(_projection(module, spec.o), index)
         return
     n_kv, rep, hd = _layout(module, spec)
     heads, reps, dims = torch.arange(n_kv), torch.arange(rep), torch.arange(hd)
@@ -281,13 +299,14 @@ def attention_resize(module: nn.Module, name: str, index: torch.Tensor) -> None:
     kv_rows = _rows(heads, torch.zeros(1, dtype=torch.long), dims, 1, hd)
     if spec.fused is not None:
         width = n_kv * rep * hd
-        _keep_out(mods[spec.fused], torch.cat([q_rows, kv_rows + width, kv_rows + 2 * width]))
+        _keep_out(_projection(module, spec.fused),
+                  torch.cat([q_rows, kv_rows + width, kv_rows + 2 * width]))
     else:
-        _keep_out(mods[spec.q], q_rows)
-        _keep_out(mods[spec.k], kv_rows)
-        _keep_out(mods[spec.v], kv_rows)
+        _keep_out(_projection(module, spec.q), q_rows)
+        _keep_out(_projection(module, spec.k), kv_rows)
+        _keep_out(_projection(module, spec.v), kv_rows)
     if spec.o is not None:
-        _keep_in(mods[spec.o], q_rows)
+        _keep_in(_projection(module, spec.o), q_rows)
     new_kv, new_rep, new_hd = len(heads), len(reps), len(dims)
     _set_attrs(module, HEAD_COUNT_ATTRS, new_kv * new_rep)
     _set_attrs(module, KV_COUNT_ATTRS, new_kv)
@@ -299,16 +318,13 @@ def attention_resize(module: nn.Module, name: str, index: torch.Tensor) -> None:
 def attention_importance(module: nn.Module, name: str) -> torch.Tensor:
     spec = describe(module)
     assert spec is not None
-    mods = module._modules
     if name == "out_features":
-        w = mods[spec.o].weight
-        return (w if isinstance(mods[spec.o], nn.Linear) else w.t()).detach().abs().sum(1)
+        return _out_in_weight(_projection(module, spec.o)).abs().sum(1)
     n_kv, rep, hd = _layout(module, spec)
     if spec.fused is not None:
-        w = mods[spec.fused].weight.detach().t()[: n_kv * rep * hd]
+        w = _out_in_weight(_projection(module, spec.fused))[: n_kv * rep * hd]
     else:
-        qm = mods[spec.q]
-        w = qm.weight.detach() if isinstance(qm, nn.Linear) else qm.weight.detach().t()
+        w = _out_in_weight(_projection(module, spec.q))
     scores = w.float().abs().sum(1).reshape(n_kv, rep, hd)
     if name == "heads":
         return scores.sum((1, 2))

@@ -71,16 +71,17 @@ def _meta_is_tracing() -> Iterator[None]:
     they do for fx proxies."""
     import transformers.masking_utils as mu
 
-    original = mu.is_tracing
+    namespace = vars(mu)  # the builders look up ``is_tracing`` here (imported, not exported)
+    original: Callable[..., bool] = namespace["is_tracing"]
 
     def is_tracing(tensor: Any = None) -> bool:
         return (isinstance(tensor, torch.Tensor) and tensor.is_meta) or original(tensor)
 
-    mu.is_tracing = is_tracing
+    namespace["is_tracing"] = is_tracing
     try:
         yield
     finally:
-        mu.is_tracing = original
+        namespace["is_tracing"] = original
 
 
 def _leaf_wrapper(builder: Callable[..., Any]) -> Callable[..., Any]:

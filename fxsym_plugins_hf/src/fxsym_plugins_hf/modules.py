@@ -18,17 +18,28 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
-from fxsym import SymInfo
+from fxsym import Symbol, SymInfo
 from fxsym.resizing import keep_entries, l1_scores
-from fxsym_plugins_nn.modules import linear_info
+
+IN = Symbol.CLType.INCOMING
+OUT = Symbol.CLType.OUTGOING
 
 CONV1D = "transformers.pytorch_utils.Conv1D"
 
 
-def conv1d_info(mod: Any) -> SymInfo:
+def projection_info() -> SymInfo:
+    """The symbols of a linear projection: input features in, searchable output features out."""
+    return SymInfo(
+        in_features=Symbol(cl_type=IN, elastic_dims={-1}),
+        out_features=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}),
+    )
+
+
+def conv1d_info(mod: nn.Module) -> SymInfo:
     """GPT-2's Conv1D is a linear layer with a transposed weight: the same symbols."""
-    return linear_info(mod)
+    return projection_info()
 
 
 def conv1d_resize(mod: Any, name: str, index: torch.Tensor) -> None:
@@ -39,6 +50,17 @@ def conv1d_resize(mod: Any, name: str, index: torch.Tensor) -> None:
         keep_entries(mod, "weight", 1, index)
         keep_entries(mod, "bias", 0, index)
         mod.nf = len(index)
+
+
+def linear_resize(mod: nn.Linear, name: str, index: torch.Tensor) -> None:
+    """Keep input or output features of an ``nn.Linear`` projection inside an attention leaf."""
+    if name == "in_features":
+        keep_entries(mod, "weight", 1, index)
+        mod.in_features = len(index)
+    else:
+        keep_entries(mod, "weight", 0, index)
+        keep_entries(mod, "bias", 0, index)
+        mod.out_features = len(index)
 
 
 def conv1d_importance(mod: Any, name: str) -> torch.Tensor:

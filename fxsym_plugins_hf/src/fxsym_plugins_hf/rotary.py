@@ -24,7 +24,8 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym_plugins_nn.modules import IN
+
+from .modules import IN
 
 
 def rotary_forward(cls: type) -> bool:
@@ -81,11 +82,11 @@ def meta_friendly(model: nn.Module) -> Iterator[None]:
                         return _plain(_mod, x, position_ids, *args, **kwargs)
                 return _decorated(x, position_ids, *args, **kwargs)
 
-            mod.forward = forward  # type: ignore[method-assign]
+            mod.forward = forward
         yield
     finally:
         for mod, previous in reversed(patched):
             if previous is None:
                 vars(mod).pop("forward", None)
             else:
-                mod.forward = previous  # type: ignore[method-assign]
+                mod.forward = previous
