@@ -35,7 +35,8 @@ def load_model(spec: str) -> nn.Module:
         if source == "torchvision":
             import torchvision
 
-            return torchvision.models.get_model(name, weights=None)
+            vision_model: nn.Module = torchvision.models.get_model(name, weights=None)
+            return vision_model
         if source == "timm":
             import timm
 
@@ -99,7 +100,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     sm = analyze(model, example_inputs=inputs, outputs=outputs)
     elapsed = time.perf_counter() - start
     groups = sm.groups()
-    report = [e for e in sm.trace_report if e.message != "reaches the model output"]
+    report = [e for e in sm.trace_report or () if e.message != "reaches the model output"]
     if args.json:
         print(json.dumps({
             "model": label,

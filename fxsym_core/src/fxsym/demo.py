@@ -26,7 +26,8 @@ class DemoNet(nn.Module):
         x = torch.relu(x + self.block(x))
         x = torch.cat([self.left(x), self.right(x)], dim=1)
         x = nn.functional.adaptive_avg_pool2d(x, 4)
-        return self.head(x.flatten(1))
+        logits: torch.Tensor = self.head(x.flatten(1))
+        return logits
 
 
 def demo_model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

@@ -69,7 +69,8 @@ class ShapeProxy(torch.fx.Proxy):
         val = value_of(self.node)
         if val is _MISSING:
             return super().__iter__()
-        return (self[i] for i in range(len(val)))
+        # torch.fx.Proxy gets __getitem__ at run time (its magic methods are not declared)
+        return (self[i] for i in range(len(val)))  # type: ignore[index]
 
     def __getattr__(self, name: str) -> Any:
         if name in CONCRETE_ATTRIBUTES or name in CONCRETE_METHODS:

@@ -80,7 +80,8 @@ class FxsymTracer(torch.fx.Tracer):
         report: TraceReport | None = None,
         defaults: set[str] | None = None,
     ) -> None:
-        super().__init__(autowrap_modules=(), autowrap_functions=())
+        # torch annotates autowrap_modules as a 1-tuple (``Tuple[ModuleType]``)
+        super().__init__(autowrap_modules=(), autowrap_functions=())  # type: ignore[arg-type]
         self.registry = get_registry()
         self.report = report if report is not None else TraceReport()
         self.placeholder_values = placeholder_values
@@ -254,10 +255,13 @@ class FxsymTracer(torch.fx.Tracer):
 
     def _evaluate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         with torch.no_grad():
+            target = node.target
             if node.op == "call_function":
-                return node.target(*args, **kwargs)
+                assert callable(target)
+                return target(*args, **kwargs)
             if node.op == "call_method":
-                return getattr(args[0], node.target)(*args[1:], **kwargs)
+                assert isinstance(target, str)
+                return getattr(args[0], target)(*args[1:], **kwargs)
             if node.op == "call_module":
                 return self._run_leaf(node, args, kwargs)
         return _FAILED
@@ -275,7 +279,7 @@ class FxsymTracer(torch.fx.Tracer):
         if _value_unknown_type(exc):
             return True
         try:
-            with _DataDependence():
+            with _DataDependence():  # type: ignore[no-untyped-call]
                 self._evaluate(node, args, kwargs)
         except _NeedsData:
             return True
@@ -316,10 +320,13 @@ class FxsymTracer(torch.fx.Tracer):
     # -- proxy factory ---------------------------------------------------------------------
     def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
         val = value_of(node)
-        cls = ShapeProxy
+        cls: type[torch.fx.Proxy] = ShapeProxy
         if "val" in node.meta:
             found = self.registry.proxy_class(type(val))
             if found is not None:
+                if not issubclass(found, torch.fx.Proxy):
+                    raise PluginError(f"the proxy class registered for {type(val).__name__} "
+                                      f"values, {found!r}, is not a ShapeProxy subclass")
                 cls = found
         return cls(node, self)
 
@@ -332,7 +339,8 @@ class _NeedsData(Exception):
     """An op asked for the data of a meta tensor."""
 
 
-class _DataDependence(TorchDispatchMode):
+# torch leaves TorchDispatchMode.__init_subclass__ and __init__ untyped
+class _DataDependence(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Raise :class:`_NeedsData` at an op whose output depends on a meta tensor's data."""
 
     _TAGS = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape)
