@@ -148,6 +148,11 @@ class ChainPattern(Pattern):
     def anchor_keys(self, table: OpTable) -> tuple[Key, ...]:
         return tuple(self._step_keys(table)[-1])
 
+    def input_filter(self, table: OpTable, key: Key) -> tuple[int, frozenset[Key]] | None:
+        if len(self.steps) < 2:
+            return None
+        return self.steps[-1].input, self._step_keys(table)[-2]
+
     def describe_anchor(self) -> str:
         return " -> ".join(s.label() for s in self.steps)
 

@@ -2,8 +2,10 @@
 
 One round:
 
-1. **index** — patterns are grouped by the canonical kind of their anchor, so each graph node
-   is offered only the patterns that could end at it (one dictionary look-up per node);
+1. **index** — patterns are grouped by the canonical kind of their anchor, and within it by
+   the kind their anchor's input must have (:meth:`Pattern.input_filter`), so each graph node
+   is offered only the patterns that could end at it (a dictionary look-up for the node, one
+   for its input);
 2. **match** — every candidate anchor is tried against its patterns (largest first), giving
    a list of matches over the whole graph;
 3. **resolve overlaps** — matches are sorted by (size descending, anchor position, pattern
@@ -16,8 +18,9 @@ One round:
 Rounds repeat until one makes no change (a rewrite may expose a new match), at most
 ``max_rounds`` times. A new match must contain a node the previous round touched — a node it
 inserted, or an input of a node it erased (which lost a user) — and ends at most ``depth``
-edges downstream of it (``depth`` = the largest pattern size), so later rounds only offer
-those nodes as anchors. The engine never recompiles: callers recompile once at the end.
+edges downstream of it (``depth`` = the largest pattern size minus one), so later rounds only
+visit those nodes as anchors, not the whole graph. The engine never recompiles: callers
+recompile once at the end (:func:`recompile` does it with the collector paused too).
 
 The cyclic garbage collector is paused while the engine runs: matching allocates many
 short-lived objects, and on a graph of 100k nodes the collections they trigger would scan the
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from torch import fx
 
@@ -39,6 +42,17 @@ from .table import op_table
 
 _CALLS = ("call_function", "call_method", "call_module")
 _META_KEYS = ("val", "tensor_meta", "example_value")
+
+
+class _Offer:
+    """The patterns anchored at one kind: tried at every such node (``always``), or only when
+    positional argument ``i`` has one of the kinds ``by_input[i]`` maps to them."""
+
+    __slots__ = ("always", "by_input")
+
+    def __init__(self) -> None:
+        self.always: list[Pattern] = []
+        self.by_input: dict[int, dict[Key, list[Pattern]]] = {}
 
 
 class PatternEngine:
@@ -54,10 +68,20 @@ class PatternEngine:
         ranked = sorted(self.patterns, key=lambda p: (-p.size, p.priority, order[id(p)]))
         self._rank = {id(p): i for i, p in enumerate(ranked)}
         self.index: dict[Key, list[Pattern]] = {}
+        self._offers: dict[Key, _Offer] = {}
         for p in ranked:
             for key in p.anchor_keys(self.table):
                 self.index.setdefault(key, []).append(p)
-        self.depth = max((p.size for p in self.patterns), default=0)
+                offer = self._offers.setdefault(key, _Offer())
+                condition = p.input_filter(self.table, key)
+                if condition is None:
+                    offer.always.append(p)
+                else:
+                    i, kinds = condition
+                    by_kind = offer.by_input.setdefault(i, {})
+                    for kind in kinds:
+                        by_kind.setdefault(kind, []).append(p)
+        self.depth = max((p.size for p in self.patterns), default=1) - 1
         self.stats: dict[str, int] = {}
 
     def run(self, gm: fx.GraphModule) -> int:
@@ -65,65 +89,87 @@ class PatternEngine:
         ctx = RewriteContext(gm, self.table)
         total = 0
         self.stats = {}
-        candidates: set[fx.Node] | None = None
+        anchors: Iterable[fx.Node] | None = None
         with _gc_paused():
             for _ in range(self.max_rounds):
-                changed, touched = self._round(ctx, candidates)
+                changed, touched = self._round(ctx, anchors)
                 total += changed
                 if not changed:
                     break
-                candidates = _downstream(touched, self.depth)
+                anchors = _downstream(touched, self.depth)
         return total
 
     def find(self, gm: fx.GraphModule) -> list[Match]:
         """The matches one round would apply (overlaps resolved), without rewriting."""
-        return self._accepted(RewriteContext(gm, self.table), None)[0]
+        return self._accepted(RewriteContext(gm, self.table), None)
 
-    def _accepted(
-        self, ctx: RewriteContext, only: set[fx.Node] | None
-    ) -> tuple[list[Match], dict[fx.Node, int]]:
-        index = self.index
-        candidates: list[tuple[int, int, int, Match]] = []
-        position: dict[fx.Node, int] = {}
+    def _offered(self, node: fx.Node, keys: tuple[Key, ...], ctx: RewriteContext) -> list[Pattern]:
+        """The patterns worth trying with ``node`` (of kinds ``keys``) as the anchor."""
+        found: list[Pattern] = []
+        several = len(keys) > 1
+        args = node.args
+        for key in keys:
+            offer = self._offers.get(key)
+            if offer is None:
+                continue
+            found += offer.always
+            for i, by_kind in offer.by_input.items():
+                if i >= len(args):  # the input may come by keyword: let the pattern decide
+                    for pats in by_kind.values():
+                        found += pats
+                    several = True
+                    continue
+                arg = args[i]
+                if not isinstance(arg, fx.Node):
+                    continue
+                arg_keys = ctx.keys(arg)
+                several = several or len(arg_keys) > 1
+                for arg_key in arg_keys:
+                    pats = by_kind.get(arg_key)
+                    if pats:
+                        found += pats
+        return list(dict.fromkeys(found)) if several else found
+
+    def _accepted(self, ctx: RewriteContext, anchors: Iterable[fx.Node] | None) -> list[Match]:
+        """Matches at ``anchors`` (every node when ``None``) with overlaps resolved, in graph
+        order."""
+        offers = self._offers
+        rank = self._rank
         keys_of = ctx.keys
-        for pos, node in enumerate(ctx.graph.nodes):
-            position[node] = pos
-            if node.op not in _CALLS or (only is not None and node not in only):
+        found: list[tuple[Match, int]] = []
+        for node in ctx.graph.nodes if anchors is None else anchors:
+            if node.op not in _CALLS:
                 continue
             keys = keys_of(node)
-            if len(keys) == 1:
-                pats = index.get(keys[0])
-                if not pats:
-                    continue
-            else:
-                pats = _merge(index, keys, self._rank)
-                if not pats:
-                    continue
-            for p in pats:
+            if len(keys) == 1 and keys[0] not in offers:
+                continue
+            for p in self._offered(node, keys, ctx):
                 m = p.match(node, ctx)
                 if m is not None:
-                    candidates.append((-len(m.nodes), pos, self._rank[id(p)], m))
-        if not candidates:
-            return [], position
-        candidates.sort(key=lambda c: c[:3])
+                    found.append((m, rank[id(p)]))
+        if not found:
+            return []
+        position = {node: i for i, node in enumerate(ctx.graph.nodes)}
+        found.sort(key=lambda c: (-len(c[0].nodes), position[c[0].anchor], c[1]))
         claimed: set[fx.Node] = set()
         accepted: list[Match] = []
-        for _, _, _, m in candidates:
+        for m, _ in found:
             if claimed.isdisjoint(m.nodes):
                 claimed.update(m.nodes)
                 accepted.append(m)
         accepted.sort(key=lambda m: position[m.anchor])
-        return accepted, position
+        return accepted
 
     def _round(
-        self, ctx: RewriteContext, only: set[fx.Node] | None
+        self, ctx: RewriteContext, anchors: Iterable[fx.Node] | None
     ) -> tuple[int, list[fx.Node]]:
         ctx.start_round()
-        accepted, _ = self._accepted(ctx, only)
+        accepted = self._accepted(ctx, anchors)
         replaced: dict[fx.Node, fx.Node] = {}
         graph = ctx.graph
         changes = 0
         touched: list[fx.Node] = []
+        erased: set[fx.Node] = set()
         for m in accepted:
             m.resolve(replaced)
             anchor = m.anchor
@@ -140,15 +186,28 @@ class PatternEngine:
             for k in _META_KEYS:
                 if k in anchor.meta and k not in new.meta:
                     new.meta[k] = anchor.meta[k]
-            anchor.replace_all_uses_with(new, delete_user_cb=lambda user, new=new: user is not new)
+            if anchor in new.users:  # a rewrite function built ``new`` from the anchor itself
+                anchor.replace_all_uses_with(new, delete_user_cb=_not(new))
+            else:
+                anchor.replace_all_uses_with(new)
             replaced[anchor] = new
             for n in reversed(m.nodes):
                 if not n.users:
-                    touched.extend(n.all_input_nodes)
+                    touched += n.all_input_nodes
                     graph.erase_node(n)
+                    erased.add(n)
             changes += 1
             self.stats[m.pattern.name] = self.stats.get(m.pattern.name, 0) + 1
-        return changes, touched
+        return changes, [n for n in touched if n not in erased] if erased else touched
+
+
+def _not(node: fx.Node) -> Callable[[fx.Node], bool]:
+    """``user is not node`` as a callback."""
+
+    def other(user: fx.Node) -> bool:
+        return user is not node
+
+    return other
 
 
 @contextlib.contextmanager
@@ -162,29 +221,29 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _downstream(start: Sequence[fx.Node], depth: int) -> set[fx.Node]:
-    """``start`` and every node at most ``depth`` edges downstream of it."""
-    seen: set[fx.Node] = set(start)
+def _downstream(start: Sequence[fx.Node], depth: int) -> list[fx.Node]:
+    """``start`` and every node at most ``depth`` edges downstream of it, each once, in the
+    order reached (so rounds are deterministic)."""
+    seen: dict[fx.Node, None] = dict.fromkeys(start)
     frontier = list(seen)
     for _ in range(depth):
         nxt = []
         for node in frontier:
             for user in node.users:
                 if user not in seen:
-                    seen.add(user)
+                    seen[user] = None
                     nxt.append(user)
         if not nxt:
             break
         frontier = nxt
-    return seen
+    return list(seen)
 
 
-def _merge(
-    index: dict[Key, list[Pattern]], keys: Sequence[Key], rank: dict[int, int]
-) -> list[Pattern]:
-    """Patterns anchored at any of ``keys`` (a module's class chain), in rank order."""
-    found = {id(p): p for k in keys for p in index.get(k, ())}
-    return sorted(found.values(), key=lambda p: rank[id(p)])
+def _recompile(gm: fx.GraphModule) -> None:
+    """``gm.recompile()`` with the cyclic garbage collector paused (see the module docstring:
+    code generation allocates many objects while the whole graph is alive)."""
+    with _gc_paused():
+        gm.recompile()
 
 
 def apply_patterns(
@@ -202,5 +261,5 @@ def apply_patterns(
         table = op_table()
     changes = PatternEngine(patterns, table).run(gm)
     if changes and recompile:
-        gm.recompile()
+        _recompile(gm)
     return changes

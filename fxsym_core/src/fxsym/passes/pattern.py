@@ -76,6 +76,16 @@ class Pattern:
         """Canonical kinds the anchor node may have."""
         raise NotImplementedError
 
+    def input_filter(self, table: OpTable, key: Key) -> tuple[int, frozenset[Key]] | None:
+        """A necessary condition on an anchor of kind ``key``, checked before :meth:`match`.
+
+        ``(i, kinds)``: when the anchor has a positional argument ``i``, it is a node with one
+        of ``kinds`` (a node with fewer positional arguments is always offered). ``None``: no
+        such condition. The engine indexes patterns by it, so a node is only offered the
+        patterns whose condition its argument meets.
+        """
+        return None
+
     def match(self, node: fx.Node, ctx: RewriteContext) -> Match | None:
         raise NotImplementedError
 

@@ -21,14 +21,16 @@ by its own anchor kind. The replacement is either a function with the same param
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import fx
+from torch.fx.node import Target
 
 from .ops import COMMUTATIVE, Key, OpTable, literal_equal
-from .pattern import Match, Pattern, RewriteContext
+from .pattern import Match, Pattern, RewriteContext, walk_args
 
 MatchPredicate = Callable[[Match, RewriteContext], bool]
 
@@ -40,6 +42,28 @@ class _Variant:
     anchor: fx.Node
     size: int
     positions: dict[fx.Node, int]
+    names: tuple[tuple[str, str], ...]  # per input: (parameter name, "#i")
+
+
+class _Slot:
+    """In an inlined replacement's arguments: the value at ``index`` (inputs first, then the
+    nodes created so far)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+@dataclass
+class _Inline:
+    """A traced replacement ready to inline: its operations in order, arguments as templates
+    (pattern nodes replaced by :class:`_Slot`); ``flat`` says an operation's arguments are a
+    tuple of slots and literals and its keyword arguments hold no slot."""
+
+    n_inputs: int
+    ops: list[tuple[str, Target, Any, dict[str, Any], str, dict[str, Any], bool]]
+    result: Any
 
 
 @dataclass
@@ -98,7 +122,7 @@ class SubgraphPattern(Pattern):
         self.priority = priority
         self.description = description
         self._variants: list[_Variant] | None = None
-        self._repl_graph: fx.Graph | None = None
+        self._repl: _Inline | None = None
         self._keyed: _Keyed | None = None
 
     # -- compilation (once) -----------------------------------------------------------------
@@ -120,7 +144,8 @@ class SubgraphPattern(Pattern):
                     1 for n in g.nodes if n.op in ("call_function", "call_method", "call_module")
                 )
                 positions = {n: i for i, n in enumerate(g.nodes)}
-                variants.append(_Variant(g, inputs, anchor, size, positions))
+                names = tuple((str(p.target), f"#{i}") for i, p in enumerate(inputs))
+                variants.append(_Variant(g, inputs, anchor, size, positions, names))
             self._variants = variants
         return self._variants
 
@@ -154,6 +179,18 @@ class SubgraphPattern(Pattern):
 
     def anchor_keys(self, table: OpTable) -> tuple[Key, ...]:
         return tuple(self._prepared(table).by_anchor)
+
+    def input_filter(self, table: OpTable, key: Key) -> tuple[int, frozenset[Key]] | None:
+        prepared = self._prepared(table)
+        firsts: list[tuple[int, Key]] = []  # each variant's first argument probe
+        for v in prepared.by_anchor.get(key, ()):
+            probes = prepared.probes[id(v)]
+            if not probes:
+                return None
+            firsts.append(probes[0])
+        if not firsts or len({i for i, _ in firsts}) != 1:
+            return None
+        return firsts[0][0], frozenset(kind for _, kind in firsts)
 
     def describe_anchor(self) -> str:
         names = sorted({_target_label(v.anchor) for v in self.variants})
@@ -190,13 +227,10 @@ class SubgraphPattern(Pattern):
         ordered = tuple(
             gn for _, gn in sorted(st.pmap.items(), key=lambda item: positions[item[0]])
         )
-        bindings: dict[str, Any] = {}
-        for i, p in enumerate(v.inputs):
-            value = st.bind.get(p)
-            bindings[str(p.target)] = value
-            bindings[f"#{i}"] = value
+        bindings: dict[str, Any] = {"#n": len(v.inputs)}
+        for p, (name, index) in zip(v.inputs, v.names):
+            bindings[name] = bindings[index] = st.bind.get(p)
         m = Match(self, node, ordered, bindings)
-        m.bindings["#n"] = len(v.inputs)
         if self.where is not None and not self.where(m, ctx):
             return None
         return m
@@ -205,27 +239,74 @@ class SubgraphPattern(Pattern):
     def rewrite(self, match: Match, ctx: RewriteContext) -> fx.Node | None:
         if self._rewrite_fn is not None:
             return self._rewrite_fn(match, ctx)
-        if self._repl_graph is None:
-            assert self._replacement is not None
-            self._repl_graph = _trace(self._replacement)
-        inputs = [match.bindings[f"#{i}"] for i in range(match.bindings["#n"])]
-        env: dict[fx.Node, Any] = {}
-        placeholders = [n for n in self._repl_graph.nodes if n.op == "placeholder"]
-        if len(placeholders) != len(inputs):
+        inline = self._inline()
+        bindings = match.bindings
+        if bindings["#n"] != inline.n_inputs:
             raise ValueError(
-                f"pattern {self.name!r}: the replacement takes {len(placeholders)} inputs, "
-                f"the pattern binds {len(inputs)}"
+                f"pattern {self.name!r}: the replacement takes {inline.n_inputs} inputs, "
+                f"the pattern binds {bindings['#n']}"
             )
-        env.update(zip(placeholders, inputs))
-        result: Any = None
-        for rn in self._repl_graph.nodes:
-            if rn.op == "placeholder":
-                continue
-            if rn.op == "output":
-                result = fx.map_arg(rn.args[0], lambda n: env[n])
-                break
-            env[rn] = ctx.graph.node_copy(rn, lambda n: env[n])
+        env: list[Any] = [bindings[f"#{i}"] for i in range(inline.n_inputs)]
+        create = ctx.graph.create_node
+        for op, target, args, kwargs, name, meta, flat in inline.ops:
+            if flat:
+                args = tuple(env[a.index] if type(a) is _Slot else a for a in args)
+            else:
+                args, kwargs = _fill(args, env), _fill(kwargs, env)
+            node = create(op, target, args, kwargs, name)
+            if meta:
+                node.meta = copy.copy(meta)
+            env.append(node)
+        result = _fill(inline.result, env)
         return result if isinstance(result, fx.Node) else None
+
+    def _inline(self) -> _Inline:
+        """The replacement function, traced once and prepared for inlining."""
+        if self._repl is None:
+            assert self._replacement is not None
+            graph = _trace(self._replacement)
+            slots: dict[fx.Node, _Slot] = {}
+            ops: list[tuple[str, Target, Any, dict[str, Any], str, dict[str, Any], bool]] = []
+            for n in graph.nodes:
+                if n.op == "placeholder":
+                    slots[n] = _Slot(len(slots))
+            result: Any = None
+            for n in graph.nodes:
+                if n.op == "placeholder":
+                    continue
+                args: Any = fx.map_arg(n.args, slots.__getitem__)
+                kwargs: Any = fx.map_arg(n.kwargs, slots.__getitem__)
+                if n.op == "output":
+                    result = args[0]
+                    break
+                flat = all(
+                    type(a) is _Slot or not isinstance(a, (tuple, list, dict, slice))
+                    for a in args
+                ) and not any(isinstance(v, _Slot) for v in walk_args(kwargs))
+                ops.append((n.op, n.target, args, dict(kwargs), n.name, dict(n.meta), flat))
+                slots[n] = _Slot(len(slots))
+            self._repl = _Inline(
+                sum(1 for n in graph.nodes if n.op == "placeholder"), ops, result
+            )
+        return self._repl
+
+
+def _fill(template: Any, env: list[Any]) -> Any:
+    """``template`` with each :class:`_Slot` replaced by its value in ``env``."""
+    if type(template) is _Slot:
+        return env[template.index]
+    if isinstance(template, tuple):
+        values = [_fill(v, env) for v in template]
+        return type(template)(*values) if hasattr(template, "_fields") else tuple(values)
+    if isinstance(template, list):
+        return [_fill(v, env) for v in template]
+    if isinstance(template, dict):
+        return {k: _fill(v, env) for k, v in template.items()}
+    if isinstance(template, slice):
+        return slice(
+            _fill(template.start, env), _fill(template.stop, env), _fill(template.step, env)
+        )
+    return template
 
 
 def _pkey(pn: fx.Node, table: OpTable) -> Key:
