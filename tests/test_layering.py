@@ -195,8 +195,11 @@ def test_every_module_imports_in_room_order() -> None:
 # level or in a class body). ``getattr``/``setattr``/``hasattr``/``delattr`` with a literal
 # private name count too. What another module needs gets a public name there.
 
-#: private names of torch's objects fxsym uses knowingly, allowed anywhere: name -> why
+#: private-looking names of other libraries' objects fxsym uses knowingly, allowed anywhere:
+#: name -> why
 FOREIGN_PRIVATE: dict[str, str] = {
+    "_fields": "a NamedTuple's field names (public API despite the underscore)",
+    "_replace": "a NamedTuple's copy with fields replaced (public API despite the underscore)",
     "_version": "torch.Tensor's version counter: the only way to see a write in place "
                 "(the resize transaction)",
 }
