@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch.fx.node import Target
 
 from ..naming import qualname
 
@@ -206,7 +207,10 @@ class Modules:
         self.gm = gm
         self._cache: dict[str, nn.Module] = {}
 
-    def get(self, target: str) -> nn.Module:
+    def get(self, target: Target) -> nn.Module:
+        """The submodule a ``call_module`` node's ``target`` (a dotted path) names."""
+        if not isinstance(target, str):
+            raise TypeError(f"a module target is a dotted path, not {target!r}")
         try:
             return self._cache[target]
         except KeyError:

@@ -29,10 +29,8 @@ def _to_graph_module(model: nn.Module, example_inputs: Any = None) -> fx.GraphMo
     try:
         from ..tracer import trace
     except ImportError:
-        trace = None
-    if trace is not None:
-        return trace(model, example_inputs=example_inputs)
-    return fx.symbolic_trace(model)
+        return fx.symbolic_trace(model)
+    return trace(model, example_inputs=example_inputs)
 
 
 def _default_inputs(model: nn.Module) -> Any:

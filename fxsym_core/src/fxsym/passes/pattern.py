@@ -51,7 +51,11 @@ class Match:
             return v
 
         for k, v in self.bindings.items():
-            self.bindings[k] = fx.map_arg(v, follow)
+            if isinstance(v, fx.Node):
+                if v in replaced:
+                    self.bindings[k] = follow(v)
+            elif isinstance(v, (tuple, list, dict, slice)):
+                self.bindings[k] = fx.map_arg(v, follow)
 
 
 class Pattern:
@@ -119,12 +123,10 @@ class RewriteContext:
     # -- reading ----------------------------------------------------------------------------
     def keys(self, node: fx.Node) -> tuple[Key, ...]:
         """The canonical kinds of ``node`` (cached for the current round)."""
-        try:
-            return self._keys[node]
-        except KeyError:
-            keys = node_keys(node, self.table, self.modules)
-            self._keys[node] = keys
-            return keys
+        keys = self._keys.get(node)
+        if keys is None:
+            keys = self._keys[node] = node_keys(node, self.table, self.modules)
+        return keys
 
     def module(self, node: fx.Node) -> nn.Module:
         """The module a ``call_module`` node calls."""

@@ -9,7 +9,8 @@ pass, in order:
 1. a :class:`~fxsym.passes.verify.Snapshot` is taken when the pass may have to be undone;
 2. the pass runs; if it raises, :class:`~fxsym.errors.PassError` names it and its plugin
    (the working copy is dropped by ``optimize``, so the input stays unchanged);
-3. the graph is linted. If the pass reported a change:
+3. if the pass reported a change, the graph is linted (a pass reporting none promised to leave
+   it untouched) and:
 
    * with example inputs (and ``verify=True``), the graph runs on them and its outputs are
      compared with the reference — exact passes too, so a wrong promise is caught. A
@@ -23,7 +24,8 @@ pass, in order:
 
 The report's ``verified`` (also ``gm.meta["fxsym_verified"]`` from :func:`fxsym.optimize`)
 says whether every change kept is exact or matched the reference. The graph is recompiled
-once, after the last pass, and only if something changed.
+once, after the last pass, and only if something changed (with the cyclic garbage collector
+paused: :func:`fxsym.passes.engine.recompile`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from torch import fx
 from ..errors import PassError, PassWarning
 from .base import Pass, PassRecord, PipelineReport
 from .catalog import PatternPass, all_passes, catalog, distribution, get_pass
+from .engine import recompile as recompile_paused
 from .ordering import order_passes
 from .pattern import Pattern
 from .verify import Snapshot, compare_outputs, normalize_inputs, run_graph
@@ -114,7 +117,8 @@ def _run_one(gm: fx.GraphModule, p: Pass, record: PassRecord) -> int:
     start = time.perf_counter()
     try:
         changes = p(gm)
-        gm.graph.lint()
+        if changes:
+            gm.graph.lint()
     except PassError:
         raise
     except Exception as exc:
@@ -206,5 +210,5 @@ def run_pipeline(
         )
     if changed and recompile:
         gm.delete_all_unused_submodules()
-        gm.recompile()
+        recompile_paused(gm)
     return report

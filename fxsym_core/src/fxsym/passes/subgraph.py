@@ -211,7 +211,8 @@ class SubgraphPattern(Pattern):
     ) -> Match | None:
         args = node.args
         for i, key in prepared.probes[id(v)]:
-            if i >= len(args) or not isinstance(args[i], fx.Node) or key not in ctx.keys(args[i]):
+            arg = args[i] if i < len(args) else None
+            if not isinstance(arg, fx.Node) or key not in ctx.keys(arg):
                 return None
         st = _State(prepared.pkeys)
         if not _match_value(v.anchor, node, st, ctx):
@@ -266,16 +267,21 @@ class SubgraphPattern(Pattern):
             assert self._replacement is not None
             graph = _trace(self._replacement)
             slots: dict[fx.Node, _Slot] = {}
+
+            def slot(value: Any) -> Any:
+                return slots[value] if isinstance(value, fx.Node) else value
+
             ops: list[tuple[str, Target, Any, dict[str, Any], str, dict[str, Any], bool]] = []
             for n in graph.nodes:
                 if n.op == "placeholder":
                     slots[n] = _Slot(len(slots))
+            n_inputs = len(slots)
             result: Any = None
             for n in graph.nodes:
                 if n.op == "placeholder":
                     continue
-                args: Any = fx.map_arg(n.args, slots.__getitem__)
-                kwargs: Any = fx.map_arg(n.kwargs, slots.__getitem__)
+                args: Any = _map_leaves(n.args, slot)
+                kwargs: Any = _map_leaves(n.kwargs, slot)
                 if n.op == "output":
                     result = args[0]
                     break
@@ -285,28 +291,27 @@ class SubgraphPattern(Pattern):
                 ) and not any(isinstance(v, _Slot) for v in walk_args(kwargs))
                 ops.append((n.op, n.target, args, dict(kwargs), n.name, dict(n.meta), flat))
                 slots[n] = _Slot(len(slots))
-            self._repl = _Inline(
-                sum(1 for n in graph.nodes if n.op == "placeholder"), ops, result
-            )
+            self._repl = _Inline(n_inputs, ops, result)
         return self._repl
+
+
+def _map_leaves(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """``value`` with ``fn`` applied to each leaf of its tuples, lists, dicts and slices."""
+    if isinstance(value, tuple):
+        values = [_map_leaves(v, fn) for v in value]
+        return type(value)(*values) if hasattr(value, "_fields") else tuple(values)
+    if isinstance(value, list):
+        return [_map_leaves(v, fn) for v in value]
+    if isinstance(value, dict):
+        return {k: _map_leaves(v, fn) for k, v in value.items()}
+    if isinstance(value, slice):
+        return slice(fn(value.start), fn(value.stop), fn(value.step))
+    return fn(value)
 
 
 def _fill(template: Any, env: list[Any]) -> Any:
     """``template`` with each :class:`_Slot` replaced by its value in ``env``."""
-    if type(template) is _Slot:
-        return env[template.index]
-    if isinstance(template, tuple):
-        values = [_fill(v, env) for v in template]
-        return type(template)(*values) if hasattr(template, "_fields") else tuple(values)
-    if isinstance(template, list):
-        return [_fill(v, env) for v in template]
-    if isinstance(template, dict):
-        return {k: _fill(v, env) for k, v in template.items()}
-    if isinstance(template, slice):
-        return slice(
-            _fill(template.start, env), _fill(template.stop, env), _fill(template.step, env)
-        )
-    return template
+    return _map_leaves(template, lambda v: env[v.index] if type(v) is _Slot else v)
 
 
 def _pkey(pn: fx.Node, table: OpTable) -> Key:

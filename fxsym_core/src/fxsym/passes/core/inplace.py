@@ -102,14 +102,16 @@ def _out_of_place(node: fx.Node, ctx: RewriteContext) -> fx.Node | str:
         return graph.call_method(twin, args, kwargs)
     if node.op == "call_function":
         target = node.target
+        if not callable(target):
+            return f"{target!r} is not callable"
         if target in INPLACE_OPERATORS:
             return graph.call_function(INPLACE_OPERATORS[target], args, kwargs)
         name = getattr(target, "__name__", "")
         if name.endswith("_"):
             for space in (torch, F, torch.special):
-                twin = getattr(space, name[:-1], None)
-                if callable(twin) and getattr(space, name, None) is target:
-                    return graph.call_function(twin, args, kwargs)
+                function = getattr(space, name[:-1], None)
+                if callable(function) and getattr(space, name, None) is target:
+                    return graph.call_function(function, args, kwargs)
             return f"{name} has no out-of-place twin"
         if "inplace" in kwargs:
             kwargs["inplace"] = False
@@ -126,7 +128,7 @@ def _out_of_place(node: fx.Node, ctx: RewriteContext) -> fx.Node | str:
     if node.op == "call_module":
         module = ctx.module(node)
         twin_module = copy.copy(module)
-        twin_module.inplace = False
+        twin_module.inplace = False  # type: ignore[assignment]  # torch: any attribute is allowed
         target = str(node.target)
         if ctx.call_sites(target) == 1:
             ctx.replace_module(target, twin_module)
