@@ -40,7 +40,7 @@ from .ops import Key, OpTable, default_table
 from .pattern import Match, Pattern, RewriteContext
 from .table import op_table
 
-_CALLS = ("call_function", "call_method", "call_module")
+_CALLS = frozenset({"call_function", "call_method", "call_module"})
 _META_KEYS = ("val", "tensor_meta", "example_value")
 
 

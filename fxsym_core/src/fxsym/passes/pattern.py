@@ -125,7 +125,11 @@ class RewriteContext:
         """The canonical kinds of ``node`` (cached for the current round)."""
         keys = self._keys.get(node)
         if keys is None:
-            keys = self._keys[node] = node_keys(node, self.table, self.modules)
+            if node.op == "call_module":
+                keys = node_keys(node, self.table, self.modules)
+            else:
+                keys = (self.table.canonical((node.op, node.target)),)
+            self._keys[node] = keys
         return keys
 
     def module(self, node: fx.Node) -> nn.Module:
