@@ -107,7 +107,23 @@ def _without_example() -> Iterator[None]:
         pm.register(plugin, name="example")
 
 
-def test_leaf_policy(example: ModuleType) -> None:
+def test_wrapper_changes_the_answer_of_another_plugin(example: ModuleType) -> None:
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2)).double()
+    sm = fxsym.analyze(model)  # the nn plugin's float32 guess, cast by the example's wrapper
+    assert [g.name for g in sm.groups()] == ["0.out_features"]
+    assert sm.graph_module is not None
+    (x,) = sm.graph_module.example_inputs  # type: ignore[attr-defined]
+    assert x.dtype == torch.float64
+    model(x)  # inputs the model runs on
+    with _without_example():
+        gm = fxsym.trace(model)
+        (guess,) = gm.example_inputs  # type: ignore[attr-defined]
+        assert guess.dtype == torch.float32  # the nn plugin's answer, unwrapped
+        with pytest.raises(RuntimeError, match="(?i)dtype|double|float"):
+            model(guess)
+
+
+def test_leaf_decision(example: ModuleType) -> None:
     model = nn.Sequential(nn.Linear(4, 4), GateOpaque(), Gate(), nn.Linear(4, 2))
     called = _called_modules(model)
     assert "1" in called  # kept as a leaf by the example's policy
@@ -149,5 +165,5 @@ def test_cli_names_the_plugin(example: ModuleType, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     block = out[out.index("example  (fxsym-example-plugin 0.1.0)"):]
     assert "sym_infos: fxsym_example_plugin.modules.ScaledLinear" in block
-    assert "leaf_policies: fxsym_example_plugin.modules.keep_opaque_leaf" in block
+    assert "hooks: fxsym_example_inputs (wrapper), fxsym_leaf_module" in block
     assert "patterns: double_neg" in block

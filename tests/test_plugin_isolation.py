@@ -119,16 +119,13 @@ class _BadInputs:
 
 
 class _BadLeaf:
-    """A leaf policy raising on nested modules: inside a parent's ``call_module``."""
+    """A leaf decision raising on nested modules: inside a parent's ``call_module``."""
 
     @fxsym.hookimpl
-    def fxsym_register_leaf_policies(self, register: Callable[..., None]) -> None:
-        def policy(module: nn.Module, qualname: str) -> bool | None:
-            if "." in qualname:
-                raise KeyError("leaf boom")
-            return None
-
-        register(policy)
+    def fxsym_leaf_module(self, module: nn.Module, qualname: str) -> bool | None:
+        if "." in qualname:
+            raise KeyError("leaf boom")
+        return None
 
 
 def _plugin_for(kind: str, events: list[str]) -> tuple[str, object]:
@@ -145,7 +142,7 @@ def _analyze(kind: str) -> fxsym.SymMap:
 KINDS = ["enter", "exit", "inputs", "leaf"]
 WHAT = {"enter": "enter boom", "exit": "exit boom", "inputs": "inputs boom", "leaf": "leaf boom"}
 DURING = {"enter": "fxsym_trace_context", "exit": "fxsym_trace_context (exit)",
-          "inputs": "fxsym_example_inputs", "leaf": "leaf policy"}
+          "inputs": "fxsym_example_inputs", "leaf": "fxsym_leaf_module"}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -213,8 +210,8 @@ def test_failing_exit_does_not_mask_the_traces_own_error(
 def test_failing_registration_hook_drops_all_of_the_plugin(pm: fxsym.PluginManager) -> None:
     class HalfBroken:
         @fxsym.hookimpl
-        def fxsym_register_leaf_policies(self, register: Callable[..., None]) -> None:
-            register(lambda module, qualname: True)  # everything a leaf: would break groups
+        def fxsym_leaf_module(self, module: nn.Module, qualname: str) -> bool | None:
+            return True  # everything a leaf: would break groups
 
         @fxsym.hookimpl
         def fxsym_register_op_rules(self, register: Callable[..., None]) -> None:

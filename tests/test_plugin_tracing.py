@@ -12,7 +12,7 @@ from torch import nn
 
 import fxsym
 from fxsym.cli import main as cli_main
-from fxsym.plugins.calls import first_result
+from fxsym.plugins.calls import call_hook
 
 ANALYZE_DEMO = (
     "import fxsym; from fxsym.demo import demo_model; "
@@ -37,9 +37,11 @@ def test_fxsym_debug_traces_each_hook_call_and_the_plugin_answering() -> None:
     lines = res.stderr.splitlines()
     assert "fxsym_register_sym_infos -> nn [hook]" in [ln.strip() for ln in lines]
     assert any("finish fxsym_register_sym_infos <- nn -->" in ln for ln in lines)
-    # the firstresult hook: hf asked first (nn's is trylast) and answering None, then nn
-    assert any("finish fxsym_example_inputs <- hf --> NoneType" in ln for ln in lines)
-    assert any("finish fxsym_example_inputs <- nn --> tuple" in ln for ln in lines)
+    # the firstresult hook: one pluggy call, hf asked first (nn's is trylast) and answering
+    # None, then nn, whose answer is taken
+    assert any("fxsym_example_inputs -> hf, nn [hook]" in ln for ln in lines)
+    assert any("finish fxsym_example_inputs <- nn --> tuple (hf --> NoneType, nn --> tuple)"
+               in ln for ln in lines)
     assert "model: DemoNet" in res.stderr
     quiet = _run(ANALYZE_DEMO, None)
     assert quiet.returncode == 0 and "[hook]" not in quiet.stderr
@@ -52,13 +54,14 @@ def test_fxsym_debug_follows_the_environment(
     monkeypatch.setenv("FXSYM_DEBUG", "1")
     fxsym.load_plugins()
     try:
-        first_result("fxsym_example_inputs", pm, model=nn.Identity())
+        call_hook("fxsym_example_inputs", pm, model=nn.Identity())
     finally:
         monkeypatch.delenv("FXSYM_DEBUG")
         fxsym.load_plugins()  # tracing off again
     err = capsys.readouterr().err
-    assert "finish fxsym_example_inputs <- nn --> NoneType" in err
-    first_result("fxsym_example_inputs", pm, model=nn.Identity())
+    assert ("finish fxsym_example_inputs <- none --> NoneType "
+            "(hf --> NoneType, nn --> NoneType)") in err
+    call_hook("fxsym_example_inputs", pm, model=nn.Identity())
     assert "[hook]" not in capsys.readouterr().err
 
 
@@ -75,14 +78,15 @@ def test_monitoring_sees_isolated_calls_and_raising_plugins(
     undo = pm.trace_hooks(lines.append)
     try:
         with pytest.warns(fxsym.PluginWarning, match="inputs boom"):
-            assert first_result("fxsym_example_inputs", pm, model=nn.Identity()) is None
+            assert call_hook("fxsym_example_inputs", pm, model=nn.Identity()) is None
     finally:
         undo()
         pm.failed = [f for f in pm.failed if f.name != "raises"]  # unblocks it
     text = "".join(lines)
     assert "finish fxsym_example_inputs <- raises raised ValueError: inputs boom" in text
     assert "blocked raises [pluginmanage]" in text  # disabled: blocked through pluggy
-    assert text.index("<- raises") < text.index("<- hf") < text.index("<- nn")
+    # called again without it: pluggy's order, hf first (nn's is trylast)
+    assert text.index("<- raises") < text.index("(hf --> NoneType, nn --> NoneType)")
     assert not pm.is_blocked("raises") and not pm.has_plugin("raises")
 
 
@@ -96,7 +100,8 @@ def test_cli_plugins_trace_shows_hook_calls_and_answering_plugin(
     assert "hook calls while analyzing the built-in demo model" in out
     assert "fxsym_register_sym_infos -> nn [hook]" in out
     assert "fxsym_register_sym_infos -> hf [hook]" in out
-    assert "finish fxsym_example_inputs <- nn --> tuple [hook]" in out
+    assert ("finish fxsym_example_inputs <- nn --> tuple (hf --> NoneType, nn --> tuple) [hook]"
+            in out)
     assert "fxsym_trace_context -> hf [hook]" in out
     assert cli_main(["plugins"]) == 0
     assert "[hook]" not in capsys.readouterr().out
@@ -135,7 +140,7 @@ def test_a_disabled_plugin_stays_blocked_until_its_failure_is_forgotten(
     pm.register(Raises(), name="raises")
     try:
         with pytest.warns(fxsym.PluginWarning, match="'raises'"):
-            first_result("fxsym_example_inputs", pm, model=nn.Identity())
+            call_hook("fxsym_example_inputs", pm, model=nn.Identity())
         assert pm.is_blocked("raises") and pm.register(Raises(), name="raises") is None
         fxsym.load_plugins()
         assert pm.is_blocked("raises")  # off for the rest of the process
@@ -146,7 +151,7 @@ def test_a_disabled_plugin_stays_blocked_until_its_failure_is_forgotten(
     pm.unregister(name="raises")
 
 
-def test_registration_order_tryfirst_wins_and_wrappers_are_skipped(
+def test_registration_order_tryfirst_wins_and_a_wrapper_wraps_each_plugin(
     pm: fxsym.PluginManager,
 ) -> None:
     from fxsym.registry import get_registry
@@ -160,11 +165,11 @@ def test_registration_order_tryfirst_wins_and_wrappers_are_skipped(
         return Plugin()
 
     class Wrapper:
-        called = False
+        called = 0
 
         @fxsym.hookimpl(wrapper=True)
         def fxsym_register_op_rules(self, register: Any) -> Any:
-            Wrapper.called = True
+            Wrapper.called += 1
             return (yield)
 
     names = {"first": {"tryfirst": True}, "plain-old": {}, "plain-new": {},
@@ -174,9 +179,10 @@ def test_registration_order_tryfirst_wins_and_wrappers_are_skipped(
         for name, opts in names.items():
             pm.register(plugin(name, **opts), name=name)
         assert get_registry().op_rule("fxsym_test_op") == "first"
+        plain = len(pm.hook.fxsym_register_op_rules.get_hookimpls()) - 1
+        assert Wrapper.called == plain  # once around each plugin's call
         pm.unregister(name="first")
         assert get_registry().op_rule("fxsym_test_op") == "plain-new"
-        assert not Wrapper.called
     finally:
         for name in [*names, "wrapper"]:
             if pm.has_plugin(name):
@@ -189,12 +195,12 @@ def test_two_writers_each_get_every_line_once(pm: fxsym.PluginManager) -> None:
     undo_a = pm.trace_hooks(a.append)
     undo_b = pm.trace_hooks(b.append)
     try:
-        first_result("fxsym_example_inputs", pm, model=nn.Identity())
+        call_hook("fxsym_example_inputs", pm, model=nn.Identity())
     finally:
         undo_b()
-    first_result("fxsym_example_inputs", pm, model=nn.Identity())
+    call_hook("fxsym_example_inputs", pm, model=nn.Identity())
     undo_a()
-    first_result("fxsym_example_inputs", pm, model=nn.Identity())
-    assert sum("finish fxsym_example_inputs <- nn" in ln for ln in b) == 1
-    assert sum("finish fxsym_example_inputs <- nn" in ln for ln in a) == 2
+    call_hook("fxsym_example_inputs", pm, model=nn.Identity())
+    assert sum("finish fxsym_example_inputs <-" in ln for ln in b) == 1
+    assert sum("finish fxsym_example_inputs <-" in ln for ln in a) == 2
     undo_a()  # undoing twice is harmless

@@ -143,7 +143,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for name in names:
         src = pm.source(name)
         print(f"{name}  ({src.distribution} {src.version})".rstrip())
-        contributed = by_plugin.get(name, {})
+        contributed = dict(by_plugin.get(name, {}))
+        hooks = pm.answered_hooks(name)
+        if hooks:
+            contributed["hooks"] = hooks
         if not contributed:
             print("    contributes nothing")
         for kind, items in contributed.items():

@@ -1,9 +1,17 @@
 """What fxsym knows about module families and ops, gathered from users and plugins.
 
-Two layers: registrations made in the application (``SymMap.register``, highest precedence)
-and contributions of plugins, collected by calling each plugin's hooks once per change of the
-plugin set. Lookups by class are answered from a cached table that is dropped whenever either
-layer changes.
+Two layers: registrations made in the application (``SymMap.register``, highest precedence,
+one table for the process) and contributions of plugins, collected by calling each plugin's
+registration hooks once per change of the plugin set. Each plugin manager has its own
+:class:`Registry` (:func:`get_registry` answers for the current one, see
+:func:`fxsym.plugins.use_plugins`), so two managers never see each other's contributions.
+Lookups by class are answered from a cached table that is dropped whenever either layer
+changes.
+
+Whether a module is a leaf is also asked of the plugins per module (the ``fxsym_leaf_module``
+decision hook, :meth:`Registry.leaf_vote`), before the SymInfo registration's ``leaf``.
+
+May import: ``errors``, ``naming``, ``plugins``.
 
 SymInfo precedence for a module class ``C``:
 
@@ -21,6 +29,7 @@ A plugin whose registration hook or leaf policy raises is disabled (see
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +38,11 @@ from torch import nn
 
 from .errors import PluginWarning
 from .naming import qualname
-from .plugins.calls import call_one, implementations, leaf_vote
-from .plugins.manager import PLUGIN_ERRORS, get_plugin_manager
+from .plugins.calls import call_each, leaf_vote
+from .plugins.manager import PLUGIN_ERRORS, PluginManager, get_plugin_manager
 
 ResizeFn = Callable[[nn.Module, str, Any], None]
 ImportanceFn = Callable[[nn.Module, str], Any]
-LeafPolicy = Callable[[nn.Module, str], "bool | None"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,6 @@ class Contributions:
     """Everything the plugins contributed, by plugin name."""
 
     sym_infos: dict[Any, SymInfoEntry] = field(default_factory=dict)
-    leaf_policies: list[tuple[LeafPolicy, str]] = field(default_factory=list)
     op_rules: dict[Any, tuple[Callable[..., Any], str]] = field(default_factory=dict)
     proxies: dict[type, tuple[type, str]] = field(default_factory=dict)
     patterns: list[tuple[Any, str]] = field(default_factory=list)
@@ -67,8 +74,6 @@ class Contributions:
 
         for cls, entry in self.sym_infos.items():
             add(entry.source, "sym_infos", cls if isinstance(cls, str) else qualname(cls))
-        for policy, src in self.leaf_policies:
-            add(src, "leaf_policies", qualname(policy))
         for target, (_, src) in self.op_rules.items():
             add(src, "op_rules", target if isinstance(target, str) else qualname(target))
         for vtype, (pcls, src) in self.proxies.items():
@@ -78,16 +83,45 @@ class Contributions:
         return out
 
 
-class Registry:
-    """User registrations plus plugin contributions, with cached lookups."""
+class UserRegistrations:
+    """The application's own registrations (``SymMap.register``), shared by every
+    registry; ``version`` counts the changes."""
 
     def __init__(self) -> None:
-        self._user: dict[type, SymInfoEntry] = {}
+        self.entries: dict[type, SymInfoEntry] = {}
+        self.version = 0
+
+    def add(self, entry: SymInfoEntry) -> None:
+        self.entries[entry.cls] = entry
+        self.version += 1
+
+    def remove(self, cls: type) -> None:
+        del self.entries[cls]
+        self.version += 1
+
+
+USER = UserRegistrations()
+
+
+class Registry:
+    """User registrations plus one plugin manager's contributions, with cached lookups."""
+
+    def __init__(self, pm: PluginManager) -> None:
+        self._manager = weakref.ref(pm)  # the manager owns its registry, not the reverse
+        self._user = USER.entries
         self._plugins = Contributions()
         self._generation = -1
+        self._user_version = -1
         self._sym_cache: dict[type, SymInfoEntry | None] = {}
         self._shadow_cache: dict[type, type | None] = {}
         self._proxy_cache: dict[type, type | None] = {}
+
+    @property
+    def plugin_manager(self) -> PluginManager:
+        pm = self._manager()
+        if pm is None:
+            raise RuntimeError("the plugin manager of this registry no longer exists")
+        return pm
 
     # -- user layer -------------------------------------------------------------------------
     def register_user(
@@ -99,12 +133,11 @@ class Registry:
         resize: ResizeFn | None = None,
         importance: ImportanceFn | None = None,
     ) -> None:
-        self._user[cls] = SymInfoEntry(cls, factory, leaf, resize, importance, "<user>")
-        self._forget()
+        """Register ``cls`` for the whole process (every registry sees it)."""
+        USER.add(SymInfoEntry(cls, factory, leaf, resize, importance, "<user>"))
 
     def unregister_user(self, cls: type[nn.Module]) -> None:
-        del self._user[cls]
-        self._forget()
+        USER.remove(cls)
 
     # -- plugin layer -----------------------------------------------------------------------
     @property
@@ -118,7 +151,10 @@ class Registry:
         self._generation = -1
 
     def _refresh(self) -> None:
-        pm = get_plugin_manager()
+        if USER.version != self._user_version:
+            self._user_version = USER.version
+            self._forget()
+        pm = self.plugin_manager
         if pm.generation == self._generation:
             return
         plugins = _collect(pm)  # may disable plugins, which changes the generation
@@ -161,14 +197,10 @@ class Registry:
         self._shadow_cache[cls] = found
         return found
 
-    def leaf_policies(self) -> list[tuple[LeafPolicy, str]]:
-        self._refresh()
-        return self._plugins.leaf_policies
-
     def leaf_vote(self, module: nn.Module, qualname: str) -> bool | None:
-        """The plugins' vote on whether ``module`` is a leaf: the first policy answering
-        ``True``/``False``, or ``None``. A policy that raises disables its plugin."""
-        return leaf_vote(self.leaf_policies(), module, qualname)
+        """The plugins' answer on whether ``module`` is a leaf (``fxsym_leaf_module``), or
+        ``None``. An implementation that raises disables its plugin."""
+        return leaf_vote(module, qualname, self.plugin_manager)
 
     def op_rule(self, target: Any) -> Callable[..., Any] | None:
         """The rule for a node target: the callable itself, a method name, or the callable's
@@ -211,31 +243,39 @@ def _lookup(cls: type, table: dict[Any, SymInfoEntry]) -> SymInfoEntry | None:
     return None
 
 
-def _collect(pm: Any) -> Contributions:
+def _collect(pm: PluginManager) -> Contributions:
     """Call every plugin's registration hooks, attributing each contribution to its plugin.
 
-    Registrations are recorded per plugin first and applied once every hook has run, leaving
-    out the plugins whose hook raised (they are disabled, so half of a broken plugin never
-    takes part, and conflict warnings only name plugins that stay)."""
+    Registrations are recorded per plugin first and applied once every hook has run. If a
+    plugin is disabled meanwhile (its hook, a wrapper around it, or one of its registrations
+    raised), everything is collected again without it: half of a broken plugin never takes
+    part, and conflict warnings only name plugins that stay.
+
+    Within each hook the plugins' registrations are applied in the reverse of pluggy's call
+    order, so the one applied last, which wins a conflict, is the one pluggy calls first
+    (``tryfirst`` plugins, then the latest registered)."""
+    generation = pm.generation
     contrib = Contributions()
-    sym_owner: dict[type, str] = {}
+    sym_owner: dict[Any, str] = {}
     recorded: list[tuple[str, str, Callable[[], None]]] = []
-    failed: list[tuple[str, BaseException, str]] = []
-
-    def recorder(name: str, hook_name: str, apply: Callable[..., None]) -> Callable[..., None]:
-        def record(*args: Any, **kwargs: Any) -> None:
-            recorded.append((name, hook_name, lambda: apply(*args, **kwargs)))
-
-        return record
 
     def run(hook_name: str, make_register: Callable[[str], Callable[..., None]]) -> None:
-        for impl in reversed(implementations(pm, hook_name)):  # wrappers skipped
-            name = impl.plugin_name
-            try:
-                call_one(pm, hook_name, impl,
-                         register=recorder(name, hook_name, make_register(name)))
-            except PLUGIN_ERRORS as exc:
-                failed.append((name, exc, hook_name))
+        by_plugin: list[list[tuple[str, str, Callable[[], None]]]] = []
+
+        def kwargs_for(name: str) -> dict[str, Any]:
+            calls: list[tuple[str, str, Callable[[], None]]] = []
+            by_plugin.append(calls)
+            apply = make_register(name)
+
+            def record(*args: Any, **kwargs: Any) -> None:
+                calls.append((name, hook_name, lambda: apply(*args, **kwargs)))
+
+            return {"register": record}
+
+        for _ in call_each(pm, hook_name, kwargs_for):
+            pass
+        for calls in reversed(by_plugin):
+            recorded.extend(calls)
 
     def sym_infos(src: str) -> Callable[..., None]:
         def register(
@@ -261,9 +301,6 @@ def _collect(pm: Any) -> Contributions:
 
         return register
 
-    def leaf_policies(src: str) -> Callable[..., None]:
-        return lambda policy: contrib.leaf_policies.append((policy, src))
-
     def op_rules(src: str) -> Callable[..., None]:
         def register(target: Any, rule: Callable[..., Any]) -> None:
             targets = target if isinstance(target, (tuple, list)) else (target,)
@@ -281,31 +318,32 @@ def _collect(pm: Any) -> Contributions:
     def patterns(src: str) -> Callable[..., None]:
         return lambda item: contrib.patterns.append((item, src))
 
-    # pluggy calls the last registered plugin first; collect in the reverse of pluggy's order
-    # (registration order, trylast plugins before and tryfirst plugins after the others) so
-    # that the registration applied last, which wins, is the one pluggy would call first.
     run("fxsym_register_sym_infos", sym_infos)
-    run("fxsym_register_leaf_policies", leaf_policies)
     run("fxsym_register_op_rules", op_rules)
     run("fxsym_register_proxies", proxies)
     run("fxsym_register_patterns", patterns)
-    for name, exc, hook_name in failed:  # in strict mode the first one raises
-        pm.disable(name, exc, hook_name)
-    broken = {name for name, _, _ in failed}
+    if pm.generation != generation:  # a plugin was disabled: without any of its parts
+        return _collect(pm)
     for name, hook_name, apply in recorded:
-        if name in broken:
-            continue
         try:
             apply()
         except PLUGIN_ERRORS as exc:  # a registration with bad arguments
             pm.disable(name, exc, hook_name)
-            return _collect(pm)  # without any of that plugin's registrations
+            return _collect(pm)
     return contrib
 
 
-_REGISTRY = Registry()
+_REGISTRIES: weakref.WeakKeyDictionary[PluginManager, Registry] = weakref.WeakKeyDictionary()
+
+
+def registry_of(pm: PluginManager) -> Registry:
+    """The registry of plugin manager ``pm`` (made on first use)."""
+    registry = _REGISTRIES.get(pm)
+    if registry is None:
+        registry = _REGISTRIES[pm] = Registry(pm)
+    return registry
 
 
 def get_registry() -> Registry:
-    """The process-wide registry."""
-    return _REGISTRY
+    """The registry of the current plugin manager (see :func:`fxsym.plugins.use_plugins`)."""
+    return registry_of(get_plugin_manager())

@@ -206,15 +206,12 @@ def _internal(size: int, *, sortable: bool = True, constant: bool = False) -> Sy
     return sym
 
 
-def attention_info(module: nn.Module) -> SymInfo:
-    """The leaf's symbols (see the module docstring). Heads are constant where the latest
-    trace handed the module a per-head tensor (:mod:`.perhead`)."""
-    from .perhead import per_head_input  # imports this module
-
+def attention_info(module: nn.Module, pinned: bool = False) -> SymInfo:
+    """The leaf's symbols (see the module docstring). Heads are constant if ``pinned``: the
+    latest trace handed the module a per-head tensor (:mod:`.perhead`)."""
     spec = describe(module)
     if spec is None or not spec.leaf:
         return SymInfo()
-    pinned = per_head_input(module) is not None
     hidden = Symbol(cl_type=IN, elastic_dims={-1})
     if spec.o is None:  # the concatenated heads leave the module
         heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, block=spec.head_dim)

@@ -9,8 +9,7 @@ For the duration of one trace, and restored afterwards even when tracing raises:
   ``batched_mm`` experts kernel (``eager`` loops over the experts hit, which depends on data;
   ``grouped_mm`` has no meta kernel for float32);
 * the attention-mask builders become single opaque calls (:mod:`.masks`);
-* attention and rotary classes of the model are made known to fxsym (:mod:`.discovery`),
-  and attention leaves handed a per-head tensor are recorded (:mod:`.perhead`);
+* attention leaves handed a per-head tensor are recorded (:mod:`.perhead`);
   rotary modules whose update depends on data compute their trace-time value without it
   (:mod:`.rotary`).
 
@@ -27,8 +26,9 @@ from typing import Any
 
 from torch import nn
 
-from . import discovery, perhead, rotary
+from . import rotary
 from .masks import mask_builders_as_leaves
+from .perhead import PerHeadInputs
 
 TRACEABLE_ATTENTION = ("eager", "sdpa")
 #: mixture-of-experts kernels that run on meta tensors without data-dependent control flow
@@ -91,19 +91,12 @@ def _config_overrides(configs: list[Any]) -> Iterator[None]:
 
 
 @contextmanager
-def hf_trace_context(model: nn.Module) -> Iterator[None]:
-    """Everything a transformers model needs to be traced, undone on exit."""
+def hf_trace_context(model: nn.Module, per_head: PerHeadInputs) -> Iterator[None]:
+    """Everything a transformers model needs to be traced, undone on exit; the attention
+    leaves handed a per-head tensor are recorded in ``per_head``."""
     with ExitStack() as stack:
-        discovery.discover(model)
-        stack.enter_context(perhead.watch(model))
+        stack.enter_context(per_head.watch(model))
         stack.enter_context(_config_overrides(model_configs(model)))
         stack.enter_context(mask_builders_as_leaves())
         stack.enter_context(rotary.meta_friendly(model))
         yield
-
-
-def trace_context(model: Any, example_inputs: Any) -> Any:
-    """The hook: a context manager for transformers models, ``None`` for anything else."""
-    if not is_transformers_model(model):
-        return None
-    return hf_trace_context(model)

@@ -18,10 +18,11 @@ then decides (:mod:`.rotary`).
 
 **History.** fxsym's registry is keyed by class, so the plugin registers the classes it
 describes. Whether a class is registered is a pure function of the class (cached by class), and
-:func:`discover` registers every such class in the MRO of a model's modules before that model
-is traced. So everything that decides a model's groups depends on that model alone, not on
-which models were analyzed before in the same process; classes registered for earlier models
-are never consulted for modules that are not of (or derived from) them.
+:meth:`Known.discover` records every such class in the MRO of a model's modules before that
+model is traced. So everything that decides a model's groups depends on that model alone, not
+on which models were analyzed before; classes registered for earlier models are never
+consulted for modules that are not of (or derived from) them. The record is per plugin
+instance, so per plugin manager.
 
 Each instance then decides on its own whether it is a leaf (:func:`leaf_policy`): one attention
 class may serve as self-attention (a leaf) and as cross-attention (traced through).
@@ -67,49 +68,55 @@ def known_rotary(cls: type) -> bool:
 
 
 class Known:
-    """The classes registered with fxsym so far. Membership is a pure function of the class
-    (:func:`known_attention`, :func:`known_rotary`): this is a cache, not a history."""
+    """The classes one plugin instance (so one plugin manager) has found in the models it
+    saw: attention, rotary and activation classes. Membership is a pure function of the class
+    (:func:`known_attention`, :func:`known_rotary`, :func:`known_activation`): this is a
+    cache, not a history."""
 
     def __init__(self) -> None:
         self.attention: dict[type, None] = {}
         self.rotary: dict[type, None] = {}
+        self.activations: dict[type, None] = {}
 
     def add(self, cls: type) -> bool:
         """Record ``cls`` if the plugin describes it; whether it was new."""
-        if cls in self.attention or cls in self.rotary:
+        if cls in self.attention or cls in self.rotary or cls in self.activations:
             return False
         if known_attention(cls):
             self.attention[cls] = None
         elif known_rotary(cls):
             self.rotary[cls] = None
+        elif known_activation(cls):
+            self.activations[cls] = None
         else:
             return False
         return True
 
-
-KNOWN = Known()
-
-
-def discover(model: nn.Module) -> list[type]:
-    """Register the attention and rotary classes in the MRO of ``model``'s modules; returns
-    the ones registered now."""
-    new: list[type] = []
-    for cls in {type(mod): None for mod in model.modules()}:
-        for base in cls.__mro__:
-            if base is nn.Module:
-                break
-            if not base.__module__.startswith("torch.") and KNOWN.add(base):
-                new.append(base)
-    if new:
-        _reregister()
-    return new
+    def discover(self, model: nn.Module) -> list[type]:
+        """Record the classes the plugin describes in the MRO of ``model``'s modules; returns
+        the ones new to this instance."""
+        new: list[type] = []
+        for cls in {type(mod): None for mod in model.modules()}:
+            for base in cls.__mro__:
+                if base is nn.Module:
+                    break
+                if not base.__module__.startswith("torch.") and self.add(base):
+                    new.append(base)
+        return new
 
 
-def _reregister() -> None:
-    """Make fxsym collect the hf plugin's registrations again."""
-    from fxsym.registry import get_registry
+@functools.cache
+def known_activation(cls: type) -> bool:
+    """Whether ``cls`` is one of transformers' own activation modules (``ACT2CLS``; torch.nn
+    ones are the nn plugin's)."""
+    if not cls.__module__.startswith("transformers."):
+        return False
+    from transformers.activations import ACT2CLS
 
-    get_registry().invalidate()
+    for entry in ACT2CLS.values():
+        if (entry[0] if isinstance(entry, tuple) else entry) is cls:
+            return True
+    return False
 
 
 def leaf_policy(module: nn.Module, qualname: str) -> bool | None:
@@ -122,11 +129,3 @@ def leaf_policy(module: nn.Module, qualname: str) -> bool | None:
     if known_rotary(cls) and rotary.is_rotary(module):
         return rotary.data_dependent(module)
     return None
-
-
-def attention_classes() -> list[Any]:
-    return list(KNOWN.attention)
-
-
-def rotary_classes() -> list[Any]:
-    return list(KNOWN.rotary)

@@ -4,9 +4,10 @@
   stored transposed, ``(in, out)``, with its sizes kept in ``nx``/``nf`` (``forward`` reads
   ``nf``). Described like ``nn.Linear``.
 
-* the activation modules of ``transformers.activations`` (``ACT2CLS``): elementwise, so
-  shape-preserving leaves. Traced through, some would be opaque (``GELUTanh`` calls a
-  ``functools.partial`` of ``F.gelu``, which no op rule can name).
+* the activation modules of ``transformers.activations`` (``ACT2CLS``, found in models by
+  :mod:`.discovery`): elementwise, so shape-preserving leaves. Traced through, some would be
+  opaque (``GELUTanh`` calls a ``functools.partial`` of ``F.gelu``, which no op rule can
+  name).
 
 Norms need no SymInfo: each family's RMSNorm (``LlamaRMSNorm``, ``T5LayerNorm``, ...) is traced
 through, and its ``weight`` becomes a parameter member tied to the hidden-size group by the
@@ -65,18 +66,6 @@ def linear_resize(mod: nn.Linear, name: str, index: torch.Tensor) -> None:
 
 def conv1d_importance(mod: Any, name: str) -> torch.Tensor:
     return l1_scores(mod.weight, 1)
-
-
-def activation_classes() -> list[type]:
-    """transformers' own activation modules (torch.nn ones are the nn plugin's)."""
-    from transformers.activations import ACT2CLS
-
-    found: dict[type, None] = {}
-    for entry in ACT2CLS.values():
-        cls = entry[0] if isinstance(entry, tuple) else entry
-        if isinstance(cls, type) and cls.__module__.startswith("transformers."):
-            found[cls] = None
-    return list(found)
 
 
 def activation_info(mod: Any) -> SymInfo:

@@ -12,9 +12,9 @@ extra input already): the bias table pins the heads group.
 Which leaves get such a tensor is only known from the call, which the leaf's SymInfo does not
 see. While a model is traced (:func:`watch`), a forward pre-hook on every known attention
 module looks at the meta values it is run on to compute the leaf's value, and records the
-module; :func:`per_head_input` answers from that record when fxsym then builds the SymInfos.
-The record of a module is dropped when a trace of a model holding it begins, so it reflects
-that module's latest trace only.
+module; :meth:`PerHeadInputs.reason` answers from that record when fxsym then builds the
+SymInfos. The record of a module is dropped when a trace of a model holding it begins, so it
+reflects that module's latest trace only.
 """
 
 from __future__ import annotations
@@ -30,44 +30,46 @@ from torch import nn
 
 from .discovery import known_attention
 
-_SEEN: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+class PerHeadInputs:
+    """The attention modules handed a per-head tensor in their latest trace, with why; one
+    record per plugin instance (so per plugin manager)."""
 
+    def __init__(self) -> None:
+        self._seen: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
 
-def per_head_input(module: nn.Module) -> str | None:
-    """Why ``module``'s heads must stay (a per-head input seen in its latest trace), or
-    ``None``."""
-    return _SEEN.get(module)
+    def reason(self, module: nn.Module) -> str | None:
+        """Why ``module``'s heads must stay (a per-head input seen in its latest trace), or
+        ``None``."""
+        return self._seen.get(module)
+
+    def _pre_hook(self, original: nn.Module, module: nn.Module, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> None:
+        extra = [(f"argument {i}", a) for i, a in enumerate(args) if i > 0]
+        extra += [(name, a) for name, a in kwargs.items() if name != "hidden_states"]
+        for name, value in extra:
+            if _per_head(value):
+                self._seen[original] = (f"its {name} has {value.shape[1]} heads "
+                                        f"(shape {tuple(value.shape)})")
+                return
+
+    @contextmanager
+    def watch(self, model: nn.Module) -> Iterator[None]:
+        """Record, for the duration of one trace, the attention modules of ``model`` that
+        are called with a per-head tensor."""
+        handles = []
+        try:
+            for mod in model.modules():
+                self._seen.pop(mod, None)
+                if known_attention(type(mod)):
+                    handles.append(mod.register_forward_pre_hook(
+                        functools.partial(self._pre_hook, mod), with_kwargs=True))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 def _per_head(value: Any) -> bool:
     """A ``(batch, heads, query, key)`` tensor with more than one head (proxies of a traced-
     through call are not looked at: there the graph shows the tie)."""
     return isinstance(value, torch.Tensor) and value.dim() == 4 and value.shape[1] > 1
-
-
-def _pre_hook(original: nn.Module, module: nn.Module, args: tuple[Any, ...],
-              kwargs: dict[str, Any]) -> None:
-    extra = [(f"argument {i}", a) for i, a in enumerate(args) if i > 0]
-    extra += [(name, a) for name, a in kwargs.items() if name != "hidden_states"]
-    for name, value in extra:
-        if _per_head(value):
-            _SEEN[original] = (f"its {name} has {value.shape[1]} heads "
-                               f"(shape {tuple(value.shape)})")
-            return
-
-
-@contextmanager
-def watch(model: nn.Module) -> Iterator[None]:
-    """Record, for the duration of one trace, the attention modules of ``model`` that are
-    called with a per-head tensor."""
-    handles = []
-    try:
-        for mod in model.modules():
-            _SEEN.pop(mod, None)
-            if known_attention(type(mod)):
-                handles.append(mod.register_forward_pre_hook(
-                    functools.partial(_pre_hook, mod), with_kwargs=True))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -1,55 +1,88 @@
-"""The ``hf`` plugin's hook implementations (entry point ``fxsym = hf``).
+"""The ``hf`` plugin (entry point ``fxsym = hf``, naming :class:`HuggingFacePlugin`).
 
-Importing this module imports transformers; without it installed the plugin fails to load,
-and ``fxsym plugins`` reports why. The work is done in small modules: :mod:`.context` (trace
-preparation), :mod:`.masks`, :mod:`.inputs` (default example inputs), :mod:`.attention` and
-:mod:`.discovery` (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``,
-activations), :mod:`.ops` (op rules).
+Each plugin manager registers an instance of its own, which holds what it found in models
+(:class:`.discovery.Known`) and which attention leaves were handed per-head tensors
+(:class:`.perhead.PerHeadInputs`): two managers never share that state.
+
+Loading the plugin does not import transformers (a model built with it has imported it
+already); it fails, and ``fxsym plugins`` says why, when transformers is not installed. The
+work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks`,
+:mod:`.inputs` (default example inputs and outputs), :mod:`.attention` and :mod:`.discovery`
+(attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
+(op rules).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import Any
 
-import transformers  # noqa: F401  (the plugin is inactive without transformers)
+from torch import nn
 
 import fxsym
+from fxsym.plugins import get_plugin_manager
 
-from . import attention, context, discovery, inputs, modules, ops, rotary
+from . import attention, context, discovery, inputs, modules, rotary
+from .perhead import PerHeadInputs
 
-
-@fxsym.hookimpl
-def fxsym_register_sym_infos(register: Any) -> None:
-    register(modules.CONV1D, modules.conv1d_info, resize=modules.conv1d_resize,
-             importance=modules.conv1d_importance)
-    register(modules.activation_classes(), modules.activation_info, resize=modules.no_resize)
-    for cls in discovery.attention_classes():
-        register(cls, attention.attention_info, leaf=False, resize=attention.attention_resize,
-                 importance=attention.attention_importance)
-    for cls in discovery.rotary_classes():
-        register(cls, rotary.rotary_info, leaf=False, resize=rotary.no_resize)
+if importlib.util.find_spec("transformers") is None:
+    raise ImportError("fxsym-plugins-hf needs transformers (pip install 'transformers>=5')")
 
 
-@fxsym.hookimpl
-def fxsym_register_leaf_policies(register: Any) -> None:
-    register(discovery.leaf_policy)
+def _transformers_imported() -> bool:
+    """No model holds a transformers class unless transformers was imported."""
+    return "transformers" in sys.modules
 
 
-@fxsym.hookimpl
-def fxsym_register_op_rules(register: Any) -> None:
-    ops.register_op_rules(register)
+class HuggingFacePlugin:
+    """The hook implementations, with the state of one plugin manager."""
 
+    def __init__(self) -> None:
+        self.known = discovery.Known()
+        self.per_head = PerHeadInputs()
 
-@fxsym.hookimpl
-def fxsym_trace_context(model: Any, example_inputs: Any) -> Any:
-    return context.trace_context(model, example_inputs)
+    def attention_info(self, module: nn.Module) -> fxsym.SymInfo:
+        return attention.attention_info(module, pinned=self.per_head.reason(module) is not None)
 
+    @fxsym.hookimpl
+    def fxsym_register_sym_infos(self, register: Any) -> None:
+        register(modules.CONV1D, modules.conv1d_info, resize=modules.conv1d_resize,
+                 importance=modules.conv1d_importance)
+        register(list(self.known.activations), modules.activation_info,
+                 resize=modules.no_resize)
+        for cls in self.known.attention:
+            register(cls, self.attention_info, leaf=False, resize=attention.attention_resize,
+                     importance=attention.attention_importance)
+        for cls in self.known.rotary:
+            register(cls, rotary.rotary_info, leaf=False, resize=rotary.no_resize)
 
-@fxsym.hookimpl
-def fxsym_example_inputs(model: Any) -> Any:
-    return inputs.example_inputs(model)
+    @fxsym.hookimpl
+    def fxsym_leaf_module(self, module: Any, qualname: str) -> bool | None:
+        if not _transformers_imported():
+            return None
+        return discovery.leaf_policy(module, qualname)
 
+    @fxsym.hookimpl
+    def fxsym_register_op_rules(self, register: Any) -> None:
+        from . import ops
 
-@fxsym.hookimpl
-def fxsym_default_outputs(model: Any) -> Any:
-    return inputs.default_outputs(model)
+        ops.register_op_rules(register)
+
+    @fxsym.hookimpl
+    def fxsym_trace_context(self, model: Any, example_inputs: Any) -> Any:
+        if not _transformers_imported() or not isinstance(model, nn.Module):
+            return None
+        if self.known.discover(model):
+            get_plugin_manager().contributions_changed()  # register the new classes
+        if not context.is_transformers_model(model):
+            return None
+        return context.hf_trace_context(model, self.per_head)
+
+    @fxsym.hookimpl
+    def fxsym_example_inputs(self, model: Any) -> Any:
+        return inputs.example_inputs(model) if _transformers_imported() else None
+
+    @fxsym.hookimpl
+    def fxsym_default_outputs(self, model: Any) -> Any:
+        return inputs.default_outputs(model) if _transformers_imported() else None

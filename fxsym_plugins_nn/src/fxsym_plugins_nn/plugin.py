@@ -1,4 +1,8 @@
-"""The ``nn`` plugin's hook implementations (entry point ``fxsym = nn``)."""
+"""The ``nn`` plugin's hook implementations (entry point ``fxsym = nn``).
+
+The rewrite patterns (:mod:`.patterns`, which needs fxsym's pass pipeline) and the op rules
+are imported when their hook is first called, not when the plugin is loaded.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any
 
 import fxsym
 
-from . import modules, ops, patterns
+from . import modules
 
 
 @fxsym.hookimpl
@@ -15,17 +19,21 @@ def fxsym_register_sym_infos(register: Any) -> None:
 
 
 @fxsym.hookimpl
-def fxsym_register_leaf_policies(register: Any) -> None:
-    register(modules.trace_into_functional)
+def fxsym_leaf_module(module: Any, qualname: str) -> bool | None:
+    return modules.trace_into_functional(module, qualname)
 
 
 @fxsym.hookimpl
 def fxsym_register_op_rules(register: Any) -> None:
+    from . import ops
+
     ops.register_op_rules(register)
 
 
 @fxsym.hookimpl
 def fxsym_register_patterns(register: Any) -> None:
+    from . import patterns
+
     patterns.register_patterns(register)
 
 

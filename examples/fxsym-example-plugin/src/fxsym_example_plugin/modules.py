@@ -57,9 +57,10 @@ def scaled_linear_importance(mod: Any, name: str) -> torch.Tensor:
 
 
 def keep_opaque_leaf(module: nn.Module, qualname: str) -> bool | None:
-    """Leaf policy: a module whose class name ends with ``Opaque`` is traced as one node.
+    """The leaf decision (``fxsym_leaf_module``): a module whose class name ends with
+    ``Opaque`` is traced as one node.
 
-    ``None`` means "no opinion": the other plugins' policies and fxsym's defaults decide.
+    ``None`` means "no opinion": the other plugins and fxsym's defaults decide.
     """
     return True if type(module).__name__.endswith("Opaque") else None
 

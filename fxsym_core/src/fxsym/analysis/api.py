@@ -7,7 +7,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import AnalysisError
-from ..plugins.calls import first_result
+from ..plugins.calls import call_hook
 from ..symbols import GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
 from ..tracer import trace
 from ..tracer.guard import serialised
@@ -63,7 +63,7 @@ def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:
         return None, True
     if outputs is not None:
         return normalize_contract(outputs), True
-    default = first_result("fxsym_default_outputs", model=model)
+    default = call_hook("fxsym_default_outputs", model=model)
     return normalize_contract(default), False
 
 

@@ -1,69 +1,88 @@
-"""Calling plugin hooks in isolation: one failing plugin never breaks an analysis.
+"""Calling plugin hooks through pluggy, with one failing plugin never breaking an analysis.
 
-Every hook is called plugin by plugin (never through pluggy's ``pm.hook.<name>(...)``, which
-stops at the first exception): an implementation that raises one of
-:data:`~fxsym.plugins.manager.PLUGIN_ERRORS` gets its plugin disabled
-(:meth:`~fxsym.plugins.manager.PluginManager.disable`: unregistered, recorded, reported once)
-and the call goes on with the others. In strict mode (``FXSYM_STRICT_PLUGINS=1``) the
+Every call goes through pluggy, so ``tryfirst``/``trylast``, hook wrappers (``wrapper=True``
+and old-style ``hookwrapper=True``), tracing and hook-call monitoring all apply. The order is
+pluggy's: wrappers around everything; inside them ``tryfirst`` implementations, then the
+others, then ``trylast`` ones, each group latest-registered first.
+
+* **Decision hooks** (``firstresult=True``: :func:`call_hook`, :func:`example_inputs`,
+  :func:`leaf_vote`) are one pluggy call: the first non-``None`` answer wins and wrappers see
+  and may replace it.
+* **Collecting hooks** (``fxsym_register_*``, ``fxsym_trace_context``: :func:`call_each`) call
+  each plugin through ``pm.subset_hook_caller`` holding that plugin and the plugins wrapping
+  the hook: every contribution is attributed to its plugin, and each wrapper wraps each
+  plugin's call.
+
+A call that raises one of :data:`~fxsym.plugins.manager.PLUGIN_ERRORS` is blamed on the
+implementation deepest in the exception's traceback (:func:`blame`: the plain implementation
+that raised, or the wrapper that raised its own error). That plugin is disabled
+(:meth:`~fxsym.plugins.manager.PluginManager.disable`: blocked, recorded, reported once) and
+the call made again without it. In strict mode (``FXSYM_STRICT_PLUGINS=1``) the
 :class:`~fxsym.errors.PluginError` raised by ``disable`` propagates to the caller of
-``fxsym.trace``/``fxsym.analyze`` as it is.
-
-Implementations are called in pluggy's order (``tryfirst`` first, then the most recently
-registered first) with the arguments each one declares. Hook wrappers are not supported for
-these hooks and are skipped.
-
-Each implementation is still called through pluggy (:func:`call_one`: a
-``pm.subset_hook_caller`` holding that one plugin), so pluggy's hook-call monitoring sees every
-call and names the plugin that answered: ``FXSYM_DEBUG=1`` (see
-:meth:`~fxsym.plugins.manager.PluginManager.trace_hooks`) and any monitor added with
-``pm.add_hookcall_monitoring`` see fxsym's isolated calls like ordinary ones.
-
-* :func:`trace_contexts` — every plugin's ``fxsym_trace_context``, entered one by one;
-* :func:`first_result` — a ``firstresult`` hook, e.g. :func:`example_inputs`
-  (``fxsym_example_inputs``);
-* :func:`leaf_vote` — the leaf policies plugins registered (see :mod:`fxsym.registry`).
+``fxsym.trace``/``fxsym.analyze`` as it is. An exception no implementation's frame carries
+(raised by pluggy itself) propagates unchanged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from types import TracebackType
 from typing import Any
 
 from pluggy import HookImpl
 
-from .manager import PLUGIN_ERRORS, PluginManager, get_plugin_manager
+from .manager import PLUGIN_ERRORS, PluginManager, blame, get_plugin_manager
+
+
+def call_hook(hook_name: str, pm: PluginManager | None = None, **kwargs: Any) -> Any:
+    """Call hook ``hook_name`` through pluggy and return what pluggy returns; a plugin whose
+    implementation raises is disabled and the hook called again without it."""
+    pm = pm or get_plugin_manager()
+    caller = getattr(pm.hook, hook_name)
+    while True:
+        try:
+            return caller(**kwargs)
+        except PLUGIN_ERRORS as exc:
+            impl = blame(exc, caller.get_hookimpls())
+            if impl is None:
+                raise
+            pm.disable(impl.plugin_name, exc, hook_name)
 
 
 def implementations(pm: PluginManager, hook_name: str) -> list[HookImpl]:
-    """The plain implementations of ``hook_name`` in the order pluggy would call them."""
+    """The plain (non-wrapper) implementations of ``hook_name``, in pluggy's call order."""
     impls = getattr(pm.hook, hook_name).get_hookimpls()
     return [i for i in reversed(impls) if not (i.hookwrapper or i.wrapper)]
 
 
-def call_impl(impl: HookImpl, **kwargs: Any) -> Any:
-    """Call one implementation with the subset of ``kwargs`` it declares (as pluggy does)."""
-    return impl.function(*(kwargs[name] for name in impl.argnames))
+def call_each(
+    pm: PluginManager, hook_name: str, kwargs_for: Callable[[str], dict[str, Any]]
+) -> Iterator[tuple[str, Any]]:
+    """Call each plugin's implementation of ``hook_name`` in pluggy's order, wrapped by the
+    hook's wrappers, with the arguments ``kwargs_for(plugin_name)``; yield
+    ``(plugin_name, result)``.
 
-
-def call_one(pm: PluginManager, hook_name: str, impl: HookImpl, **kwargs: Any) -> Any:
-    """Call the one implementation ``impl`` of ``hook_name`` through pluggy, and return its
-    result (``None`` when it returned ``None``).
-
-    The call goes through ``pm.subset_hook_caller`` with every other plugin removed, so
-    pluggy's monitoring (``add_hookcall_monitoring``, ``enable_tracing``) sees it. Should the
-    subset hold anything else (an implementation registered under another ``specname``), the
-    implementation is called directly instead.
+    A failing call disables the plugin :func:`blame` names (the callee, or a wrapper) and the
+    plugins after it are still called; the callee's call is not repeated. The caller finds
+    the names disabled meanwhile with ``pm.is_blocked``.
     """
-    others = [p for p in pm.get_plugins() if p is not impl.plugin]
-    caller = pm.subset_hook_caller(hook_name, remove_plugins=others)
-    if caller.get_hookimpls() != [impl]:
-        return call_impl(impl, **kwargs)
-    result = caller(**kwargs)
-    if caller.spec is not None and caller.spec.opts.get("firstresult"):
-        return result
-    return result[0] if result else None
+    caller = getattr(pm.hook, hook_name)
+    wrapping = {i.plugin for i in caller.get_hookimpls() if i.hookwrapper or i.wrapper}
+    for impl in implementations(pm, hook_name):
+        if pm.is_blocked(impl.plugin_name):  # disabled by an earlier call of this loop
+            continue
+        others = [p for p in pm.get_plugins() if p is not impl.plugin and p not in wrapping]
+        subset = pm.subset_hook_caller(hook_name, remove_plugins=others)
+        try:
+            result = subset(**kwargs_for(impl.plugin_name))
+        except PLUGIN_ERRORS as exc:
+            culprit = blame(exc, subset.get_hookimpls()) or impl
+            pm.disable(culprit.plugin_name, exc, hook_name)
+            continue
+        if not (subset.spec is not None and subset.spec.opts.get("firstresult")):
+            result = result[0] if result else None
+        yield impl.plugin_name, result
 
 
 def trace_contexts(model: Any, example_inputs: Any, pm: PluginManager | None = None) -> Any:
@@ -91,12 +110,11 @@ class _TraceContexts:
 
     def __enter__(self) -> _TraceContexts:
         with ExitStack() as stack:  # exits what was entered if a strict failure propagates
-            for impl in implementations(self._pm, "fxsym_trace_context"):
-                name = impl.plugin_name
+            calls = call_each(self._pm, "fxsym_trace_context", lambda _: self._kwargs)
+            for name, ctx in calls:
+                if ctx is None:
+                    continue
                 try:
-                    ctx = call_one(self._pm, "fxsym_trace_context", impl, **self._kwargs)
-                    if ctx is None:
-                        continue
                     exit_fn = type(ctx).__exit__
                     type(ctx).__enter__(ctx)
                 except PLUGIN_ERRORS as exc:
@@ -133,50 +151,13 @@ def _guarded_exit(
     return exit_
 
 
-def first_result(hook_name: str, pm: PluginManager | None = None, **kwargs: Any) -> Any:
-    """The first non-``None`` result of a ``firstresult`` hook, or ``None``; a plugin whose
-    implementation raises is disabled and the next one asked."""
-    pm = pm or get_plugin_manager()
-    for impl in implementations(pm, hook_name):
-        try:
-            result = call_one(pm, hook_name, impl, **kwargs)
-        except PLUGIN_ERRORS as exc:
-            pm.disable(impl.plugin_name, exc, hook_name)
-            continue
-        if result is not None:
-            return result
-    return None
-
-
 def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
     """The plugins' default example inputs for ``model`` (``fxsym_example_inputs``), or
     ``None``."""
-    return first_result("fxsym_example_inputs", pm, model=model)
+    return call_hook("fxsym_example_inputs", pm, model=model)
 
 
-def leaf_vote(
-    policies: Iterable[tuple[Callable[..., Any], str]],
-    module: Any,
-    qualname: str,
-    pm: PluginManager | None = None,
-) -> bool | None:
-    """The first ``True``/``False`` of ``policies``, each given as ``(policy, plugin_name)``,
-    or ``None`` if none votes.
-
-    A policy that raises gets its plugin disabled and the vote goes on without that plugin's
-    policies (the registry's later lists no longer hold them: disabling bumps the plugin
-    generation, so the registry collects again)."""
-    pm = pm or get_plugin_manager()
-    disabled: set[str] = set()
-    for policy, source in policies:
-        if source in disabled:
-            continue
-        try:
-            vote = policy(module, qualname)
-        except PLUGIN_ERRORS as exc:
-            pm.disable(source, exc, "leaf policy")
-            disabled.add(source)
-            continue
-        if vote is not None:
-            return bool(vote)
-    return None
+def leaf_vote(module: Any, qualname: str, pm: PluginManager | None = None) -> bool | None:
+    """The plugins' answer to ``fxsym_leaf_module``: ``True``/``False``, or ``None``."""
+    vote = call_hook("fxsym_leaf_module", pm, module=module, qualname=qualname)
+    return None if vote is None else bool(vote)

@@ -1,7 +1,14 @@
 """Hook specifications: everything a plugin can contribute to fxsym.
 
-Every ``register`` callable handed to a plugin records which plugin called it, so conflicts and
-``fxsym plugins`` can name the distribution behind each contribution.
+Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
+
+* *registration* hooks (``fxsym_register_*``) and ``fxsym_trace_context`` collect from every
+  plugin. Each plugin gets its own ``register`` callable, so conflicts and ``fxsym plugins``
+  name the distribution behind each contribution;
+* *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_example_inputs``,
+  ``fxsym_default_outputs``) answer one question per call: the first implementation in
+  pluggy's order that returns something other than ``None`` decides, and hook wrappers see
+  (and may replace) that answer.
 """
 
 from __future__ import annotations
@@ -30,9 +37,15 @@ def fxsym_register_sym_infos(register: Any) -> None:
     """
 
 
-@hookspec
-def fxsym_register_leaf_policies(register: Any) -> None:
-    """``register(policy)``: ``policy(module, qualname) -> bool | None`` votes on leafness."""
+@hookspec(firstresult=True)
+def fxsym_leaf_module(module: Any, qualname: str) -> bool | None:
+    """Whether the tracer keeps ``module`` (at ``qualname``) as one ``call_module`` node
+    (``True``), traces into it (``False``), or leaves the question to others (``None``).
+
+    Asked for every module the tracer meets, before the ``leaf`` of its SymInfo registration;
+    when no plugin answers, that registration decides, else torch.fx's default (``torch.nn``
+    modules are leaves).
+    """
 
 
 @hookspec

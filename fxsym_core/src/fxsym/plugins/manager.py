@@ -1,7 +1,13 @@
 """Loading plugins from the ``fxsym`` entry-point group, and disabling the ones that fail.
 
 The entry-point scan runs once per process (``rescan=True`` repeats it); loading is
-idempotent. Each entry point is loaded on its own: one that fails is recorded in
+idempotent. An entry point names a module or an object whose hook implementations are
+registered as they are, or a class: each manager then registers an instance of its own, which
+is where a plugin keeps per-manager state (caches, what it discovered in models).
+
+Several managers may live in one process (:func:`use_plugins` selects one for a block of
+code); the *default* manager is the one the entry points are loaded into by
+:func:`load_plugins` and by every trace made outside :func:`use_plugins`. Each entry point is loaded on its own: one that fails is recorded in
 :attr:`PluginManager.failed`, reported with a :class:`~fxsym.errors.PluginWarning` naming the
 entry point and its distribution, and skipped. ``FXSYM_STRICT_PLUGINS=1`` raises instead.
 
@@ -38,12 +44,16 @@ Environment:
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import metadata
+from types import CodeType, FrameType
 from typing import Any
 
 import pluggy
@@ -52,6 +62,9 @@ from ..errors import PluginError, PluginWarning
 from . import hookspecs
 
 GROUP = "fxsym"
+
+#: hooks that were replaced, and by what (named when a plugin still implements them)
+RENAMED = {"fxsym_register_leaf_policies": "fxsym_leaf_module, a firstresult hook"}
 
 #: what a plugin may raise and be isolated from; ``KeyboardInterrupt`` and ``GeneratorExit``
 #: are not a plugin's failure and propagate
@@ -98,6 +111,61 @@ def _type_names(result: object) -> str:
     return type(result).__name__
 
 
+def _code(impl: HookImpl) -> CodeType | None:
+    code = getattr(inspect.unwrap(impl.function), "__code__", None)
+    return code if isinstance(code, CodeType) else None
+
+
+def blame(exc: BaseException, impls: list[HookImpl]) -> HookImpl | None:
+    """The implementation among ``impls`` whose frame is deepest in ``exc``'s traceback (the
+    one that raised, or that its callee's error passed through last), or ``None``."""
+    by_code: dict[CodeType, list[HookImpl]] = {}
+    for impl in impls:
+        code = _code(impl)
+        if code is not None:
+            by_code.setdefault(code, []).append(impl)
+    found: HookImpl | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        candidates = by_code.get(tb.tb_frame.f_code)
+        if candidates:
+            owner = tb.tb_frame.f_locals.get("self")  # one class registered twice
+            found = next((i for i in candidates
+                          if getattr(i.function, "__self__", owner) is owner), candidates[0])
+        tb = tb.tb_next
+    return found
+
+
+class _Answers:
+    """What each plain implementation of one ``firstresult`` hook call returned, seen by a
+    profile function set from construction until :meth:`stop` (and chained to the one that
+    was set before)."""
+
+    def __init__(self, impls: Sequence[pluggy.HookImpl]) -> None:
+        self._codes: dict[CodeType, str] = {}
+        for impl in impls:
+            code = getattr(impl.function, "__code__", None)
+            if isinstance(code, CodeType) and not (impl.wrapper or impl.hookwrapper):
+                self._codes[code] = impl.plugin_name
+        self._seen: list[tuple[str, object]] = []
+        self._previous = sys.getprofile()
+        sys.setprofile(self._profile)
+
+    def _profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if event == "return" and frame.f_code in self._codes:
+            self._seen.append((self._codes[frame.f_code], arg))
+        if self._previous is not None:
+            self._previous(frame, event, arg)
+
+    def stop(self) -> tuple[str, tuple[str, ...]]:
+        """Restore the previous profile function; return the answering plugin's name and
+        ``("(name --> type, ...)",)`` for the plugins asked (empty if none returned)."""
+        sys.setprofile(self._previous)
+        answering = next((name for name, value in self._seen if value is not None), "none")
+        asked = ", ".join(f"{name} --> {type(value).__name__}" for name, value in self._seen)
+        return answering, (f"({asked})",) if asked else ()
+
+
 def _dist_of(ep: metadata.EntryPoint) -> tuple[str, str]:
     dist = getattr(ep, "dist", None)
     if dist is None:
@@ -136,9 +204,23 @@ class PluginManager(pluggy.PluginManager):
         self._failed = list(failures)
 
     def register(self, plugin: Any, name: str | None = None) -> str | None:
+        """pluggy's ``register``, refusing (``pluggy.PluginValidationError``) a plugin that
+        implements a hook fxsym does not specify: a misspelt or removed hook would otherwise
+        be ignored without a word."""
         result = super().register(plugin, name)
-        if result is not None:  # ``None``: the name is blocked, nothing was registered
-            self.generation += 1
+        if result is None:  # the name is blocked, nothing was registered
+            return None
+        unknown = sorted({caller.name for caller in self.get_hookcallers(plugin) or []
+                          if caller.spec is None and any(
+                              i.plugin is plugin and not i.optionalhook
+                              for i in caller.get_hookimpls())})
+        if unknown:
+            super().unregister(plugin)
+            hints = [f"{n} (now {RENAMED[n]})" if n in RENAMED else n for n in unknown]
+            raise pluggy.PluginValidationError(
+                plugin, f"plugin {result!r} implements hooks fxsym does not know: "
+                        f"{', '.join(hints)}")
+        self.generation += 1
         return result
 
     def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
@@ -146,6 +228,11 @@ class PluginManager(pluggy.PluginManager):
         if result is not None:
             self.generation += 1
         return result
+
+    def contributions_changed(self) -> None:
+        """Tell fxsym that a plugin's registrations changed (say, it discovered new classes
+        in a model): they are collected again before the next lookup."""
+        self.generation += 1
 
     def set_blocked(self, name: str) -> None:
         """Block ``name`` (pluggy's ``set_blocked``: unregistered if registered, and later
@@ -170,35 +257,53 @@ class PluginManager(pluggy.PluginManager):
 
         Each call gives two lines (each ending in a newline), nested calls indented::
 
-            fxsym_example_inputs -> nn [hook]
+            fxsym_example_inputs -> hf, nn [hook]
                 model: DemoNet
-            finish fxsym_example_inputs <- nn --> tuple [hook]
+            finish fxsym_example_inputs <- nn --> tuple (hf --> NoneType, nn --> tuple) [hook]
 
-        fxsym calls each plugin on its own (:mod:`fxsym.plugins.calls`), so the plugin after
-        ``->`` is the one that answered; a raising implementation gives ``raised`` and the
-        exception instead of ``-->``. Only types are shown, never values. Several writers
-        (``FXSYM_DEBUG`` and ``fxsym plugins --trace``) each get every line once.
+        After ``->``: the plugins the call may ask, in pluggy's order (wrappers included).
+        After ``<-``: for a ``firstresult`` hook the plugin whose answer was taken (``none``
+        if none answered; a wrapper may still have replaced it), then each plugin asked and
+        the type of its answer; for a collecting hook the plugin(s) called (fxsym calls
+        each plugin on its own, :mod:`fxsym.plugins.calls`). A raising call gives ``raised``
+        and the exception instead of ``-->``. Only types are shown, never values. Several
+        writers (``FXSYM_DEBUG`` and ``fxsym plugins --trace``) each get every line once.
+
+        Which plugin answered a ``firstresult`` hook is seen with a ``sys.setprofile``
+        function active during that call only (pluggy reports the hook's result, not its
+        source); it is chained to any profiler already set, and tracing is off by default.
         """
         hooktrace = self.trace.root.get("hook")
+        answers: list[_Answers] = []
 
         def names(impls: Sequence[pluggy.HookImpl]) -> str:
             return ", ".join(i.plugin_name for i in reversed(impls)) or "no plugin"
+
+        def firstresult(hook_name: str) -> bool:
+            spec = getattr(self.hook, hook_name).spec
+            return spec is not None and bool(spec.opts.get("firstresult"))
 
         def before(hook_name: str, impls: Sequence[pluggy.HookImpl],
                    kwargs: Mapping[str, object]) -> None:
             hooktrace.root.indent += 1
             hooktrace(hook_name, "->", names(impls),
                       {k: type(v).__name__ for k, v in kwargs.items()})
+            if firstresult(hook_name):
+                answers.append(_Answers(impls))
 
         def after(outcome: pluggy.Result[object], hook_name: str,
                   impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object]) -> None:
+            who, asked = names(impls), ()
+            if firstresult(hook_name) and answers:
+                who, asked = answers.pop().stop()
             exc = outcome.exception
             if exc is None:
-                hooktrace("finish", hook_name, "<-", names(impls), "-->",
-                          _type_names(outcome.get_result()))
+                hooktrace("finish", hook_name, "<-", who, "-->",
+                          _type_names(outcome.get_result()), *asked)
             else:
-                hooktrace("finish", hook_name, "<-", names(impls), "raised",
-                          f"{type(exc).__name__}: {exc}")
+                culprit = blame(exc, list(impls))
+                hooktrace("finish", hook_name, "<-", culprit.plugin_name if culprit else who,
+                          "raised", f"{type(exc).__name__}: {exc}")
             hooktrace.root.indent -= 1
 
         writers = self._trace_writers
@@ -225,6 +330,21 @@ class PluginManager(pluggy.PluginManager):
         elif not wanted and self._debug_undo is not None:
             self._debug_undo()
             self._debug_undo = None
+
+    def answered_hooks(self, plugin_name: str) -> list[str]:
+        """The hooks plugin ``plugin_name`` implements, sorted, a wrapper marked
+        ``(wrapper)``; plain ``fxsym_register_*`` implementations are left out (what they
+        register is listed by the registry)."""
+        plugin = self.get_plugin(plugin_name)
+        names: list[str] = []
+        for caller in (self.get_hookcallers(plugin) or []) if plugin is not None else []:
+            for impl in caller.get_hookimpls():
+                wrapper = impl.wrapper or impl.hookwrapper
+                if impl.plugin is not plugin or (
+                        caller.name.startswith("fxsym_register_") and not wrapper):
+                    continue
+                names.append(caller.name + (" (wrapper)" if wrapper else ""))
+        return sorted(names)
 
     def source(self, plugin_name: str) -> PluginSource:
         """The distribution behind a plugin (``<local>`` for one registered in code)."""
@@ -306,6 +426,8 @@ class PluginManager(pluggy.PluginManager):
             dist, version = _dist_of(ep)
             try:
                 plugin = ep.load()
+                if isinstance(plugin, type):  # one instance, holding its state, per manager
+                    plugin = plugin()
                 self.register(plugin, name=name)
             except PLUGIN_ERRORS as exc:  # a broken plugin never takes the host down
                 self.report_failure(name, dist, exc)
@@ -329,15 +451,51 @@ class PluginManager(pluggy.PluginManager):
         )
 
 
-_MANAGER: PluginManager | None = None
+_DEFAULT: PluginManager | None = None
+_CURRENT: ContextVar[PluginManager | None] = ContextVar("fxsym_plugin_manager", default=None)
+
+
+def default_plugin_manager() -> PluginManager:
+    """The process-wide manager: the one :func:`load_plugins` fills from the entry points
+    unless told otherwise, and the one used outside :func:`use_plugins`."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = PluginManager()
+    return _DEFAULT
 
 
 def get_plugin_manager() -> PluginManager:
-    """The process-wide plugin manager (created empty; see :func:`load_plugins`)."""
-    global _MANAGER
-    if _MANAGER is None:
-        _MANAGER = PluginManager()
-    return _MANAGER
+    """The manager in use: the innermost :func:`use_plugins` of this thread (or task), else
+    :func:`default_plugin_manager`."""
+    return _CURRENT.get() or default_plugin_manager()
+
+
+@contextmanager
+def use_plugins(pm: PluginManager) -> Iterator[PluginManager]:
+    """Make ``pm`` the manager of every fxsym call in this block (this thread or task only).
+
+    Each manager has its own plugins, registry and plugin state, so two managers with
+    different plugin sets give independent answers in one process. A manager made by the
+    caller holds exactly what is registered or loaded into it
+    (``load_plugins(manager=pm, ...)``): tracing autoloads entry points only into the default
+    manager. Registrations made with ``SymMap.register`` apply under every manager.
+    """
+    token = _CURRENT.set(pm)
+    try:
+        yield pm
+    finally:
+        _CURRENT.reset(token)
+
+
+def active_plugins() -> PluginManager:
+    """The manager a trace uses: the current one, with the entry points loaded first when it
+    is the default manager."""
+    pm = get_plugin_manager()
+    if pm is default_plugin_manager():
+        load_plugins()
+    else:
+        pm._debug_from_env()
+    return pm
 
 
 def load_plugins(
@@ -345,6 +503,7 @@ def load_plugins(
     allow: Iterable[str] | None = None,
     block: Iterable[str] | None = None,
     rescan: bool = False,
+    manager: PluginManager | None = None,
 ) -> PluginManager:
     """Load the plugins of the ``fxsym`` entry-point group; cheap and idempotent.
 
@@ -352,9 +511,10 @@ def load_plugins(
     loaded earlier and now excluded is unregistered; a blocked name is marked with pluggy's
     ``set_blocked`` and stays blocked for later calls until one passes ``allow``/``block``
     again or ``rescan=True``). ``rescan=True`` reads the installed entry points again, e.g.
-    after a ``pip install`` in the same process.
+    after a ``pip install`` in the same process. ``manager`` is the manager to load into
+    (default: :func:`get_plugin_manager`).
     """
-    pm = get_plugin_manager()
+    pm = manager or get_plugin_manager()
     pm._debug_from_env()
     pm.load(allow, block, rescan)
     return pm

@@ -45,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import ModelError, PluginError, TraceError
 from ..plugins import calls as plugin_calls
-from ..plugins.manager import load_plugins
+from ..plugins.manager import active_plugins
 from ..registry import get_registry
 from .guard import TRACE_LOCK, ModuleGuard, tracing_here, tracing_thread
 from .proxy import ShapeProxy, value_of
@@ -544,7 +544,7 @@ def trace(
 def _trace(
     model: nn.Module, example_inputs: Any, concrete_args: dict[str, Any] | None
 ) -> torch.fx.GraphModule:
-    load_plugins()
+    active_plugins()
     inputs = resolve_example_inputs(model, example_inputs)
     values, concrete, auto = _bind(model, inputs, concrete_args)
     report = TraceReport()
