@@ -119,7 +119,7 @@ def test_wrapper_changes_the_answer_of_another_plugin(example: ModuleType) -> No
         gm = fxsym.trace(model)
         (guess,) = gm.example_inputs  # type: ignore[attr-defined]
         assert guess.dtype == torch.float32  # the nn plugin's answer, unwrapped
-        with pytest.raises(RuntimeError, match="(?i)dtype|double|float"):
+        with pytest.raises(RuntimeError, match=r"(?i)dtype|double|float"):
             model(guess)
 
 

@@ -11,6 +11,8 @@ symbols, tracer, analysis, resizing, oracles, passes, demo, cli — checked by
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .analysis import analyze
 from .errors import (
     AnalysisError,
@@ -24,10 +26,23 @@ from .errors import (
     ResizeWarning,
     TraceError,
 )
-from .plugins import PluginManager, hookimpl, load_plugins
+from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
 from .resizing import resize
 from .symbols import Symbol, SymGroup, SymInfo, SymMap
 from .tracer import TraceReport, trace
+
+if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
+    from .passes import (
+        ChainPattern,
+        ModuleSemantics,
+        OpAlias,
+        Pass,
+        Pattern,
+        Step,
+        SubgraphPattern,
+        graph_pass,
+        optimize,
+    )
 
 __version__ = "0.1.0"
 
@@ -62,6 +77,7 @@ __all__ = [
     "optimize",
     "resize",
     "trace",
+    "use_plugins",
 ]
 
 
@@ -69,7 +85,7 @@ _PASSES = frozenset({"optimize", "Pass", "Pattern", "ChainPattern", "Step", "Sub
                      "OpAlias", "ModuleSemantics", "graph_pass"})
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     # the pass pipeline is imported on first use
     if name in _PASSES:
         from . import passes

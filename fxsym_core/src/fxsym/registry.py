@@ -49,7 +49,7 @@ ImportanceFn = Callable[[nn.Module, str], Any]
 class SymInfoEntry:
     """How one module family is described and resized."""
 
-    cls: type[nn.Module]
+    cls: type | str  # a dotted name for a class of an optional package
     factory: Callable[[nn.Module], Any]
     leaf: bool = True
     resize: ResizeFn | None = None
@@ -88,14 +88,14 @@ class UserRegistrations:
     registry; ``version`` counts the changes."""
 
     def __init__(self) -> None:
-        self.entries: dict[type, SymInfoEntry] = {}
+        self.entries: dict[type | str, SymInfoEntry] = {}
         self.version = 0
 
     def add(self, entry: SymInfoEntry) -> None:
         self.entries[entry.cls] = entry
         self.version += 1
 
-    def remove(self, cls: type) -> None:
+    def remove(self, cls: type | str) -> None:
         del self.entries[cls]
         self.version += 1
 

@@ -122,7 +122,7 @@ def known_activation(cls: type) -> bool:
 def leaf_policy(module: nn.Module, qualname: str) -> bool | None:
     """A known attention module is a leaf unless a leaf would hide a tie; a rotary module is
     a leaf if its update depends on data. Anything else is not this plugin's to decide."""
-    cls = type(module)
+    cls: type = type(module)
     if known_attention(cls):
         spec = describe(module)
         return bool(spec is not None and spec.leaf)

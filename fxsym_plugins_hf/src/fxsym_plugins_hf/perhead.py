@@ -30,6 +30,7 @@ from torch import nn
 
 from .discovery import known_attention
 
+
 class PerHeadInputs:
     """The attention modules handed a per-head tensor in their latest trace, with why; one
     record per plugin instance (so per plugin manager)."""
@@ -60,7 +61,8 @@ class PerHeadInputs:
         try:
             for mod in model.modules():
                 self._seen.pop(mod, None)
-                if known_attention(type(mod)):
+                cls: type = type(mod)
+                if known_attention(cls):
                     handles.append(mod.register_forward_pre_hook(
                         functools.partial(self._pre_hook, mod), with_kwargs=True))
             yield

@@ -130,7 +130,7 @@ class _TraceContexts:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        return self._stack.__exit__(exc_type, exc, tb)
+        return bool(self._stack.__exit__(exc_type, exc, tb))
 
 
 def _guarded_exit(
@@ -159,5 +159,5 @@ def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
 
 def leaf_vote(module: Any, qualname: str, pm: PluginManager | None = None) -> bool | None:
     """The plugins' answer to ``fxsym_leaf_module``: ``True``/``False``, or ``None``."""
-    vote = call_hook("fxsym_leaf_module", pm, module=module, qualname=qualname)
+    vote: object = call_hook("fxsym_leaf_module", pm, module=module, qualname=qualname)
     return None if vote is None else bool(vote)

@@ -7,7 +7,9 @@ is where a plugin keeps per-manager state (caches, what it discovered in models)
 
 Several managers may live in one process (:func:`use_plugins` selects one for a block of
 code); the *default* manager is the one the entry points are loaded into by
-:func:`load_plugins` and by every trace made outside :func:`use_plugins`. Each entry point is loaded on its own: one that fails is recorded in
+:func:`load_plugins` and by every trace made outside :func:`use_plugins`.
+
+Each entry point is loaded on its own: one that fails is recorded in
 :attr:`PluginManager.failed`, reported with a :class:`~fxsym.errors.PluginWarning` naming the
 entry point and its distribution, and skipped. ``FXSYM_STRICT_PLUGINS=1`` raises instead.
 
@@ -54,7 +56,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import metadata
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, Literal
 
 import pluggy
 
@@ -111,20 +113,20 @@ def _type_names(result: object) -> str:
     return type(result).__name__
 
 
-def _code(impl: HookImpl) -> CodeType | None:
+def _code(impl: pluggy.HookImpl) -> CodeType | None:
     code = getattr(inspect.unwrap(impl.function), "__code__", None)
     return code if isinstance(code, CodeType) else None
 
 
-def blame(exc: BaseException, impls: list[HookImpl]) -> HookImpl | None:
+def blame(exc: BaseException, impls: list[pluggy.HookImpl]) -> pluggy.HookImpl | None:
     """The implementation among ``impls`` whose frame is deepest in ``exc``'s traceback (the
     one that raised, or that its callee's error passed through last), or ``None``."""
-    by_code: dict[CodeType, list[HookImpl]] = {}
+    by_code: dict[CodeType, list[pluggy.HookImpl]] = {}
     for impl in impls:
         code = _code(impl)
         if code is not None:
             by_code.setdefault(code, []).append(impl)
-    found: HookImpl | None = None
+    found: pluggy.HookImpl | None = None
     tb = exc.__traceback__
     while tb is not None:
         candidates = by_code.get(tb.tb_frame.f_code)
@@ -134,6 +136,9 @@ def blame(exc: BaseException, impls: list[HookImpl]) -> HookImpl | None:
                           if getattr(i.function, "__self__", owner) is owner), candidates[0])
         tb = tb.tb_next
     return found
+
+
+_ProfileEvent = Literal["call", "return", "c_call", "c_return", "c_exception"]
 
 
 class _Answers:
@@ -151,7 +156,7 @@ class _Answers:
         self._previous = sys.getprofile()
         sys.setprofile(self._profile)
 
-    def _profile(self, frame: FrameType, event: str, arg: object) -> None:
+    def _profile(self, frame: FrameType, event: _ProfileEvent, arg: object) -> None:
         if event == "return" and frame.f_code in self._codes:
             self._seen.append((self._codes[frame.f_code], arg))
         if self._previous is not None:
@@ -293,7 +298,8 @@ class PluginManager(pluggy.PluginManager):
 
         def after(outcome: pluggy.Result[object], hook_name: str,
                   impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object]) -> None:
-            who, asked = names(impls), ()
+            asked: tuple[str, ...] = ()
+            who = names(impls)
             if firstresult(hook_name) and answers:
                 who, asked = answers.pop().stop()
             exc = outcome.exception
