@@ -206,7 +206,8 @@ FOREIGN_PRIVATE: dict[str, str] = {
 
 #: ``(file, private name)`` used where the file does not define it -> reason
 PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
-    # owned by another change, being fixed
+    # torch's private fields, not another room's: a shallow copy of a module that shares its
+    # tensors (passes) or holds meta copies of them (tracer) has no public torch API
     ("fxsym/passes/copying.py", "_parameters"): "nn.Module storage, shallow clone",
     ("fxsym/passes/copying.py", "_buffers"): "nn.Module storage, shallow clone",
     ("fxsym/passes/copying.py", "_modules"): "nn.Module storage, shallow clone",
