@@ -97,7 +97,7 @@ def test_concat_and_flatten_to_linear() -> None:
                                         ("fc", "in_features"))
     assert set(groups) == {"a.out_channels", "b.out_channels", "c.out_channels"}
     # fc's input dim is three segments, each unit a 4x4 block
-    dim = sm._symbol_dims[("fc", "in_features")]
+    dim = sm.analysis.symbol_dims[("fc", "in_features")]
     assert [(s.units, s.block) for s in dim] == [(6, 16), (4, 16), (8, 16)]
 
 

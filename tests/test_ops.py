@@ -79,7 +79,7 @@ def test_cat_of_cat_split_chunk_unbind() -> None:
 
     sm = assert_oracles(M(), (torch.randn(2, 3, 4, 4),), min_groups=3)
     assert set(_groups(sm)) == {"a.out_channels", "b.out_channels", "c.out_channels"}
-    dim = sm._symbol_dims[("d", "in_channels")]
+    dim = sm.analysis.symbol_dims[("d", "in_channels")]
     assert [s.length for s in dim] == [4, 5, 6]
 
 

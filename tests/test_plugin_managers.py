@@ -217,3 +217,28 @@ def test_the_hf_plugin_keeps_its_state_per_manager(pm: fxsym.PluginManager) -> N
     fresh = fxsym.PluginManager()
     fxsym.load_plugins(manager=fresh, allow=["nn", "hf"])
     assert attention not in described(fresh)  # what mine discovered is not shared
+
+
+def test_resize_uses_the_registry_of_the_manager_the_symmap_was_analyzed_with() -> None:
+    from fxsym.resizing import keep_entries
+
+    def gate_resize(mod: nn.Module, name: str, index: torch.Tensor) -> None:
+        keep_entries(mod, "scale", 0, index)
+
+    class GatePlugin:
+        @fxsym.hookimpl
+        def fxsym_register_sym_infos(self, register: Any) -> None:
+            register(Gate, lambda mod: fxsym.SymInfo(
+                is_shape_preserving=True,
+                features=fxsym.Symbol(cl_type=fxsym.Symbol.CLType.INCOMING,
+                                      elastic_dims={-1})), resize=gate_resize)
+
+    mine = fxsym.PluginManager()
+    fxsym.load_plugins(manager=mine, allow=["nn"])
+    mine.register(GatePlugin(), name="gate")
+    model = gated()
+    with use_plugins(mine):
+        sm = fxsym.analyze(model, example_inputs=X)
+    assert ("1", "features") in sm.groups()[0].members  # a leaf: its own rule resizes it
+    fxsym.resize(model, sm, {"0.out_features": 4})  # outside use_plugins: still mine's rules
+    assert model[1].scale.shape == (4,) and model(*X).shape == (3, 2)

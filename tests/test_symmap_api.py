@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import fxsym
+from fxsym.plugins import get_plugin_manager
 from fxsym.registry import Registry, SymInfoEntry, get_registry
 from fxsym.symbols import GroupAnalysis, Symbol
 from fxsym.tracer.report import TraceReport
@@ -80,7 +81,7 @@ def test_resize_looks_up_rules_in_the_symmaps_registry() -> None:
             looked_up.append(cls)
             return get_registry().sym_info_entry(cls)
 
-    sm.registry = Recording()
+    sm.registry = Recording(get_plugin_manager())
     fxsym.resize(model, sm, {"0.out_features": 5})
     assert nn.Linear in looked_up
     assert model[0].out_features == 5 and model[2].in_features == 5

@@ -45,7 +45,8 @@ def _hidden_group(family: str, sm: fxsym.SymMap) -> fxsym.SymGroup:
     key = HIDDEN.get(family, ("model.embed_tokens", "embedding_dim"))
     found = [g for g in sm.groups() if key in g.members]
     assert len(found) == 1, [g.name for g in sm.groups()]
-    if ("lm_head", "in_features") in sm._symbol_dims:  # the LM head reads the hidden size
+    assert sm.analysis is not None
+    if ("lm_head", "in_features") in sm.analysis.symbol_dims:  # the LM head reads the hidden
         assert ("lm_head", "in_features") in found[0].members
     return found[0]
 

@@ -500,12 +500,6 @@ class SymMap:
         """What :func:`fxsym.analyze` found, or ``None`` before an analysis was attached."""
         return self._analysis
 
-    @property
-    def _symbol_dims(self) -> Mapping[SymbolKey, Sequence[Segment]]:
-        # kept for tests/test_analyze.py, tests/test_ops.py and tests/hf/test_families.py
-        # until they read ``analysis.symbol_dims``; remove with them
-        return {} if self._analysis is None else self._analysis.symbol_dims
-
     def mark_stale(self) -> None:
         """Record that the model changed since this SymMap was computed (a resize did it)."""
         self._stale = True
