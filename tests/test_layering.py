@@ -319,3 +319,21 @@ def test_the_checker_sees_a_foreign_private_field(tmp_path: Path,
     assert [b.split(" uses ")[0] for b in bad] == ["fxsym/resizing/engine.py:10",
                                                    "fxsym/resizing/engine.py:11"], bad
     assert "symmap._table" in bad[0] and "'_stale'" in bad[1]
+
+
+def _room_docstring(room: str) -> str:
+    path = PACKAGE / "__init__.py" if room == "fxsym" else PACKAGE / room / "__init__.py"
+    if not path.exists():
+        path = PACKAGE / f"{room}.py"
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+@pytest.mark.parametrize("room", ORDER)
+def test_each_room_says_what_it_imports(room: str) -> None:
+    """The docstring's ``Imports from fxsym: a, b (...)`` names exactly :data:`ALLOWED`."""
+    text = " ".join(_room_docstring(room).split())
+    marker = "Imports from fxsym:"
+    assert marker in text, f"the docstring of {room} does not say what it imports"
+    said = text[text.index(marker) + len(marker):].split("(")[0].split(".")[0]
+    names = {n.strip() for n in said.split(",")} - {"nothing", ""}
+    assert names == ALLOWED[room], f"{room} says it imports {sorted(names)}"

@@ -4,9 +4,12 @@ The core holds the machinery — symbols, the plugin system, the tracer, the ana
 resize engine and the pass pipeline — and knows no module family by itself: every family
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
-The package is built in rooms that import downward only — errors, naming, plugins, registry,
-symbols, tracer, analysis, resizing, oracles, passes, demo, cli — checked by
-``tests/test_layering.py``; this facade imports the passes on first use.
+The package is built in rooms that import downward only — errors, naming, modstate, plugins,
+registry, symbols, tracer, analysis, resizing, oracles, passes, demo, cli — checked by
+``tests/test_layering.py``. Each room's docstring ends with what it imports.
+
+Imports from fxsym: analysis, errors, plugins, resizing, symbols, tracer (the passes on first
+use; type checkers see them through ``TYPE_CHECKING`` imports).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Every failure is reported as one line on stderr, ``fxsym: <what failed>``, with exit code 2
 (130 when interrupted); a traceback is never shown.
+
+Imports from fxsym: errors (the other rooms inside each command, so ``fxsym --help`` is fast).
 """
 
 from __future__ import annotations

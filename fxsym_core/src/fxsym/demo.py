@@ -1,4 +1,6 @@
-"""The built-in demo model of ``fxsym analyze``: a small residual CNN with a concat."""
+"""The built-in demo model of ``fxsym analyze``: a small residual CNN with a concat.
+
+Imports from fxsym: nothing."""
 
 from __future__ import annotations
 

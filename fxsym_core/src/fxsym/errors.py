@@ -1,4 +1,6 @@
-"""Typed errors. Each message says what failed, where, and how to fix it."""
+"""Typed errors. Each message says what failed, where, and how to fix it.
+
+Imports from fxsym: nothing (every room may use it)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ parameter identity and container identity are kept. Tensors are neither copied n
 a write *into* a tensor is not undone (callers that care fingerprint them).
 
 Restoring uses only dict, list and set operations and is idempotent: if it is interrupted,
-running it again finishes the job. Imports nothing of fxsym: every room may use it.
+running it again finishes the job.
+
+Imports from fxsym: nothing (every room may use it).
 """
 
 from __future__ import annotations

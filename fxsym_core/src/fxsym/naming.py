@@ -1,6 +1,6 @@
 """How fxsym names a class, a callable or a method in messages, listings and lookup keys.
 
-Imports nothing of fxsym: every room may use it.
+Imports from fxsym: nothing (every room may use it).
 """
 
 from __future__ import annotations

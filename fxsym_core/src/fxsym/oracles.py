@@ -21,6 +21,8 @@ Three rules make the oracles able to fail:
 Both oracles test the SymMap they are given (copied together with the model, so the copy's
 groups are the caller's groups), work on deep copies put in eval mode, and never touch the
 caller's model: not its weights, not its training flag, not its attributes.
+
+Imports from fxsym: analysis, resizing, symbols.
 """
 
 from __future__ import annotations

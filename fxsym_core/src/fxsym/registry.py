@@ -11,7 +11,7 @@ changes.
 Whether a module is a leaf is also asked of the plugins per module (the ``fxsym_leaf_module``
 decision hook, :meth:`Registry.leaf_vote`), before the SymInfo registration's ``leaf``.
 
-May import: ``errors``, ``naming``, ``plugins``.
+Imports from fxsym: errors, naming, plugins.
 
 SymInfo precedence for a module class ``C``:
 

@@ -19,6 +19,9 @@ model's modules and, after :func:`fxsym.analyze`, what the analysis found (a
 This module names no higher room but in the annotation of :attr:`SymMap.trace_report`: what it
 needs of the analysis' dimension segments and group table is spelled as the protocols
 :class:`Segment` and :class:`GroupIndex`.
+
+Imports from fxsym: nothing (the registry inside functions, the tracer's ``TraceReport`` for
+annotations only).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The symbol analyzer: layouts, groups, op-rule context and ``analyze``.
 
-Imports errors, naming, plugins, registry, symbols and tracer; never resizing, oracles, passes
-or cli (room order: ``tests/test_layering.py``).
+Imports from fxsym: errors, naming, plugins, registry, symbols, tracer (room order:
+``tests/test_layering.py``).
 """
 
 from .analyzer import Analyzer, resolve_dim

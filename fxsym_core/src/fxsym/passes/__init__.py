@@ -9,8 +9,8 @@
 
 Plugins contribute all of these with the ``fxsym_register_patterns(register)`` hook.
 
-Imports errors, naming, plugins and registry (the tracer inside :func:`optimize`); never
-analysis, resizing, oracles or cli (room order: ``tests/test_layering.py``).
+Imports from fxsym: errors, modstate, naming, plugins, registry (and the tracer inside
+:func:`optimize`; room order: ``tests/test_layering.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The plugin system: pluggy hook specifications, the entry-point loader, the managers and
 guarded hook calls.
 
-May import: ``errors``. Everything fxsym asks plugins goes through :mod:`.calls`.
+Everything fxsym asks plugins goes through :mod:`.calls`.
+
+Imports from fxsym: errors.
 """
 
 from .hookspecs import hookimpl, hookspec

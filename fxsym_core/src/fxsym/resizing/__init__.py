@@ -1,8 +1,10 @@
 """The resize engine: transactional, validated resizing of groups.
 
 ``fxsym.resize`` is the function; ``from fxsym.resizing import keep_entries, l1_scores`` gives
-plugin authors the helpers. Imports errors, registry and symbols; never analysis, oracles,
-passes or cli (room order: ``tests/test_layering.py``).
+plugin authors the helpers.
+
+Imports from fxsym: errors, modstate, registry, symbols (room order:
+``tests/test_layering.py``).
 """
 
 from .engine import resize

@@ -1,6 +1,6 @@
 """The tracer: torch.fx with hook-driven leaves, shape-aware proxies and robust fallback.
 
-Imports errors, plugins and registry; never symbols, analysis or anything above (room order:
+Imports from fxsym: errors, modstate, plugins, registry (room order:
 ``tests/test_layering.py``).
 """
 
