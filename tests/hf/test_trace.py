@@ -102,6 +102,21 @@ def test_meta_device_model_is_analyzed_without_allocating() -> None:
     assert len(sm.groups()) == 1 + 3 * 3  # hidden; heads, queries_per_kv, MLP per layer
 
 
+def test_loading_the_hf_plugin_and_analyzing_other_models_never_imports_transformers() -> None:
+    code = """
+import sys, torch, fxsym
+pm = fxsym.load_plugins()
+assert pm.has_plugin("hf") and "transformers" not in sys.modules
+model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+sm = fxsym.analyze(model)  # every hook asked, the hf plugin's included
+assert [g.name for g in sm.groups()] == ["0.out_features"], sm.groups()
+assert "transformers" not in sys.modules
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
 def test_without_transformers_core_and_nn_work_and_the_hf_plugin_says_why() -> None:
     code = """
 import sys
