@@ -235,8 +235,11 @@ def print_verdict(rows: list[Row]) -> None:
     if small is None or large is None:
         print("  flat time per node from 1k to 100k: not measured")
         return
-    for label, part in (("total", lambda r: r.total), ("rewrite", lambda r: r.rewrite)):
-        per_node = [part(r) / r.nodes * 1e6 for r in rows]
+    for label, seconds in (
+        ("total", [r.total for r in rows]),
+        ("rewrite", [r.rewrite for r in rows]),
+    ):
+        per_node = [t / r.nodes * 1e6 for t, r in zip(seconds, rows)]
         ratio = max(per_node) / min(per_node)
         listed = " / ".join(f"{v:.2f}" for v in per_node)
         print(

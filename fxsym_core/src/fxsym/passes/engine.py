@@ -6,8 +6,8 @@ One round:
    the kind their anchor's input must have (:meth:`Pattern.input_filter`), so each graph node
    is offered only the patterns that could end at it (a dictionary look-up for the node, one
    for its input);
-2. **match** — every candidate anchor is tried against its patterns (largest first), giving
-   a list of matches over the whole graph;
+2. **match** — every candidate anchor is tried against the patterns offered to it, giving
+   a list of matches over the whole graph (in later rounds: over the nodes near a change);
 3. **resolve overlaps** — matches are sorted by (size descending, anchor position, pattern
    order) and accepted greedily when they share no node with an accepted one: the largest
    match wins and ties go to the earliest anchor, then to the earliest pattern;
