@@ -42,6 +42,7 @@ ORDER = [
     "resizing",    # the resize engine and its helpers
     "oracles",     # permutation and shrink oracles
     "passes",      # optimize: passes, patterns, verification
+    "report_html",  # the HTML and DOT pictures of an analysis
     "demo",        # the demo model of ``fxsym analyze``
     "cli",         # the command line
     "fxsym",       # the facade: ``import fxsym``
@@ -62,6 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "oracles": {"analysis", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},
+    "report_html": {"naming", "symbols"},
     "demo": set(),
     "cli": {"errors"},  # everything else inside its commands, so ``fxsym --help`` is fast
     "fxsym": {"analysis", "errors", "plugins", "resizing", "symbols", "tracer"},
