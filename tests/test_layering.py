@@ -33,6 +33,7 @@ PACKAGE = Path(fxsym.__file__).parent
 ORDER = [
     "errors",      # the exception and warning classes
     "naming",      # how a class or callable is named
+    "console",     # tables and progress: rich at a terminal, plain text otherwise
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
     "registry",    # user registrations + plugin contributions
@@ -52,6 +53,7 @@ ORDER = [
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "naming": set(),
+    "console": set(),
     "modstate": set(),
     "plugins": {"errors"},
     "registry": {"errors", "naming", "plugins"},

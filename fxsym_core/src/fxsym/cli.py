@@ -74,6 +74,7 @@ def _progress(msg: str) -> None:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from . import analyze, load_plugins
+    from .console import print_table, status
     from .demo import demo_model
 
     load_plugins()
@@ -81,8 +82,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         model, inputs = demo_model()
         label = "built-in demo (fxsym.demo.DemoNet)"
     else:
-        _progress(f"loading {args.model} ...")
-        model = load_model(args.model).eval()
+        with status(f"loading {args.model}"):
+            model = load_model(args.model).eval()
         inputs = None
         label = args.model
     if args.input_shape:
@@ -94,13 +95,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         inputs = (torch.randn(*shape),)
     elif inputs is None and args.model and args.model.split(":")[0] in ("torchvision", "timm"):
         inputs = (torch.randn(1, 3, 224, 224),)
-    _progress(f"analyzing {label} ...")
     start = time.perf_counter()
     outputs: Any = args.outputs or None
     if outputs and outputs != "*":
         outputs = [int(k) if k.lstrip("-").isdigit() else k for k in outputs.split(",")]
-    sm = analyze(model, example_inputs=inputs, outputs=outputs)
+    with status(f"analyzing {label}"):
+        sm = analyze(model, example_inputs=inputs, outputs=outputs)
     elapsed = time.perf_counter() - start
+    _write_pictures(sm, label, args)
     groups = sm.groups()
     report = [e for e in sm.trace_report or () if e.message != "reaches the model output"]
     if args.json:
@@ -115,12 +117,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         }, indent=2))
         return 0
     print(f"{label}: {len(groups)} searchable groups ({elapsed:.2f} s)\n")
-    width = max([len(g.name) for g in groups] + [5])
-    print(f"{'group':<{width}}  {'size':>6}  {'sortable':>8}  {'members':>7}")
-    print(f"{'-' * width}  {'-' * 6}  {'-' * 8}  {'-' * 7}")
-    for g in groups:
-        print(f"{g.name:<{width}}  {g.size:>6}  {'yes' if g.is_sortable else 'no':>8}  "
-              f"{len(g.members):>7}")
+    print_table([[g.name, g.size, g.unit, "yes" if g.is_sortable else "no", len(g.members)]
+                 for g in groups], ["group", "size", "unit", "sortable", "members"])
     print()
     if report:
         print(f"trace report ({len(report)} entries; constant groups and why):")
@@ -133,7 +131,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_pictures(sm: Any, label: str, args: argparse.Namespace) -> None:
+    """``--html`` and ``--dot``: write the report files, and say so on stderr."""
+    from .report_html import write_dot, write_html
+
+    for path, write in ((args.html, write_html), (args.dot, write_dot)):
+        if path:
+            try:
+                write(sm, path, title=label)
+            except OSError as exc:
+                raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
+            print(f"wrote {path}", file=sys.stderr)
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
+    from .console import is_terminal
     from .plugins import load_plugins
     from .registry import get_registry
 
@@ -142,6 +154,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     names = pm.plugin_names()
     if not names and not pm.failed:
         print("no fxsym plugins installed (try: pip install fxsym-plugins-nn)")
+    if is_terminal():
+        _plugins_table(pm, by_plugin)
+        names = []  # drawn above
     for name in names:
         src = pm.source(name)
         print(f"{name}  ({src.distribution} {src.version})".rstrip())
@@ -161,6 +176,29 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if args.trace:
         _trace_demo(pm)
     return 0
+
+
+def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]]) -> None:
+    """``fxsym plugins`` at a terminal: one rich table row per plugin."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="fxsym plugins", title_justify="left", header_style="bold")
+    for column in ("plugin", "distribution", "version", "contributes"):
+        table.add_column(column, overflow="fold")
+    for name in pm.plugin_names():
+        src = pm.source(name)
+        contributed = dict(by_plugin.get(name, {}))
+        hooks = pm.answered_hooks(name)
+        if hooks:
+            contributed["hooks"] = hooks
+        text = "\n".join(
+            f"[bold]{kind}[/bold] ({len(items)}): " + escape(", ".join(items[:6]))
+            + (", ..." if len(items) > 6 else "") for kind, items in contributed.items())
+        table.add_row(escape(name), escape(src.distribution), escape(str(src.version)),
+                      text or "nothing")
+    Console().print(table)
 
 
 def _trace_demo(pm: Any) -> None:
@@ -183,11 +221,22 @@ def _trace_demo(pm: Any) -> None:
 
 
 def cmd_passes(args: argparse.Namespace) -> int:
+    from .console import is_terminal, print_table
     from .passes import format_passes
+    from .passes.listing import pass_listing
     from .plugins import load_plugins
 
     load_plugins()
-    print(format_passes())
+    if not is_terminal():
+        print(format_passes())
+        return 0
+    listing = pass_listing()
+    for title, header, rows in listing.tables:
+        print_table(rows, header, title=title)
+        print()
+    if listing.notes:
+        print("Op knowledge used by the passes")
+        print("\n".join(listing.notes))
     return 0
 
 
@@ -205,6 +254,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(e.g. logits or 0,1; * for every output); default: the plugins' choice "
                    "for the model's family, else every output")
     p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report: "
+                   "the graph with each group's nodes coloured, the groups, why the constant "
+                   "ones are constant, a search box")
+    p.add_argument("--dot", metavar="FILE", help="also write the graph for Graphviz (dot -Tsvg)")
     p.set_defaults(func=cmd_analyze)
     p = sub.add_parser("plugins", help="list plugins and what each contributed")
     p.add_argument("--trace", action="store_true", help="also analyze the built-in demo model "

@@ -1,6 +1,12 @@
-"""``fxsym passes``: a readable table of every pass and pattern and who contributed it."""
+"""``fxsym passes``: a readable table of every pass and pattern and who contributed it.
+
+:func:`pass_listing` gathers the rows (the command line draws them with rich at a terminal);
+:func:`format_passes` is the same listing as plain text.
+"""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from .catalog import CORE, PatternPass, catalog, distribution
 from .ordering import order_passes
@@ -20,8 +26,26 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+class PassListing(NamedTuple):
+    """What ``fxsym passes`` shows: ``(title, header, rows)`` tables, then note lines."""
+
+    tables: list[tuple[str, list[str], list[list[str]]]]
+    notes: list[str]
+
+
 def format_passes() -> str:
     """Every registered pass (in pipeline order) and pattern, with plugin and distribution."""
+    listing = pass_listing()
+    lines: list[str] = []
+    for title, header, rows in listing.tables:
+        lines += ([""] if lines else []) + [title] + _table(header, rows)
+    if listing.notes:
+        lines += ["", "Op knowledge used by the passes", *listing.notes]
+    return "\n".join(lines)
+
+
+def pass_listing() -> PassListing:
+    """The rows of :func:`format_passes`: passes in pipeline order, patterns, op knowledge."""
     cat = catalog()
     ordered = order_passes(list(cat.passes.values()))
     rows = []
@@ -44,23 +68,22 @@ def format_passes() -> str:
                 "; ".join(constraints) or "-",
             ]
         )
-    lines = ["Passes (default pipeline order)"]
-    lines += _table(["#", "pass", "kind", "default", "plugin", "distribution", "order"], rows)
+    tables = [("Passes (default pipeline order)",
+               ["#", "pass", "kind", "default", "plugin", "distribution", "order"], rows)]
     prow = []
     for pattern, src in cat.patterns:
         plugin, dist = _who(src)
         kind = type(pattern).__name__
         prow.append([pattern.name, pattern.stage, kind, pattern.describe_anchor(), plugin, dist])
-    lines += ["", "Patterns (applied by the pass named in 'stage'; larger matches win overlaps)"]
-    lines += _table(["pattern", "stage", "kind", "anchor", "plugin", "distribution"], prow)
+    tables.append(("Patterns (applied by the pass named in 'stage'; larger matches win overlaps)",
+                   ["pattern", "stage", "kind", "anchor", "plugin", "distribution"], prow))
     extra: dict[tuple[str, str], list[str]] = {}
     for alias, src in cat.aliases:
         extra.setdefault(("aliases", src), []).append(alias.name.removeprefix("alias:"))
     for sem, src in cat.semantics:
         extra.setdefault(("module semantics", src), []).append(sem.cls.__name__)
-    if extra:
-        lines += ["", "Op knowledge used by the passes"]
-        for (kind, src), names in extra.items():
-            plugin, dist = _who(src)
-            lines.append(f"{kind} from {plugin} ({dist}): {', '.join(names)}")
-    return "\n".join(lines)
+    notes = []
+    for (kind, src), names in extra.items():
+        plugin, dist = _who(src)
+        notes.append(f"{kind} from {plugin} ({dist}): {', '.join(names)}")
+    return PassListing(tables, notes)

@@ -1,0 +1,114 @@
+"""Tables and progress for people at a terminal, plain text for pipes and files.
+
+Design. Everything fxsym prints for a person goes through here: the command line's tables
+(``fxsym analyze``, ``plugins``, ``passes``) and the benchmark scripts'. At a terminal they
+are drawn by `rich <https://github.com/Textualize/rich>`_ (boxed tables, spinners, progress
+bars on stderr); when the stream is not a terminal — piped into ``grep``, redirected to a
+file, captured by a test — the same rows come out as plain, aligned, uncoloured columns and
+progress is one line per step on stderr, so output stays stable to parse. ``rich`` is
+imported only when a terminal is there to draw on.
+
+Imports from fxsym: nothing (every room may use it).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any, TypeVar
+
+__all__ = ["format_table", "is_terminal", "print_table", "status", "track"]
+
+T = TypeVar("T")
+
+
+def is_terminal(file: IO[str] | None = None) -> bool:
+    """Whether ``file`` (default: stdout) is an interactive terminal."""
+    stream = sys.stdout if file is None else file
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def format_table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """Plain aligned columns: the first left-aligned, the others right-aligned, a dashed rule
+    under the header."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+             for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def print_table(rows: Sequence[Sequence[Any]], header: Sequence[str], *,
+                title: str | None = None, file: IO[str] | None = None) -> None:
+    """Print a table: drawn by rich at a terminal, :func:`format_table` otherwise."""
+    stream = sys.stdout if file is None else file
+    if not is_terminal(stream):
+        if title:
+            print(title, file=stream)
+        print(format_table(rows, header), file=stream)
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title, title_justify="left", header_style="bold")
+    for i, name in enumerate(header):
+        table.add_column(name, justify="left" if i == 0 else "right",
+                         overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(str(c)) for c in row))
+    Console(file=stream).print(table)
+
+
+@contextmanager
+def status(message: str, *, file: IO[str] | None = None) -> Iterator[None]:
+    """A spinner with ``message`` while the block runs (a terminal), else the line
+    ``message ...`` on stderr before it."""
+    stream = sys.stderr if file is None else file
+    if not is_terminal(stream):
+        print(f"{message} ...", file=stream, flush=True)
+        yield
+        return
+    from rich.console import Console
+
+    with Console(file=stream).status(message):
+        yield
+
+
+def track(items: Iterable[T], *, total: int | None = None, description: str = "",
+          label: Any = None, file: IO[str] | None = None) -> Iterator[T]:
+    """Iterate over ``items`` with a progress bar on stderr (a terminal), else one line
+    ``[i/total] label(item)`` per item. ``label`` names an item (default: ``str``)."""
+    stream = sys.stderr if file is None else file
+    seq = list(items)
+    n = len(seq) if total is None else total
+    name = label if callable(label) else str
+    if not is_terminal(stream):
+        for i, item in enumerate(seq, 1):
+            print(f"[{i}/{n}] {name(item)}", file=stream, flush=True)
+            yield item
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[item]}"))
+    with Progress(*columns, console=Console(file=stream), transient=False) as progress:
+        task = progress.add_task(description, total=n, item="")
+        for item in seq:
+            progress.update(task, item=name(item))
+            yield item
+            progress.advance(task)
