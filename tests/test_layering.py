@@ -41,6 +41,9 @@ ORDER = [
     "tracer",      # the hook-driven tracer and its report
     "analysis",    # layouts, groups, op-rule context, analyze
     "resizing",    # the resize engine and its helpers
+    "importance",  # where each group's units lie in the parameters; importance criteria
+    "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
+    "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "oracles",     # permutation and shrink oracles
     "passes",      # optimize: passes, patterns, verification
     "report_html",  # the HTML and DOT pictures of an analysis
@@ -62,13 +65,17 @@ ALLOWED: dict[str, set[str]] = {
     "tracer": {"errors", "modstate", "plugins", "registry"},
     "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "registry", "symbols"},
+    "importance": {"errors", "resizing", "symbols"},
+    "planning": {"errors", "importance", "resizing", "symbols"},
+    "persist": {"analysis", "errors", "modstate", "planning", "symbols"},
     "oracles": {"analysis", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},
     "report_html": {"naming", "symbols"},
     "demo": set(),
     "cli": {"errors"},  # everything else inside its commands, so ``fxsym --help`` is fast
-    "fxsym": {"analysis", "errors", "plugins", "resizing", "symbols", "tracer"},
+    "fxsym": {"analysis", "errors", "importance", "persist", "planning", "plugins", "resizing",
+              "symbols", "tracer"},
 }
 
 #: justified upward imports: (room, imported room) -> reason. None today.

@@ -5,17 +5,21 @@ resize engine and the pass pipeline — and knows no module family by itself: ev
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
 The package is built in rooms that import downward only — errors, naming, modstate, plugins,
-registry, symbols, tracer, analysis, resizing, oracles, passes, demo, cli — checked by
-``tests/test_layering.py``. Each room's docstring ends with what it imports.
+registry, symbols, tracer, analysis, resizing, importance, planning, persist, oracles, passes,
+demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends with what it
+imports. The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them
+(a :class:`Plan`), ``fxsym.save``/``fxsym.load`` write and replay it.
 
-Imports from fxsym: analysis, errors, plugins, resizing, symbols, tracer (the passes on first
-use; type checkers see them through ``TYPE_CHECKING`` imports).
+Imports from fxsym: analysis, errors, importance, persist, planning, plugins, resizing,
+symbols, tracer (the passes on first use; type checkers see them through ``TYPE_CHECKING``
+imports).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import importance
 from .analysis import analyze
 from .errors import (
     AnalysisError,
@@ -23,12 +27,16 @@ from .errors import (
     ModelError,
     PassError,
     PassWarning,
+    PlanError,
+    PlanMismatchError,
     PluginError,
     PluginWarning,
     ResizeError,
     ResizeWarning,
     TraceError,
 )
+from .persist import load, save
+from .planning import Plan, plan
 from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
 from .resizing import resize
 from .symbols import Symbol, SymGroup, SymInfo, SymMap
@@ -60,6 +68,9 @@ __all__ = [
     "PassError",
     "PassWarning",
     "Pattern",
+    "Plan",
+    "PlanError",
+    "PlanMismatchError",
     "PluginError",
     "PluginManager",
     "PluginWarning",
@@ -76,9 +87,13 @@ __all__ = [
     "analyze",
     "graph_pass",
     "hookimpl",
+    "importance",
+    "load",
     "load_plugins",
     "optimize",
+    "plan",
     "resize",
+    "save",
     "trace",
     "use_plugins",
 ]

@@ -9,6 +9,8 @@ __all__ = [
     "FxsymError",
     "ModelError",
     "PassError",
+    "PlanError",
+    "PlanMismatchError",
     "PluginError",
     "PluginWarning",
     "ResizeError",
@@ -35,6 +37,17 @@ class AnalysisError(FxsymError):
 
 class ResizeError(FxsymError):
     """A resize request was invalid; the model was left untouched."""
+
+
+class PlanError(FxsymError):
+    """A pruning plan could not be made, read or applied (a bad target, an unknown criterion,
+    a file that is not an fxsym save)."""
+
+
+class PlanMismatchError(PlanError):
+    """A saved plan does not fit the model it is applied to (another architecture, a renamed
+    module, an index out of range); the message names the first mismatch, and the model was
+    left as it was."""
 
 
 class PluginError(FxsymError):

@@ -1,0 +1,505 @@
+"""``fxsym.plan``: which units of which groups to keep, as plain data.
+
+A :class:`Plan` lists every searchable group of the model it was made for, with its size and,
+for each group it shrinks, the units to keep (in increasing order). It is plain data
+(:meth:`Plan.to_json` / :meth:`Plan.from_json`): applied to a freshly built model of the same
+architecture it gives the same model, and :meth:`Plan.check` says precisely where a model does
+not fit it (:class:`~fxsym.errors.PlanMismatchError`). :meth:`Plan.apply` resizes through
+:func:`fxsym.resize`, so a plan is validated and applied all or nothing.
+
+**Counts.** Parameters come from the :class:`~fxsym.importance.Layout` (each parameter's
+shape once groups keep so many units, without resizing anything). MACs come from the traced
+graph (``node.meta["val"]``): a call of a module holding parameters of two or more dims costs
+each of their elements once per output position (the output's entries over its feature
+dim), so a conv, a linear and the projections inside an attention leaf are counted and shrink
+with the plan; an embedding (integer input) costs nothing; a ``matmul``/``bmm`` between
+activations costs ``output entries x inner dim`` at its traced size, which a plan does not
+reduce (the attention scores inside a leaf are not counted).
+
+**Solving.** Each group's units are ranked by an importance criterion
+(:mod:`fxsym.importance`). ``scope="uniform"`` removes the same fraction of every group;
+``scope="global"`` removes the lowest units over all groups, each group's scores divided by
+their mean so groups compare. A ``ratio`` is that fraction of units; ``target_params`` or
+``target_macs`` is met by bisection on it: the plan is the smallest cut that reaches the target,
+so it misses it by less than one rounding step. Kept sizes are rounded up to a multiple of
+``round_to`` (never past the group's size), at least ``min_keep``; groups listed in
+``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
+one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
+
+Imports from fxsym: errors, importance, resizing, symbols.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from .errors import PlanError, PlanMismatchError
+from .importance import Criterion, Layout, criterion_by_name, layout, unit_scores
+from .resizing import resize
+from .symbols import SymGroup, SymMap
+
+__all__ = ["GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec", "plan"]
+
+#: the version of :meth:`Plan.to_json`'s format
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class GroupChoice:
+    """One group of a plan: its size in units, the entries a unit spans, the units to keep
+    (``None``: all of them) and what keeping only those would save on its own."""
+
+    name: str
+    size: int
+    unit: int = 1
+    keep: tuple[int, ...] | None = None
+    params_removed: int = 0
+    macs_removed: int = 0
+
+    @property
+    def kept(self) -> int:
+        """How many units the plan keeps."""
+        return self.size if self.keep is None else len(self.keep)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per searchable group of a model, the units to keep; counts before and after.
+
+    ``model`` is the model's class (``module.QualName``); ``inputs`` describes the example
+    inputs it was analyzed with (:func:`input_spec`) and ``outputs`` its output contract, so a
+    fresh model can be analyzed the same way; ``shapes`` is every parameter's shape after the
+    plan.
+    """
+
+    model: str
+    groups: tuple[GroupChoice, ...]
+    params_before: int
+    params_after: int
+    macs_before: int
+    macs_after: int
+    shapes: Mapping[str, tuple[int, ...]]
+    inputs: Any = None
+    outputs: tuple[str | int, ...] | None = None
+    importance: str = ""
+    scope: str = "global"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    # -- use ------------------------------------------------------------------------------
+    def choices(self) -> dict[str, list[int]]:
+        """``{group name: units to keep}`` for the groups the plan shrinks (what
+        :func:`fxsym.resize` takes)."""
+        return {g.name: list(g.keep) for g in self.groups if g.keep is not None
+                and len(g.keep) != g.size}
+
+    def check(self, model: nn.Module, symmap: SymMap) -> None:
+        """Raise :class:`~fxsym.errors.PlanMismatchError` naming the first way ``model`` (as
+        analyzed in ``symmap``) does not fit this plan; touch nothing."""
+        kind = _class_path(model)
+        if kind != self.model:
+            raise PlanMismatchError(f"the plan is for a {self.model}, the model is a {kind}")
+        if symmap.model is not model:
+            raise PlanMismatchError("the SymMap was computed for another model")
+        groups = {g.name: g for g in symmap.groups()}
+        for choice in self.groups:
+            group = groups.get(choice.name)
+            if group is None:
+                missing = choice.name.rpartition(".")[0]
+                near = [n for n in groups if n.rpartition(".")[0] == missing]
+                hint = (f" (module {missing!r} has no such group)" if near else
+                        f" (no module {missing!r} with a searchable group: renamed or another "
+                        "architecture?)")
+                raise PlanMismatchError(f"group {choice.name!r} of the plan is not in the "
+                                        f"model{hint}")
+            if (group.size, group.unit) != (choice.size, choice.unit):
+                raise PlanMismatchError(
+                    f"group {choice.name!r} has {group.size} units of {group.unit} in the model, "
+                    f"{choice.size} units of {choice.unit} in the plan")
+            if choice.keep is not None:
+                keep = list(choice.keep)
+                bad = [i for i in keep if not 0 <= i < group.size]
+                if bad:
+                    raise PlanMismatchError(f"group {choice.name!r}: index {bad[0]} out of range "
+                                            f"[0, {group.size})")
+                if not keep or len(set(keep)) != len(keep):
+                    raise PlanMismatchError(f"group {choice.name!r}: the units to keep must be "
+                                            "distinct and at least one")
+        planned = {g.name for g in self.groups}
+        extra = [n for n in groups if n not in planned]
+        if extra:
+            raise PlanMismatchError(f"the model has group {extra[0]!r}, which the plan does "
+                                    "not know (another architecture?)")
+
+    def apply(self, model: nn.Module, symmap: SymMap) -> nn.Module:
+        """Check the plan against ``model`` (:meth:`check`) and resize it (through
+        :func:`fxsym.resize`: all or nothing). ``symmap`` is stale afterwards."""
+        self.check(model, symmap)
+        choices = self.choices()
+        if choices:
+            resize(model, symmap, choices)
+        return model
+
+    # -- plain data -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-compatible data."""
+        return {
+            "format": FORMAT,
+            "model": self.model,
+            "importance": self.importance,
+            "scope": self.scope,
+            "params": {"before": self.params_before, "after": self.params_after},
+            "macs": {"before": self.macs_before, "after": self.macs_after},
+            "inputs": self.inputs,
+            "outputs": None if self.outputs is None else list(self.outputs),
+            "groups": [{"name": g.name, "size": g.size, "unit": g.unit,
+                        "keep": None if g.keep is None else list(g.keep),
+                        "params_removed": g.params_removed, "macs_removed": g.macs_removed}
+                       for g in self.groups],
+            "shapes": {k: list(v) for k, v in self.shapes.items()},
+            "extra": dict(self.extra),
+        }
+
+    def to_json(self, indent: int | None = 1) -> str:
+        """The plan as JSON text (:meth:`from_json` reads it back)."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Plan:
+        """Read :meth:`to_dict`'s data; :class:`~fxsym.errors.PlanError` if it is not a plan."""
+        try:
+            if not isinstance(data, dict) or data.get("format") != FORMAT:
+                raise ValueError(f"not an fxsym plan of format {FORMAT}")
+            groups = tuple(
+                GroupChoice(str(g["name"]), int(g["size"]), int(g.get("unit", 1)),
+                            None if g.get("keep") is None else tuple(int(i) for i in g["keep"]),
+                            int(g.get("params_removed", 0)), int(g.get("macs_removed", 0)))
+                for g in data["groups"])
+            outputs = data.get("outputs")
+            return cls(
+                model=str(data["model"]), groups=groups,
+                params_before=int(data["params"]["before"]),
+                params_after=int(data["params"]["after"]),
+                macs_before=int(data["macs"]["before"]), macs_after=int(data["macs"]["after"]),
+                shapes={str(k): tuple(int(d) for d in v) for k, v in data["shapes"].items()},
+                inputs=data.get("inputs"),
+                outputs=None if outputs is None else tuple(outputs),
+                importance=str(data.get("importance", "")), scope=str(data.get("scope", "")),
+                extra=dict(data.get("extra") or {}))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(f"not a valid fxsym plan: {exc}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        """Read :meth:`to_json`'s text."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise PlanError(f"not a valid fxsym plan: {exc}") from exc
+        return cls.from_dict(data)
+
+
+def _class_path(model: nn.Module) -> str:
+    cls = type(model)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- example inputs as data -----------------------------------------------------------------
+def input_spec(inputs: Any) -> Any:
+    """Describe example inputs as JSON data: tensors by shape and dtype, JSON scalars as
+    themselves; ``None`` when something else is among them."""
+    def one(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return {"tensor": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return {"value": v}
+        raise TypeError(type(v).__name__)
+
+    try:
+        if isinstance(inputs, Mapping):
+            return {"kwargs": {str(k): one(v) for k, v in inputs.items()}}
+        if isinstance(inputs, (tuple, list)):
+            return {"args": [one(v) for v in inputs]}
+        return {"args": [one(inputs)]}
+    except TypeError:
+        return None
+
+
+def inputs_from_spec(spec: Any) -> Any:
+    """Example inputs matching :func:`input_spec`'s description (random floats, integer
+    zeros); ``None`` for ``None``."""
+    if spec is None:
+        return None
+    gen = torch.Generator().manual_seed(0)
+
+    def one(v: Any) -> Any:
+        if "value" in v:
+            return v["value"]
+        dtype = getattr(torch, v["dtype"])
+        shape = [int(d) for d in v["tensor"]]
+        if dtype.is_floating_point:
+            return torch.randn(shape, generator=gen).to(dtype)
+        return torch.zeros(shape, dtype=dtype)
+
+    try:
+        if "kwargs" in spec:
+            return {k: one(v) for k, v in spec["kwargs"].items()}
+        return tuple(one(v) for v in spec["args"])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise PlanError(f"the plan's example inputs are not readable: {exc}") from exc
+
+
+# -- MACs -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _MacModel:
+    """MACs as ``fixed + Σ positions x Σ elements of its parameters after``, per module call."""
+
+    fixed: int
+    calls: tuple[tuple[int, tuple[str, ...]], ...]
+
+    def count(self, shapes: Mapping[str, tuple[int, ...]]) -> int:
+        return self.fixed + sum(pos * sum(math.prod(shapes[p]) for p in params)
+                                for pos, params in self.calls)
+
+
+_MATMULS = {torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm"}
+
+
+def _mac_model(model: nn.Module, symmap: SymMap) -> _MacModel:
+    gm = symmap.graph_module
+    if gm is None:
+        raise PlanError("the SymMap holds no traced graph; compute it with fxsym.analyze")
+    names = {id(p): n for n, p in model.named_parameters()}
+    modules = dict(model.named_modules())
+    fixed = 0
+    calls: list[tuple[int, tuple[str, ...]]] = []
+    for node in gm.graph.nodes:
+        out = _value(node)
+        if out is None:
+            continue
+        if node.op == "call_module":
+            mod = modules.get(str(node.target))
+            if mod is None:
+                continue
+            params = [p for p in mod.parameters() if p.dim() >= 2 and id(p) in names]
+            first = _value(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) \
+                else None
+            if not params or (first is not None and not first.is_floating_point()):
+                continue  # nothing to multiply, or a lookup (an embedding)
+            lead = params[0].shape[0]
+            dims = [d for d in (1, -1) if out.dim() > max(d, -d - 1) and out.shape[d] == lead]
+            feature = out.shape[dims[0]] if dims else (out.shape[-1] if out.dim() else 1)
+            positions = out.numel() // max(int(feature), 1)
+            calls.append((positions, tuple(names[id(p)] for p in params)))
+        elif node.op in ("call_function", "call_method") and node.target in _MATMULS:
+            first = _value(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) \
+                else None
+            if first is not None and first.dim():
+                fixed += out.numel() * int(first.shape[-1])
+    return _MacModel(fixed, tuple(calls))
+
+
+def _value(node: Any) -> torch.Tensor | None:
+    if not isinstance(node, fx.Node):
+        return None
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)) and val:
+        val = val[0]
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def count_macs(model: nn.Module, symmap: SymMap, kept: Mapping[str, int] | None = None) -> int:
+    """The MACs of one call of ``model`` on its traced example inputs, once each group of
+    ``kept`` keeps that many units (see the module docstring for what is counted)."""
+    lay = layout(model, symmap)
+    return _mac_model(model, symmap).count(lay.shapes_after(kept or {}))
+
+
+# -- planning -------------------------------------------------------------------------------
+@dataclass
+class _Candidate:
+    group: SymGroup
+    scores: torch.Tensor
+    order: torch.Tensor  # units by increasing score
+
+
+def plan(
+    model: nn.Module,
+    symmap: SymMap,
+    *,
+    ratio: float | None = None,
+    target_params: int | None = None,
+    target_macs: int | None = None,
+    importance: str | Criterion | Mapping[str, torch.Tensor] = "l2",
+    scope: str = "global",
+    round_to: int = 1,
+    min_keep: int = 1,
+    exclude: Iterable[str] = (),
+) -> Plan:
+    """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
+
+    Exactly one of ``ratio`` (the fraction of units to remove, in ``[0, 1)``),
+    ``target_params`` or ``target_macs`` (counts to reach or go under) says how much.
+    ``importance`` is a criterion of :mod:`fxsym.importance` (``"l1"``, ``"l2"``,
+    ``"bn_scale"``, or a callable such as ``fxsym.importance.taylor(loss_fn, batches)``) or
+    precomputed scores ``{group name: one score per unit}``. See the module docstring for
+    ``scope``, ``round_to``, ``min_keep`` and ``exclude``. Nothing is modified.
+    """
+    given = [x for x in (ratio, target_params, target_macs) if x is not None]
+    if len(given) != 1:
+        raise PlanError("give exactly one of ratio, target_params and target_macs")
+    if ratio is not None and not 0 <= ratio < 1:
+        raise PlanError(f"ratio is the fraction of units to remove, in [0, 1); got {ratio}")
+    if scope not in ("global", "uniform"):
+        raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
+    if round_to < 1 or min_keep < 1:
+        raise PlanError("round_to and min_keep must be at least 1")
+    lay = layout(model, symmap)
+    macs = _mac_model(model, symmap)
+    groups = symmap.groups()
+    if isinstance(importance, str):
+        label, scores = importance, criterion_by_name(importance)(model, symmap)
+    elif callable(importance):
+        label = getattr(importance, "__name__", "custom")
+        scores = importance(model, symmap)
+    else:
+        label, scores = "given", dict(importance)
+    patterns = list(exclude)
+    candidates: list[_Candidate] = []
+    for g in groups:
+        if g.size <= min_keep or any(fnmatch.fnmatchcase(g.name, p) for p in patterns):
+            continue
+        s = unit_scores(g, scores)
+        if s is not None:
+            candidates.append(_Candidate(g, s, torch.argsort(s, stable=True)))
+    classes = _same_size_classes(groups)
+
+    def kept_for(counts: Mapping[str, int]) -> dict[str, int]:
+        out = {}
+        for c in candidates:
+            size = c.group.size
+            k = min(size, max(min_keep, math.ceil(counts[c.group.name] / round_to) * round_to))
+            out[c.group.name] = k
+        for members in classes:  # blocks of one chunk keep as many units: the most of them,
+            inside = [out.get(n) for n in members]  # all if one of them must stay whole
+            top = max(lay.sizes[n] if k is None else k for n, k in zip(members, inside))
+            for n in members:
+                out[n] = min(top, lay.sizes[n])
+        return out
+
+    def uniform(r: float) -> dict[str, int]:
+        return kept_for({c.group.name: math.ceil(c.group.size * (1 - r) - 1e-9)
+                         for c in candidates})
+
+    everyone = _global_order(candidates)
+
+    def global_(n: int) -> dict[str, int]:
+        counts = {c.group.name: c.group.size for c in candidates}
+        for name in everyone[:n]:
+            counts[name] -= 1
+        return kept_for(counts)
+
+    def measure(kept: Mapping[str, int]) -> int:
+        if target_macs is not None:
+            return macs.count(lay.shapes_after(kept))
+        return lay.param_count(kept)
+
+    if ratio is not None:
+        kept = uniform(ratio) if scope == "uniform" else global_(int(ratio * len(everyone)))
+    else:
+        target = target_params if target_params is not None else target_macs
+        assert target is not None
+        if scope == "uniform":
+            lo, hi = 0.0, 1.0
+            if measure(uniform(hi)) > target:
+                raise PlanError(_unreachable(target_params, target, measure(uniform(hi))))
+            for _ in range(40):
+                mid = (lo + hi) / 2
+                lo, hi = (lo, mid) if measure(uniform(mid)) <= target else (mid, hi)
+            kept = uniform(hi)
+        else:
+            lo_n, hi_n = 0, len(everyone)
+            if measure(global_(hi_n)) > target:
+                raise PlanError(_unreachable(target_params, target, measure(global_(hi_n))))
+            while lo_n < hi_n:
+                mid_n = (lo_n + hi_n) // 2
+                if measure(global_(mid_n)) <= target:
+                    hi_n = mid_n
+                else:
+                    lo_n = mid_n + 1
+            kept = global_(hi_n)
+    return _make_plan(model, symmap, lay, macs, kept, {c.group.name: c.scores
+                                                       for c in candidates}, label, scope)
+
+
+def _unreachable(params: int | None, target: int, least: int) -> str:
+    what = "parameters" if params is not None else "MACs"
+    return (f"cannot reach {target} {what}: the smallest plan allowed (min_keep, round_to, "
+            f"exclude, the groups the criterion scores) has {least}")
+
+
+def _global_order(candidates: Sequence[_Candidate]) -> list[str]:
+    """Group names, one per unit, lowest score first (scores divided by their group's mean)."""
+    keys: list[tuple[float, int, str]] = []
+    for c in candidates:
+        mean = float(c.scores.mean())
+        norm = c.scores / mean if mean > 0 else c.scores
+        keys.extend((float(v), i, c.group.name) for i, v in enumerate(norm.tolist()))
+    keys.sort()
+    return [name for _, _, name in keys]
+
+
+def _same_size_classes(groups: Sequence[SymGroup]) -> list[list[str]]:
+    classes: list[set[str]] = []
+    for g in groups:
+        tied = set(getattr(g, "same_size", ())) | {g.name}
+        if len(tied) == 1:
+            continue
+        joined = [c for c in classes if c & tied]
+        for c in joined:
+            classes.remove(c)
+            tied |= c
+        classes.append(tied)
+    return [sorted(c) for c in classes]
+
+
+def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
+               kept: Mapping[str, int], scores: Mapping[str, torch.Tensor], label: str,
+               scope: str) -> Plan:
+    shapes_after = lay.shapes_after(kept)
+    macs_before = macs.count(lay.shapes)
+    params_before = lay.param_count({})
+    choices = []
+    for g in symmap.groups():
+        k = kept.get(g.name, g.size)
+        if k == g.size:
+            choices.append(GroupChoice(g.name, g.size, g.unit))
+            continue
+        s = scores.get(g.name)
+        top = torch.arange(k) if s is None else torch.topk(s, k, sorted=False).indices
+        keep = tuple(int(i) for i in top.sort().values)
+        alone = {g.name: k}
+        choices.append(GroupChoice(g.name, g.size, g.unit, keep,
+                                   params_before - lay.param_count(alone),
+                                   macs_before - macs.count(lay.shapes_after(alone))))
+    gm = symmap.graph_module
+    spec = input_spec(getattr(gm, "example_inputs", None))
+    return Plan(model=_class_path(model), groups=tuple(choices), params_before=params_before,
+                params_after=sum(math.prod(s) for s in shapes_after.values()),
+                macs_before=macs_before, macs_after=macs.count(shapes_after),
+                shapes=shapes_after, inputs=spec, outputs=symmap.output_contract,
+                importance=label, scope=scope)
+
+
+def with_extra(p: Plan, **extra: Any) -> Plan:
+    """``p`` with more entries in :attr:`Plan.extra` (JSON data)."""
+    return replace(p, extra={**p.extra, **extra})
+
