@@ -28,6 +28,7 @@ from fxsym.analysis import (
     fixed_dim,
     is_fixed,
     scale_block,
+    tie_size,
 )
 
 Rule = Callable[[OpContext], Layout]
@@ -735,6 +736,8 @@ def view(ctx: OpContext) -> Layout:
     dims = list(out)
     for i, item in enumerate(items):
         if isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
+            if tie_size(ctx, item, dims[i]):  # an int read from a module attribute
+                continue
             if item.derived or len(item) != 1 or not _same_dim(ctx, item[0], dims[i]):
                 ctx.fix(item, "a size read from one dim reshapes another")
                 ctx.fix(dims[i], "a size read from one dim reshapes another")

@@ -6,9 +6,11 @@ Imports from fxsym: errors, naming, plugins, registry, symbols, tracer (room ord
 
 from .analyzer import Analyzer, resolve_dim
 from .api import analyze
+from .attributes import tie_size
 from .context import OpContext, Unsupported
 from .groups import GroupTable
 from .layout import (
+    AttributeSize,
     Dim,
     Layout,
     Seg,
@@ -26,6 +28,7 @@ from .layout import (
 
 __all__ = [
     "Analyzer",
+    "AttributeSize",
     "Dim",
     "GroupTable",
     "Layout",
@@ -44,4 +47,5 @@ __all__ = [
     "iter_dims",
     "resolve_dim",
     "scale_block",
+    "tie_size",
 ]

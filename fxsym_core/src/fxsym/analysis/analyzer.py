@@ -21,15 +21,20 @@ import torch.fx
 from ..errors import PluginError
 from ..naming import qualname
 from ..symbols import Symbol, SymMap
+from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
 from ..tracer.report import TraceReport
+from .attributes import ATTRIBUTE_PREFIX, check_uses
 from .context import OpContext, Unsupported
 from .groups import GroupTable
 from .layout import (
+    AttributeSize,
     Dim,
     Layout,
     Seg,
+    SizeLayout,
     TensorLayout,
     dim_size,
+    fixed_dim,
     fixed_layout,
     group_dim,
     iter_dims,
@@ -66,12 +71,17 @@ class Analyzer:
         #: layout of each parameter or buffer read with ``get_attr``, by target
         self.param_reads: dict[str, Layout] = {}
         self._member_keys: dict[str, list[tuple[str, str]]] = {}
+        #: layout of each int attribute read as a size, by target, and the groups they start
+        self.attribute_reads: dict[str, Layout] = {}
+        self.attribute_groups: set[int] = set()
         self.registry = symmap.registry
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
         for node in self.gm.graph.nodes:
-            if node.op == "get_attr":
+            if node.op == "get_attr" and ATTRIBUTE_META in node.meta:
+                self.env[node] = self._attribute(node)
+            elif node.op == "get_attr":
                 self.env[node] = self._parameter(node)
             elif node.op == "placeholder":
                 self.env[node] = fixed_layout(node.meta.get("val"))
@@ -115,11 +125,15 @@ class Analyzer:
         ctx = OpContext(self, node)
         try:
             if node.op == "call_module":
-                return self._visit_module(ctx)
-            rule = self.registry.op_rule(node.target)
-            if rule is None:
-                return self.boundary(node, f"no op rule for {qualname(node.target)}")
-            return rule(ctx)
+                result = self._visit_module(ctx)
+            else:
+                rule = self.registry.op_rule(node.target)
+                if rule is None:
+                    return self.boundary(node, f"no op rule for {qualname(node.target)}")
+                result = rule(ctx)
+            if self.attribute_groups:
+                check_uses(ctx, result)
+            return result
         except Unsupported as exc:
             return self.boundary(node, str(exc) or "unsupported")
         except PluginError:  # strict mode: a failing plugin stops the analysis
@@ -131,6 +145,37 @@ class Analyzer:
         known = self.param_reads.get(str(node.target))  # read twice: the same groups
         if known is None:
             known = self.param_reads[str(node.target)] = self._new_parameter(node)
+        return known
+
+    def _attribute(self, node: torch.fx.Node) -> Layout:
+        """An int attribute of a module read as a size (see :mod:`fxsym.analysis.attributes`):
+        a group of its own whose member is ``(owner, "attr:name")``, pinned if Python read its
+        value at trace time. Every read of one attribute has the same layout."""
+        target = str(node.target)
+        known = self.attribute_reads.get(target)
+        if known is None:
+            owner, name = node.meta[ATTRIBUTE_META]
+            value = node.meta.get("val")
+            if not isinstance(value, int) or value <= 1:
+                known = SizeLayout((fixed_dim(int(value or 0)),))
+            else:
+                try:
+                    mod = self.gm.get_submodule(owner) if owner else self.gm
+                except AttributeError:
+                    mod = None
+                owner_name = self.symmap.name_of(mod) if mod is not None and (
+                    mod in self.symmap) else owner
+                g = self.table.new(value)
+                dim = group_dim(g, value)
+                key = (owner_name, f"{ATTRIBUTE_PREFIX}{name}")
+                self.symbol_dims[key] = dim
+                self.param_members.add(key)
+                self.attribute_groups.add(g)
+                known = AttributeSize((dim,))
+            self.attribute_reads[target] = known
+        question = node.meta.get(CONCRETE_META)
+        if question is not None:
+            self.fix(known, f"the trace depends on the value of {target} ({question})", node)
         return known
 
     def drop_parameter_member(self, target: str) -> None:

@@ -62,6 +62,27 @@ class SizeLayout(tuple):  # type: ignore[type-arg]
         return f"SizeLayout({tuple.__repr__(self)}, derived={self.derived})"
 
 
+class AttributeSize(SizeLayout):
+    """The layout of an int read from a module attribute (``self.hidden_dim``).
+
+    Its one Dim is a group of its own (``value`` units) whose member is the attribute. An op
+    rule that can prove which tensor dim the int sizes ties the two
+    (:func:`fxsym.analysis.attributes.tie_size`), which records the node in :attr:`uses`;
+    any other use pins the group (the analyzer checks every node after its rule ran).
+    """
+
+    def __new__(cls, dims: Any = (), derived: bool = False) -> AttributeSize:
+        obj = super().__new__(cls, dims, derived)
+        assert isinstance(obj, AttributeSize)
+        obj.uses = set()
+        return obj
+
+    uses: set[Any]
+
+    def __repr__(self) -> str:
+        return f"AttributeSize({tuple.__repr__(self)})"
+
+
 Layout = Any  # TensorLayout | SizeLayout | tuple[Layout, ...] | None
 
 

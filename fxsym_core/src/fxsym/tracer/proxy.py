@@ -21,6 +21,13 @@ from ..errors import TraceError
 
 _MISSING = object()
 
+#: ``node.meta`` key of a ``get_attr`` node reading an int attribute of a module the tracer
+#: traced into: ``(module qualname, attribute name)``
+ATTRIBUTE_META = "fxsym_attribute"
+#: ``node.meta`` key set on such a node when Python asked for a value computed from it at
+#: trace time (the question asked): the trace depends on the attribute's value
+CONCRETE_META = "fxsym_concrete"
+
 #: attributes answered with a Python value instead of a graph node
 CONCRETE_ATTRIBUTES = frozenset({"ndim", "dtype", "is_cuda", "is_sparse", "is_quantized", "layout"})
 #: methods answered with a Python value instead of a graph node
@@ -48,6 +55,8 @@ class ShapeProxy(torch.fx.Proxy):
                 f"cannot answer {question} for node {self.node.name!r} at trace time: its value "
                 f"is unknown. {hint} (a leaf policy or SymMap.register)."
             )
+        if isinstance(val, (int, float)):
+            mark_concrete(self.node, question)
         return val
 
     def __bool__(self) -> bool:
@@ -79,6 +88,21 @@ class ShapeProxy(torch.fx.Proxy):
                 attr = getattr(val, name)
                 return attr if name in CONCRETE_ATTRIBUTES else _Constant(attr)
         return ShapeAttribute(self, name)
+
+
+def mark_concrete(node: torch.fx.Node, question: str) -> None:
+    """Mark the attribute reads (:data:`ATTRIBUTE_META`) that the scalar ``node`` was computed
+    from, through other scalars, as read by Python at trace time (:data:`CONCRETE_META`)."""
+    seen: set[torch.fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen or isinstance(n.meta.get("val"), torch.Tensor):
+            continue
+        seen.add(n)
+        if ATTRIBUTE_META in n.meta:
+            n.meta.setdefault(CONCRETE_META, f"{question} of {n.target}")
+        todo.extend(n.all_input_nodes)
 
 
 class _Constant:

@@ -48,7 +48,7 @@ from ..plugins import calls as plugin_calls
 from ..plugins.manager import active_plugins
 from ..registry import get_registry
 from .guard import TRACE_LOCK, ModuleGuard, tracing_here, tracing_thread
-from .proxy import ShapeProxy, value_of
+from .proxy import ATTRIBUTE_META, ShapeProxy, value_of
 from .report import TraceReport
 
 ExampleInputs = tuple[Any, ...] | dict[str, Any]
@@ -92,6 +92,10 @@ class FxsymTracer(torch.fx.Tracer):
         self._quiet = False
         self._meta_modules: dict[int, nn.Module] = {}
         self._preserving: dict[int, bool] = {}
+        #: value of each int attribute read as a ``get_attr`` node, by target
+        self._attribute_values: dict[str, int] = {}
+        #: ids of the modules whose int attributes are proxies at the moment
+        self._sizing: set[int] = set()
 
     # -- leaf policy -----------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
@@ -135,8 +139,13 @@ class FxsymTracer(torch.fx.Tracer):
             return super().call_module(m, forward, args, kwargs)
         last = self.graph._root.prev  # the newest node before this call
         stack = self.module_stack.copy()  # torch.fx does not unwind it on an exception
+
+        def traced_forward(*a: Any, **k: Any) -> Any:
+            with self._attribute_sizes(m, path):
+                return forward(*a, **k)
+
         try:
-            return super().call_module(m, forward, args, kwargs)
+            return super().call_module(m, traced_forward, args, kwargs)
         except (ModelError, PluginError):
             raise
         except Exception as exc:
@@ -175,6 +184,19 @@ class FxsymTracer(torch.fx.Tracer):
     def create_args_for_root(
         self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None
     ) -> tuple[Callable[..., Any], list[Any]]:
+        fn, args = self._root_args(root_fn, is_module, concrete_args)
+        if not is_module:
+            return fn, args
+
+        def root_forward(*a: Any, **k: Any) -> Any:  # the root's int attributes read as sizes
+            with self._attribute_sizes(self.root, ""):
+                return fn(*a, **k)
+
+        return root_forward, args
+
+    def _root_args(
+        self, root_fn: Callable[..., Any], is_module: bool, concrete_args: Any = None
+    ) -> tuple[Callable[..., Any], list[Any]]:
         if not (self.with_values and is_module and _needs_keyword_call(root_fn)):
             return super().create_args_for_root(root_fn, is_module, concrete_args)
         assert self.placeholder_values is not None
@@ -191,7 +213,48 @@ class FxsymTracer(torch.fx.Tracer):
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
         with _traced_factories():
-            return super().trace(root, concrete_args)
+            graph = super().trace(root, concrete_args)
+        for node in reversed(list(graph.nodes)):  # attributes the forward did not read
+            if ATTRIBUTE_META in node.meta and not node.users:
+                graph.erase_node(node)
+        return graph
+
+    # -- sizes read from attributes ----------------------------------------------------------
+    @contextlib.contextmanager
+    def _attribute_sizes(self, m: nn.Module, path: str) -> Any:
+        """While ``m``'s forward is traced, its int attributes read as graph values.
+
+        Each public attribute holding an ``int`` (not a ``bool``) is replaced in ``m.__dict__``
+        by the proxy of a ``get_attr`` node carrying the int (``node.meta[ATTRIBUTE_META]`` is
+        ``(path, name)``), so that ``x.reshape(n, self.hidden_dim, -1)`` records where the
+        size came from; the analysis ties the attribute to the dim it sizes. Python questions
+        about its value are answered (:class:`ShapeProxy`) and recorded on the node. The ints
+        are put back when the forward returns or raises; without example inputs nothing is
+        replaced. Reads Python makes of the int elsewhere (a leaf module's own forward, which
+        is not traced into) are untouched.
+        """
+        if not self.with_values or id(m) in self._sizing:
+            yield
+            return
+        state = vars(m)
+        names = [k for k, v in state.items() if type(v) is int and not k.startswith("_")]
+        originals = {name: state[name] for name in names}
+        proxies: dict[str, Any] = {}
+        self._sizing.add(id(m))
+        try:
+            for name in names:
+                target = f"{path}.{name}" if path else name
+                self._attribute_values[target] = originals[name]
+                node = self.create_node("get_attr", target, (), {})
+                node.meta[ATTRIBUTE_META] = (path, name)
+                proxies[name] = self.proxy(node)
+            state.update(proxies)
+            yield
+        finally:
+            self._sizing.discard(id(m))
+            for name, proxy in proxies.items():
+                if state.get(name) is proxy:  # the forward may rebind it (the guard restores)
+                    state[name] = originals[name]
 
     # -- values ----------------------------------------------------------------------------
     def create_node(
@@ -217,6 +280,8 @@ class FxsymTracer(torch.fx.Tracer):
                 return self.placeholder_values[node.target]
             return to_meta(node.args[0]) if node.args else _FAILED
         if node.op == "get_attr":
+            if node.target in self._attribute_values:
+                return self._attribute_values[str(node.target)]
             obj: Any = self.root
             with self._quietly():
                 for part in str(node.target).split("."):

@@ -1,0 +1,83 @@
+"""Sizes read from module attributes: ``self.hidden_dim`` in ``x.reshape(n, self.hidden_dim, -1)``.
+
+During tracing, an int attribute of a module the tracer traces into is read as a ``get_attr``
+node whose value is the int (:mod:`fxsym.tracer.tracer`, ``ATTRIBUTE_META``). The analyzer
+gives it an :class:`~fxsym.analysis.layout.AttributeSize`: a group of its own, with the
+attribute as its one member ``(owner, "attr:name")``. Three things can happen to it:
+
+* an op rule proves which tensor dim the int sizes and calls :func:`tie_size`: the attribute's
+  group is unified with that dim's (a member of G; ``fxsym.resize`` sets the attribute to the
+  number of entries kept);
+* it feeds size arithmetic (``self.heads * self.head_dim``): the result is a derived size,
+  checked where it is used (a reshape pins what a derived size meets);
+* anything else — a factory size, an argument of a leaf module, a value asked for at trace
+  time (``if self.hidden > 4:``, ``range(self.heads)``) — pins its group
+  (:func:`check_uses`): the graph, or the Python code around it, would not follow a resize.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
+from .context import OpContext, Unsupported
+from .layout import AttributeSize, Dim, SizeLayout, dim_size
+
+#: the prefix of an attribute member's symbol name: ``(owner, "attr:hidden_dim")``
+ATTRIBUTE_PREFIX = "attr:"
+
+
+def tie_size(ctx: OpContext, size: Any, dim: Dim) -> bool:
+    """Tie ``size``, an int read from a module attribute, to ``dim``, the tensor dim it sizes
+    at ``ctx``'s node; returns whether it was tied (``False``: not an attribute read, or of
+    another length — the caller pins what it cannot map).
+
+    The dims are unified entry by entry (:meth:`OpContext.unify`): a dim of fixed size pins the
+    attribute (``head_dim`` in a split into ``(heads, head_dim)``), a group makes the attribute
+    its member.
+    """
+    if not isinstance(size, AttributeSize) or len(size) != 1:
+        return False
+    if dim_size(size[0]) != dim_size(dim):
+        return False
+    try:
+        ctx.unify(size[0], dim)
+    except Unsupported:
+        return False
+    size.uses.add(ctx.node)
+    return True
+
+
+def check_uses(ctx: OpContext, result: Any) -> None:
+    """After a node's rule ran: pin the attribute sizes among its inputs that the rule did not
+    map. A rule maps one by tying it (:func:`tie_size`) or by computing a size from it (its
+    result is a :class:`SizeLayout`, checked where it is used)."""
+    node = ctx.node
+    if isinstance(result, SizeLayout) and not isinstance(ctx.value, torch.Tensor):
+        return
+    for arg in node.all_input_nodes:
+        lay = ctx.analyzer.env.get(arg)
+        if not isinstance(lay, SizeLayout) or not _has_attribute(ctx, lay):
+            continue
+        if isinstance(lay, AttributeSize) and node in lay.uses:
+            continue
+        ctx.fix(lay, f"a size read from a module attribute is used by {_op(node)}, which "
+                     "does not say which dim it sizes")
+
+
+def _has_attribute(ctx: OpContext, lay: SizeLayout) -> bool:
+    groups: set[int] = getattr(ctx.analyzer, "attribute_groups", set())
+    return any(seg.group in groups for d in lay for seg in d)
+
+
+def _op(node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return f"module {node.target}"
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
+
+
+__all__ = ["ATTRIBUTE_META", "ATTRIBUTE_PREFIX", "CONCRETE_META", "check_uses", "tie_size"]
