@@ -9,11 +9,12 @@ Imports from fxsym: errors (the other rooms inside each command, so ``fxsym --he
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,7 +29,10 @@ class CliError(Exception):
 
 def load_model(spec: str) -> nn.Module:
     """``torchvision:resnet50``, ``timm:resnet18`` or ``package.module:factory`` (a module
-    instance, or a callable returning one when called without arguments)."""
+    instance, or a callable returning one when called without arguments), or a directory
+    written by ``fxsym prune`` (:func:`load_saved`)."""
+    if is_saved_dir(spec):
+        return load_saved(spec)[0]
     source, _, name = spec.partition(":")
     if not source or not name:
         raise CliError(f"MODEL must look like 'torchvision:resnet50' or "
@@ -93,6 +97,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise CliError(f"--input-shape must be integers separated by commas, like "
                            f"1,3,224,224; got {args.input_shape!r}") from exc
         inputs = (torch.randn(*shape),)
+    elif inputs is None and args.model and is_saved_dir(args.model):
+        inputs = saved_inputs(args.model)
     elif inputs is None and args.model and args.model.split(":")[0] in ("torchvision", "timm"):
         inputs = (torch.randn(1, 3, 224, 224),)
     start = time.perf_counter()
@@ -240,6 +246,193 @@ def cmd_passes(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- prune, and loading a saved directory (issue 12) ---------------------------------------
+#: model sources a saved directory may name: rebuilding one runs no code from the directory
+SAFE_SOURCES = ("torchvision", "timm")
+
+
+def is_saved_dir(spec: str) -> bool:
+    """Whether ``spec`` names a directory written by ``fxsym prune`` / ``fxsym.save``."""
+    from .persist import is_saved
+
+    return is_saved(spec)
+
+
+def saved_inputs(path: str) -> Any:
+    """Example inputs shaped like those the saved model's last plan was made with."""
+    from .persist import read_manifest
+    from .planning import inputs_from_spec
+
+    return inputs_from_spec(read_manifest(path)["plan"].inputs)
+
+
+def load_saved(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """The model of a saved directory: built again from the ``torchvision:``/``timm:`` spec it
+    records, its plans replayed, its weights loaded (JSON and safetensors: nothing is
+    unpickled, no code named by the directory is imported); with the example inputs of its
+    last plan and its manifest."""
+    from .persist import load, read_manifest
+    from .planning import inputs_from_spec
+
+    manifest = read_manifest(path)
+    source = manifest["source"]
+    if not isinstance(source, str) or source.partition(":")[0] not in SAFE_SOURCES:
+        raise CliError(f"{path} records no torchvision:NAME or timm:NAME model to rebuild "
+                       f"(source: {source!r}); build the model in Python and call "
+                       f"fxsym.load(model, {path!r})")
+    model = load_model(source).eval()
+    with _step(f"replaying the plan of {path}"):
+        load(model, path)
+    return model, inputs_from_spec(manifest["plan"].inputs), manifest
+
+
+@contextlib.contextmanager
+def _step(label: str) -> Iterator[None]:
+    """Say on stderr what a long step does (a rich spinner at a terminal)."""
+    if sys.stderr.isatty():
+        try:
+            from rich.console import Console
+        except ImportError:
+            pass
+        else:
+            with Console(stderr=True).status(label):
+                yield
+            return
+    print(f"{label} ...", file=sys.stderr, flush=True)
+    yield
+
+
+def _random_batches(inputs: Any, count: int) -> list[Any]:
+    """``count`` batches shaped like ``inputs``: random floats, integer inputs kept."""
+    def like(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return torch.randn_like(v)
+        return v
+
+    if isinstance(inputs, dict):
+        return [{k: like(v) for k, v in inputs.items()} for _ in range(count)]
+    return [tuple(like(v) for v in inputs) for _ in range(count)]
+
+
+def _criterion(args: argparse.Namespace, inputs: Any) -> Any:
+    """The importance the options name; taylor and activation are calibrated on random inputs
+    of the example shape (a smoke run: with real data, use the library)."""
+    from . import importance
+    from .importance import run_batch
+
+    if args.importance not in ("taylor", "activation"):
+        return args.importance
+    batches = _random_batches(inputs, args.batches)
+    if args.importance == "activation":
+        return importance.activation(batches, progress=True)
+
+    def self_labelled(model: nn.Module, batch: Any) -> torch.Tensor:
+        out = run_batch(model, batch)
+        logits = out if isinstance(out, torch.Tensor) else out[0]
+        logits = logits.flatten(0, -2) if logits.dim() > 1 else logits[None]
+        return torch.nn.functional.cross_entropy(logits, logits.detach().argmax(-1))
+
+    return importance.taylor(self_labelled, batches, progress=True)
+
+
+def _prune_rows(plan: Any) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The totals (parameters, MACs before and after) and the per-group rows of a plan."""
+    def pct(before: int, after: int) -> str:
+        return f"{100 * (after - before) / before:+.1f}%" if before else "-"
+
+    totals = [["parameters", f"{plan.params_before:,}", f"{plan.params_after:,}",
+               pct(plan.params_before, plan.params_after)],
+              ["MACs", f"{plan.macs_before:,}", f"{plan.macs_after:,}",
+               pct(plan.macs_before, plan.macs_after)]]
+    groups = [[g.name, g.size, g.kept, f"{g.params_removed:,}"] for g in plan.groups]
+    return totals, groups
+
+
+def _print_rows(rows: list[list[Any]], header: list[str]) -> None:
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    for n, row in enumerate(cells):
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from . import analyze, load_plugins
+    from . import plan as make_plan
+    from .persist import save
+
+    load_plugins()
+    history: list[Any] = []
+    if is_saved_dir(args.model):
+        model, inputs, manifest = load_saved(args.model)
+        source = manifest["source"]
+        history = [*manifest["history"], manifest["plan"]]
+    else:
+        with _step(f"loading {args.model}"):
+            model = load_model(args.model).eval()
+        inputs = None
+        source = args.model
+    if args.input_shape:
+        try:
+            inputs = (torch.randn(*(int(s) for s in args.input_shape.split(","))),)
+        except ValueError as exc:
+            raise CliError(f"--input-shape must be integers separated by commas, like "
+                           f"1,3,224,224; got {args.input_shape!r}") from exc
+    elif inputs is None and source.partition(":")[0] in SAFE_SOURCES:
+        inputs = (torch.randn(1, 3, 224, 224),)
+    with _step(f"analyzing {args.model}"):
+        sm = analyze(model, example_inputs=inputs)
+    if inputs is None:
+        inputs = getattr(sm.graph_module, "example_inputs", None)
+    targets = [x for x in (args.ratio, args.target_params, args.target_macs) if x is not None]
+    if len(targets) != 1:
+        raise CliError("give exactly one of --ratio, --target-params and --target-macs")
+    criterion = _criterion(args, inputs)
+    with _step("planning (mapping every group onto the parameters, scoring, solving)"):
+        plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
+                         target_macs=args.target_macs, importance=criterion, scope=args.scope,
+                         round_to=args.round_to, min_keep=args.min_keep,
+                         exclude=args.exclude or ())
+    with _step("resizing"):
+        plan.apply(model, sm)
+    save(model, args.output, plan, source=source, history=history)
+    if args.json:
+        print(plan.to_json())
+        return 0
+    totals, groups = _prune_rows(plan)
+    print(f"{args.model}: {plan.scope} {plan.importance} pruning, saved to {args.output}\n")
+    _print_rows(totals, ["", "before", "after", "change"])
+    print()
+    _print_rows(groups, ["group", "before", "after", "params removed alone"])
+    return 0
+
+
+def add_prune_parser(sub: Any) -> None:
+    p = sub.add_parser("prune", help="prune a model and save it (safetensors + plan)")
+    p.add_argument("model", help="torchvision:NAME, timm:NAME, package.module:factory, or a "
+                   "directory written by fxsym prune")
+    how = p.add_argument_group("how much (one of)")
+    how.add_argument("--ratio", type=float, help="fraction of units to remove, e.g. 0.5")
+    how.add_argument("--target-params", type=int, help="parameters to reach or go under")
+    how.add_argument("--target-macs", type=int, help="MACs to reach or go under")
+    p.add_argument("--importance", default="l2",
+                   choices=["l1", "l2", "bn_scale", "taylor", "activation"],
+                   help="how units are ranked (taylor and activation: on random inputs)")
+    p.add_argument("--batches", type=int, default=4,
+                   help="random batches for taylor and activation (default 4)")
+    p.add_argument("--scope", default="global", choices=["global", "uniform"])
+    p.add_argument("--round-to", type=int, default=1, help="kept sizes a multiple of this")
+    p.add_argument("--min-keep", type=int, default=1, help="units every group keeps at least")
+    p.add_argument("--exclude", action="append", metavar="GROUP",
+                   help="a group (or fnmatch pattern) to leave whole; repeatable")
+    p.add_argument("--input-shape", help="shape of one random input tensor, e.g. 1,3,224,224")
+    p.add_argument("-o", "--output", required=True, help="directory to write")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_prune)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="fxsym",
@@ -266,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_plugins)
     p = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)
+    add_prune_parser(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

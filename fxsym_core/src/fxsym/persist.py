@@ -3,17 +3,19 @@
 A saved directory holds two files and nothing executable:
 
 * ``model.safetensors``: the state dict (a tensor shared by several names stored once);
-* ``fxsym.json``: the :class:`~fxsym.planning.Plan`, the names sharing a stored tensor, and
-  how to build the unpruned model again when the caller said so (``source``, e.g. the
+* ``fxsym.json``: the :class:`~fxsym.planning.Plan` (after the plans applied before it, for a
+  model pruned several times: ``history``), the names sharing a stored tensor, and how to build
+  the unpruned model again when the caller said so (``source``, e.g. the
   ``torchvision:resnet18`` spec of the command line; a library never runs it by itself).
 
-Loading replays the plan on a freshly built model of the same architecture: analyze it with
-example inputs of the recorded shapes, check the plan fits (:meth:`Plan.check
-<fxsym.planning.Plan.check>`), check every parameter's shape after the plan against the file's,
-resize, then load the weights with ``strict=True``. Any misfit raises
-:class:`~fxsym.errors.PlanMismatchError` naming the first difference, and the fresh model is
-left as it was (the resize is all or nothing; a state-dict misfit found after it puts the
-module tree back). Nothing is ever unpickled: JSON and safetensors only.
+Loading replays the plans on a freshly built model of the same architecture: for each, analyze
+the model with example inputs of the recorded shapes, check the plan fits (:meth:`Plan.check
+<fxsym.planning.Plan.check>`) and resize; the last plan's parameter shapes are checked against
+the file's before it resizes (for a single plan: before anything is touched); then the weights
+are loaded with ``strict=True``. Any misfit raises :class:`~fxsym.errors.PlanMismatchError`
+naming the first difference, and the fresh model is left as it was (each resize is all or
+nothing; a misfit found after one puts the module tree back, and resizes bind new tensors,
+never write into the old ones). Nothing is ever unpickled: JSON and safetensors only.
 
 Imports from fxsym: analysis, errors, modstate, planning, symbols.
 """
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +46,11 @@ FORMAT = 1
 
 
 def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
-         source: str | None = None) -> Path:
+         source: str | None = None, history: Sequence[Plan] = ()) -> Path:
     """Write ``model`` (pruned by ``plan``) to ``directory``: safetensors weights and
     ``fxsym.json``. ``source`` records how to build the unpruned model (free text for the
-    caller, e.g. ``"timm:resnet18"``; the command line rebuilds from it). Raises
+    caller, e.g. ``"timm:resnet18"``; the command line rebuilds from it); ``history`` the plans
+    applied before ``plan``, first first (a model pruned again). Raises
     :class:`~fxsym.errors.PlanError` if the model's parameters do not have the plan's shapes
     (the plan was not applied). Returns the directory."""
     from safetensors.torch import save_file
@@ -73,7 +76,8 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     save_file(stored, str(out / WEIGHTS), metadata={"format": "pt", "producer": "fxsym"})
-    manifest = {"fxsym": FORMAT, "source": source, "aliases": aliases, "plan": plan.to_dict()}
+    manifest = {"fxsym": FORMAT, "source": source, "aliases": aliases,
+                "history": [p.to_dict() for p in history], "plan": plan.to_dict()}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return out
 
@@ -85,8 +89,8 @@ def is_saved(directory: str | os.PathLike[str]) -> bool:
 
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``fxsym.json`` of a saved directory, checked: ``source``, ``aliases`` and ``plan``
-    (a :class:`~fxsym.planning.Plan`)."""
+    """The ``fxsym.json`` of a saved directory, checked: ``source``, ``aliases``, ``plan`` (a
+    :class:`~fxsym.planning.Plan`) and ``history`` (the plans before it)."""
     path = Path(directory) / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -98,25 +102,29 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     aliases = data.get("aliases") or {}
     if not isinstance(aliases, dict):
         raise PlanError(f"{path}: 'aliases' must be an object")
+    history = data.get("history") or []
+    if not isinstance(history, list):
+        raise PlanError(f"{path}: 'history' must be a list of plans")
     return {"source": data.get("source"), "aliases": {str(k): str(v) for k, v in aliases.items()},
-            "plan": Plan.from_dict(data.get("plan"))}
+            "plan": Plan.from_dict(data.get("plan")),
+            "history": [Plan.from_dict(p) for p in history]}
 
 
 def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs: Any = None,
          symmap: SymMap | None = None) -> nn.Module:
-    """Replay the saved plan on ``model`` (freshly built, unpruned) and load the saved weights
-    into it (``strict=True``); return it.
+    """Replay the saved plans on ``model`` (freshly built, unpruned) and load the saved
+    weights into it (``strict=True``); return it.
 
-    The model is analyzed with example inputs of the shapes recorded in the plan (or
-    ``example_inputs``; or pass its ``symmap``). A plan that does not fit raises
-    :class:`~fxsym.errors.PlanMismatchError` naming the first mismatch; the model is then as
-    it was.
+    The model is analyzed with example inputs of the shapes recorded in each plan (or
+    ``example_inputs``; or pass the ``symmap`` of the fresh model). A plan that does not fit
+    raises :class:`~fxsym.errors.PlanMismatchError` naming the first mismatch; the model is
+    then as it was.
     """
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     manifest = read_manifest(directory)
-    plan: Plan = manifest["plan"]
+    plans: list[Plan] = [*manifest["history"], manifest["plan"]]
     weights = Path(directory) / WEIGHTS
     try:
         with safe_open(str(weights), framework="pt") as f:
@@ -124,17 +132,20 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
     except Exception as exc:
         raise PlanError(f"cannot read {weights}: {exc}") from exc
     kind = f"{type(model).__module__}.{type(model).__qualname__}"
-    if kind != plan.model:
-        raise PlanMismatchError(f"the plan is for a {plan.model}, the model is a {kind}")
-    if symmap is None:
-        inputs = example_inputs if example_inputs is not None else inputs_from_spec(plan.inputs)
-        symmap = analyze(model, example_inputs=inputs,
-                         outputs=None if plan.outputs is None else list(plan.outputs))
-    plan.check(model, symmap)
-    _check_shapes(model, plan, file_shapes, manifest["aliases"])
+    if kind != plans[0].model:
+        raise PlanMismatchError(f"the plan is for a {plans[0].model}, the model is a {kind}")
     saved = ModuleTreeState(model)
-    plan.apply(model, symmap)
     try:
+        for i, plan in enumerate(plans):
+            if symmap is None or i:
+                inputs = (example_inputs if example_inputs is not None
+                          else inputs_from_spec(plan.inputs))
+                symmap = analyze(model, example_inputs=inputs,
+                                 outputs=None if plan.outputs is None else list(plan.outputs))
+            plan.check(model, symmap)
+            if i == len(plans) - 1:
+                _check_shapes(model, plan, file_shapes, manifest["aliases"])
+            plan.apply(model, symmap)
         state = load_file(str(weights))
         for alias, name in manifest["aliases"].items():
             state[alias] = state[name]
