@@ -143,11 +143,12 @@ def _write_pictures(sm: Any, label: str, args: argparse.Namespace) -> None:
 
     for path, write in ((args.html, write_html), (args.dot, write_dot)):
         if path:
+            start = time.perf_counter()
             try:
                 write(sm, path, title=label)
             except OSError as exc:
                 raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
-            print(f"wrote {path}", file=sys.stderr)
+            print(f"wrote {path} ({time.perf_counter() - start:.2f} s)", file=sys.stderr)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import colorsys
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -149,6 +150,9 @@ def _iter_clusters(cluster: _Cluster) -> Any:
             yield from _iter_clusters(c)
 
 
+_NUMBERED = re.compile(r"(.*?)\d+")
+
+
 def _collapse_repeats(root: _Cluster, nodes: list[dict[str, Any]]) -> None:
     """Collapse numbered sibling blocks whose nodes repeat an earlier sibling's."""
 
@@ -164,9 +168,13 @@ def _collapse_repeats(root: _Cluster, nodes: list[dict[str, Any]]) -> None:
     for cluster in _iter_clusters(root):
         first: dict[tuple[Any, ...], str] = {}
         for child in cluster.children:
-            if not isinstance(child, _Cluster) or not child.path.rpartition(".")[2].isdigit():
+            # numbered siblings: ``layers.3``, ``encoder_layer_3``
+            if not isinstance(child, _Cluster):
                 continue
-            sig = signature(child)
+            stem = _NUMBERED.fullmatch(child.path.rpartition(".")[2])
+            if stem is None:
+                continue
+            sig = (stem.group(1), *signature(child))
             if sig in first:
                 child.collapsed, child.same_as = True, first[sig]
             else:
