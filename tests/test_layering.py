@@ -64,7 +64,7 @@ ALLOWED: dict[str, set[str]] = {
     "symbols": set(),
     "tracer": {"errors", "modstate", "plugins", "registry"},
     "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
-    "resizing": {"errors", "modstate", "registry", "symbols"},
+    "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "importance": {"errors", "resizing", "symbols"},
     "planning": {"errors", "importance", "resizing", "symbols"},
     "persist": {"analysis", "errors", "modstate", "planning", "symbols"},

@@ -44,6 +44,9 @@ def test_d_model_is_one_group_and_the_embedding_stays_shared(model_type: str) ->
     keep = torch.randperm(64, generator=torch.Generator().manual_seed(1))[:40]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # Bart keeps 4 heads of 16 in a d_model of 40, and BartConfig derives head_dim from
+        # d_model // heads: the config is marked, with a warning
+        warnings.filterwarnings("ignore", "[^ ]*config does not describe", fxsym.ResizeWarning)
         fxsym.resize(model, sm, {group.name: keep})
     tensors = {model.get_parameter(p) for p in embed}
     assert len(tensors) == 1 and next(iter(tensors)).shape == (100, 40)

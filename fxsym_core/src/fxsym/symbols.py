@@ -70,6 +70,7 @@ class Symbol:
         units: int | None = None,
         size: int | None = None,
         block: int = 1,
+        covers: Iterable[tuple[str, str]] = (),
     ) -> None:
         #: an INCOMING symbol's dim may only change in this many whole pieces (conv groups)
         self.units = units
@@ -77,6 +78,11 @@ class Symbol:
         self.size = size
         #: entries per unit of an OUTGOING symbol (a head of ``head_dim`` features)
         self.block = block
+        #: ``(submodule path relative to this module, symbol name)`` of the symbols inside a
+        #: leaf that this symbol sizes (an attention leaf's ``heads`` size its ``q_proj``'s
+        #: ``out_features``): they join this symbol's groups as members, and this module's
+        #: resize rule, not theirs, resizes them
+        self.covers: tuple[tuple[str, str], ...] = tuple(covers)
         self._is_searchable = is_searchable
         self._is_sortable = is_sortable
         self._is_constant = False

@@ -87,6 +87,12 @@ def _features(mod: Any) -> tuple[int, int]:
     return mod.nx, mod.nf
 
 
+def projection_features(mod: Any) -> tuple[int, int] | None:
+    """(in, out) features of an ``nn.Linear`` or GPT-2 ``Conv1D``; ``None`` for another
+    module."""
+    return _features(mod) if _is_projection(mod) else None
+
+
 def _projection(module: nn.Module, name: str | None) -> nn.Module:
     """The projection child ``name`` (one :func:`describe` found)."""
     if name is None:
@@ -177,6 +183,32 @@ def describe(module: nn.Module) -> AttnSpec | None:
                     leaf=not why, why_not_leaf=why)
 
 
+def current_layout(module: nn.Module) -> tuple[int, int, int, int] | None:
+    """``(hidden, query heads, key/value heads, head_dim)`` of an attention module as its
+    weights are now (after a resize), or ``None`` if it has no query/key/value projections.
+
+    ``head_dim`` is the module's attribute (the resize rule of a leaf updates it; a module
+    traced through keeps it, since its head split pins ``head_dim``), else the query width
+    over the head count."""
+    fused = _child(module, FUSED_NAMES)
+    q, k, v = (_child(module, names) for names in (Q_NAMES, K_NAMES, V_NAMES))
+    if (fused is None and None in (q, k, v)) or "hidden_states" not in _forward_params(module):
+        return None
+    if fused is not None:
+        d_in, d_out = _features(_projection(module, fused))
+        q_out = kv_out = d_out // 3
+    else:
+        d_in, q_out = _features(_projection(module, q))
+        kv_out = _features(_projection(module, k))[1]
+    hd = _int_attr(module, HEAD_DIM_ATTRS)
+    if hd is None:
+        n_q = _int_attr(module, HEAD_COUNT_ATTRS)
+        hd = q_out // n_q if n_q and q_out % n_q == 0 else None
+    if not hd or q_out % hd or kv_out % hd:
+        return None
+    return d_in, q_out // hd, kv_out // hd, hd
+
+
 def _other_tensors(module: nn.Module, projections: set[str],
                    head_dim: int) -> tuple[bool, list[str]]:
     """Parameters and buffers outside the projections: whether some are per-head_dim
@@ -199,11 +231,25 @@ def _other_tensors(module: nn.Module, projections: set[str],
 
 
 # -- SymInfo ---------------------------------------------------------------------------------
-def _internal(size: int, *, sortable: bool = True, constant: bool = False) -> Symbol:
-    sym = Symbol(is_searchable=not constant, is_sortable=sortable, size=size)
+def _internal(size: int, covers: list[tuple[str, str]], *, sortable: bool = True,
+              constant: bool = False) -> Symbol:
+    sym = Symbol(is_searchable=not constant, is_sortable=sortable, size=size, covers=covers)
     if constant:
         sym.disable()
     return sym
+
+
+def _covers(spec: AttnSpec) -> dict[str, list[tuple[str, str]]]:
+    """The projections' symbols each leaf symbol sizes (:attr:`fxsym.Symbol.covers`): the
+    leaf's resize rule resizes them, and they are members of the leaf symbol's groups."""
+    qkv = [spec.fused] if spec.fused else [spec.q, spec.k, spec.v]
+    ins = [(p, "in_features") for p in qkv if p is not None]
+    outs = [(p, "out_features") for p in qkv if p is not None]
+    o_in = [(spec.o, "in_features")] if spec.o is not None else []
+    o_out = [(spec.o, "out_features")] if spec.o is not None else []
+    q_out = [(spec.fused or spec.q or "", "out_features")]
+    return {"hidden": ins, "out_features": o_out, "heads": outs + o_in,
+            "queries_per_kv": q_out + o_in, "head_dim": outs + o_in}
 
 
 def attention_info(module: nn.Module, pinned: bool = False) -> SymInfo:
@@ -212,16 +258,21 @@ def attention_info(module: nn.Module, pinned: bool = False) -> SymInfo:
     spec = describe(module)
     if spec is None or not spec.leaf:
         return SymInfo()
-    hidden = Symbol(cl_type=IN, elastic_dims={-1})
+    covers = _covers(spec)
+    hidden = Symbol(cl_type=IN, elastic_dims={-1}, covers=covers["hidden"])
     if spec.o is None:  # the concatenated heads leave the module
-        heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, block=spec.head_dim)
+        heads = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, block=spec.head_dim,
+                       covers=covers["heads"])
         if pinned:
             heads.disable()
         return SymInfo(hidden=hidden, heads=heads)
-    out = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1})
-    heads = _internal(spec.n_kv, constant=pinned)
-    group = _internal(spec.rep, constant=pinned) if spec.rep > 1 else None
-    head_dim = _internal(spec.head_dim, sortable=not spec.rotary, constant=spec.rotary)
+    out = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1},
+                 covers=covers["out_features"])
+    heads = _internal(spec.n_kv, covers["heads"], constant=pinned)
+    group = (_internal(spec.rep, covers["queries_per_kv"], constant=pinned)
+             if spec.rep > 1 else None)
+    head_dim = _internal(spec.head_dim, covers["head_dim"], sortable=not spec.rotary,
+                         constant=spec.rotary)
     if group is None:
         return SymInfo(hidden=hidden, out_features=out, heads=heads, head_dim=head_dim)
     return SymInfo(hidden=hidden, out_features=out, heads=heads, queries_per_kv=group,

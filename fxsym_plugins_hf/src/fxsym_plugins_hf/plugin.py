@@ -9,7 +9,7 @@ already); it fails, and ``fxsym plugins`` says why, when transformers is not ins
 work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks`,
 :mod:`.inputs` (default example inputs and outputs), :mod:`.attention` and :mod:`.discovery`
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
-(op rules).
+(op rules), :mod:`.configs` (``model.config`` after a resize).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch import nn
 import fxsym
 from fxsym.plugins import get_plugin_manager
 
-from . import attention, context, discovery, inputs, modules, rotary
+from . import attention, configs, context, discovery, inputs, modules, rotary
 from .perhead import PerHeadInputs
 
 if importlib.util.find_spec("transformers") is None:
@@ -86,3 +86,8 @@ class HuggingFacePlugin:
     @fxsym.hookimpl
     def fxsym_default_outputs(self, model: Any) -> Any:
         return inputs.default_outputs(model) if _transformers_imported() else None
+
+    @fxsym.hookimpl
+    def fxsym_after_resize(self, model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
+        if _transformers_imported() and isinstance(model, nn.Module):
+            configs.update_config(model, sizes)

@@ -83,6 +83,13 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     def symbol(key: SymbolKey) -> Symbol:
         return symbols[key[0]][key[1]]
 
+    covered = _covered(an, symbols)
+    for key, inner in covered.items():
+        for seg in an.symbol_dims[key]:
+            if seg.group is not None:
+                lst = members.setdefault(table.find(seg.group), [])
+                lst.extend(k for k in inner if k not in lst)
+
     groups: list[SymGroup] = []
     roots: dict[int, SymbolKey] = {}
     for root, producers in sorted(table.producers.items()):
@@ -104,12 +111,18 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
             members=keys,
             id=root,
         ))
-    # symbol states: constant unless in a searchable group; the group head is searchable
+    # symbol states: constant unless in a searchable group; the group head is searchable (a
+    # symbol inside a leaf lives through the leaf's symbols covering it)
+    inside: dict[SymbolKey, list[SymbolKey]] = {}
+    for key, inner in covered.items():
+        for k in inner:
+            inside.setdefault(k, []).append(key)
     for name, syms in symbols.items():
         for sname, sym in syms.items():
             if not sym.is_cross_layer:
                 continue
-            live = [table.find(s.group) for s in an.symbol_dims.get((name, sname), ())
+            live = [table.find(s.group) for key in [(name, sname), *inside.get((name, sname), ())]
+                    for s in an.symbol_dims.get(key, ())
                     if s.group is not None and table.find(s.group) in roots]
             if not live:
                 sym.disable()
@@ -129,6 +142,22 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         table=table,
         producers={r: tuple((q, s) for _, q, s, _ in table.producers.get(r, [])) for r in roots},
     ))
+
+
+def _covered(an: Analyzer, symbols: dict[str, dict[str, Symbol]]
+             ) -> dict[SymbolKey, list[SymbolKey]]:
+    """For each symbol the analysis reached that covers symbols inside its (leaf) module
+    (:attr:`Symbol.covers`): the qualified keys of those that have a SymInfo."""
+    out: dict[SymbolKey, list[SymbolKey]] = {}
+    for key in an.symbol_dims:
+        sym = None if key in an.param_members else symbols.get(key[0], {}).get(key[1])
+        if sym is None or not sym.covers:
+            continue
+        inner = [(f"{key[0]}.{path}" if key[0] else path, sname) for path, sname in sym.covers]
+        inner = [k for k in inner if k[1] in symbols.get(k[0], {}) and k not in an.symbol_dims]
+        if inner:
+            out[key] = inner
+    return out
 
 
 __all__ = ["analyze"]

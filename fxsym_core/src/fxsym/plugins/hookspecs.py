@@ -2,9 +2,9 @@
 
 Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 
-* *registration* hooks (``fxsym_register_*``) and ``fxsym_trace_context`` collect from every
-  plugin. Each plugin gets its own ``register`` callable, so conflicts and ``fxsym plugins``
-  name the distribution behind each contribution;
+* *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context`` and
+  ``fxsym_after_resize`` call every plugin. Each plugin gets its own ``register`` callable,
+  so conflicts and ``fxsym plugins`` name the distribution behind each contribution;
 * *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_example_inputs``,
   ``fxsym_default_outputs``) answer one question per call: the first implementation in
   pluggy's order that returns something other than ``None`` decides, and hook wrappers see
@@ -88,4 +88,25 @@ def fxsym_default_outputs(model: Any) -> Any:
     The contract is a sequence of output names or positions (see
     :mod:`fxsym.analysis.outputs`): groups reaching them stay constant, other outputs may
     change size after a resize. A name missing from an actual output is skipped.
+    """
+
+
+@hookspec
+def fxsym_after_resize(model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
+    """Bring what describes ``model`` up to date after :func:`fxsym.resize` changed it (a
+    Hugging Face model's ``config``).
+
+    Called once per successful resize, after every resize rule, inside the resize's
+    transaction: if an implementation raises, the plugin is disabled, the model is restored
+    and ``fxsym.resize`` raises :class:`~fxsym.errors.ResizeError`. Like a resize rule, an
+    implementation must bind new objects (``module.config = new_config``), never change the
+    old ones in place, or the restore cannot undo it.
+
+    * ``symmap``: the :class:`~fxsym.SymMap` the resize used (it describes the model as it was
+      before; it is marked stale once the resize returns);
+    * ``kept``: ``{group name: indices kept}`` (1-D ``torch.long`` tensors), the choices made;
+    * ``sizes``: ``{(module_qualname, symbol_name): (length before, length after)}`` for every
+      symbol and parameter member (``(owner, "name:dim")``) whose dimension the resize
+      changed. Symbols a leaf's resize rule resizes inside it (:attr:`fxsym.Symbol.covers`)
+      are not listed: read the resized modules.
     """

@@ -3,7 +3,7 @@
 ``fxsym.resize`` is the function; ``from fxsym.resizing import keep_entries, l1_scores`` gives
 plugin authors the helpers.
 
-Imports from fxsym: errors, modstate, registry, symbols (room order:
+Imports from fxsym: errors, modstate, plugins, registry, symbols (room order:
 ``tests/test_layering.py``).
 """
 

@@ -5,13 +5,17 @@ module it will touch *before* touching anything; then it snapshots every module 
 (rules edit child modules and attributes too), applies the rules, and if anything raises, even
 a KeyboardInterrupt, it puts every module back as it was and re-raises (an ``Exception`` as
 :class:`~fxsym.errors.ResizeError`). Rules must bind new tensors, never write into old ones.
-A SymMap describes the model as analyzed: after a resize it is stale and must be recomputed
-with :func:`fxsym.analyze`.
+Once the rules ran, the plugins' ``fxsym_after_resize`` hooks bring what else describes the
+model up to date (a Hugging Face ``config``), inside the transaction: a failing hook restores
+the model too. A SymMap describes the model as analyzed: after a resize it is stale and must be
+recomputed with :func:`fxsym.analyze`.
+
 """
 
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -20,6 +24,7 @@ from torch import nn
 
 from ..errors import ResizeError
 from ..modstate import ModuleTreeState
+from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
 from ..symbols import GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
 from .helpers import keep_entries
@@ -62,6 +67,8 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             entry.resize(mod, sname, index)
         where = "tied parameters"
         _retie(ties)
+        where = "the model (fxsym_after_resize)"
+        _after_resize(model, symmap, plans, work)
     except BaseException as exc:
         _restore(saved)
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: restored, as is
@@ -107,6 +114,33 @@ def _work(model: nn.Module, registry: Registry, analysis: GroupAnalysis,
             )
         work.append((mod, qualname, sname, _dim_index(table, dim, plans), entry))
     return work
+
+
+def _after_resize(model: nn.Module, symmap: SymMap, plans: dict[int, torch.Tensor],
+                  work: list[_Step]) -> None:
+    """Call every plugin's ``fxsym_after_resize``; raise if one failed (it was disabled) or
+    if the caller's filters make a warning it issued an error."""
+    pm = symmap.registry.plugin_manager
+    kept = {g.name: plans[g.id] for g in symmap.groups() if g.id in plans}
+    sizes: dict[tuple[str, str], tuple[int, int]] = {}
+    dims = symmap.analysis.symbol_dims if symmap.analysis is not None else {}
+    for _, qualname, sname, index, _ in work:
+        before = sum(seg.units * seg.block for seg in dims[(qualname, sname)])
+        if before != len(index):
+            sizes[(qualname, sname)] = (before, len(index))
+    failed = len(pm.failed)
+    args = {"model": model, "symmap": symmap, "kept": kept, "sizes": sizes}
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        for _ in call_each(pm, "fxsym_after_resize", lambda _: args):
+            pass
+    # the hooks' warnings are issued here, under the caller's filters: one turned into an
+    # error fails the resize (rolled back) without blaming the plugin
+    for w in issued:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if len(pm.failed) > failed:
+        failure = pm.failed[failed]
+        raise ResizeError(f"plugin {failure.name!r} failed: {failure.error}")
 
 
 def _tied_parameters(model: nn.Module) -> list[tuple[nn.Parameter, list[tuple[nn.Module, str]]]]:

@@ -1,0 +1,219 @@
+"""``model.config`` after :func:`fxsym.resize` (the ``fxsym_after_resize`` hook).
+
+A Hugging Face model is rebuilt from its config (``from_pretrained``, ``from_config``), so after
+a resize the config must describe the resized model. :func:`update_config` reads the sizes
+from the resized modules, not from the groups chosen, so any resize (heads, ``head_dim``,
+hidden size, MLP) is seen the same way:
+
+* every attention module with query/key/value projections (a leaf or traced through): the
+  hidden size it reads, its query heads, key/value heads and ``head_dim``
+  (:func:`.attention.current_layout`);
+* the MLP: every ``nn.Linear``/``Conv1D`` outside attention whose features were
+  ``(hidden, intermediate)`` before the resize (``sizes`` gives the old lengths).
+
+Each config field that holds one of these sizes (:data:`FIELDS`, through the config's
+``attribute_map``; a field named ``encoder_*``/``decoder_*`` counts only the modules of that
+stack) is set where the size is alike in every module. Where it differs, or where the config
+has no field for it and the value the family derives (``head_dim = hidden // heads``,
+``intermediate = 4 * hidden``) is not the measured one, the config says so in
+:data:`NONUNIFORM`: ``{field: {module qualname: size}}`` (the field itself holds the largest
+size), and a :class:`fxsym.ResizeWarning` names the fields.
+
+The config is copied, never changed in place: every module holding the old config (or one of
+its sub-configs) is given the copy, so a failing resize transaction restores the old one.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxsym import ResizeWarning
+
+from .attention import current_layout, projection_features
+
+#: the config attribute that records sizes the config cannot hold as one value
+NONUNIFORM = "fxsym_nonuniform"
+
+#: what a config field sizes -> the names families give it (canonical name first)
+FIELDS: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "dim", "embed_dim", "n_embed"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads",
+                            "encoder_attention_heads", "decoder_attention_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv"),
+    "head_dim": ("head_dim", "d_kv", "kv_channels"),
+    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim",
+                          "encoder_ffn_dim", "decoder_ffn_dim", "ffn_hidden_size"),
+}
+#: where a layout is read from attention modules: its position in ``current_layout``
+_ATTENTION = {"hidden_size": 0, "num_attention_heads": 1, "num_key_value_heads": 2,
+              "head_dim": 3}
+
+Sizes = Mapping[tuple[str, str], tuple[int, int]]
+
+
+def update_config(model: nn.Module, sizes: Sizes) -> None:
+    """Give ``model`` (and every module sharing its config) a copy of its config describing
+    the resized model; ``sizes`` is the ``fxsym_after_resize`` argument."""
+    config = getattr(model, "config", None)
+    if not sizes or config is None or not hasattr(config, "to_dict"):
+        return
+    attention = _attention_layouts(model)
+    memo: dict[int, Any] = {}
+    new = copy.deepcopy(config, memo)
+    nonuniform: dict[str, dict[str, int]] = {}
+    for what, names in FIELDS.items():
+        for field in _fields(config, names):
+            scope = _scope(field)
+            if what == "intermediate_size":
+                found = _mlp_sizes(model, config, field, sizes, attention)
+            else:
+                found = {q: lay[_ATTENTION[what]] for q, lay in attention.items()
+                         if scope is None or scope in q.split(".")}
+            if not found:
+                continue
+            if len(set(found.values())) > 1:
+                nonuniform[field] = found
+            value = max(found.values())
+            if getattr(config, field) != value:
+                setattr(new, field, value)
+    nonuniform.update(_derived_mismatches(new, attention))
+    if not nonuniform:  # the config claims to describe the model: check the claim
+        nonuniform.update(_differences(model, new))
+    if nonuniform:
+        setattr(new, NONUNIFORM, nonuniform)
+        warnings.warn(
+            f"{type(model).__name__}.config does not describe the resized model in full "
+            f"({', '.join(nonuniform)} differ between modules or from what the config "
+            f"derives); config.{NONUNIFORM} holds each module's value",
+            ResizeWarning, stacklevel=2)
+    elif hasattr(new, NONUNIFORM):
+        delattr(new, NONUNIFORM)
+    if new.to_dict() == config.to_dict():
+        return
+    for mod in model.modules():
+        state = vars(mod)
+        for key, value in list(state.items()):
+            if id(value) in memo and hasattr(value, "to_dict"):
+                state[key] = memo[id(value)]
+
+
+def _fields(config: Any, names: tuple[str, ...]) -> list[str]:
+    """The config's own attributes among ``names`` (``attribute_map`` aliases followed),
+    once each."""
+    aliases: Mapping[str, str] = getattr(config, "attribute_map", {}) or {}
+    out: list[str] = []
+    for name in names:
+        real = aliases.get(name, name)
+        if real in vars(config) and real not in out:
+            value = vars(config)[real]
+            if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+                out.append(real)
+    return out
+
+
+def _scope(field: str) -> str | None:
+    """The stack a field is about (``encoder_ffn_dim``: the encoder's), or ``None``."""
+    prefix = field.partition("_")[0]
+    return prefix if prefix in ("encoder", "decoder") else None
+
+
+def _attention_layouts(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for name, mod in model.named_modules():
+        layout = current_layout(mod)
+        if layout is not None:
+            out[name] = layout
+    return out
+
+
+def _old_value(config: Any, field: str | None) -> int | None:
+    value = getattr(config, field, None) if field else None
+    return value if isinstance(value, int) else None
+
+
+def _mlp_sizes(model: nn.Module, config: Any, field: str, sizes: Sizes,
+               attention: Mapping[str, Any]) -> dict[str, int]:
+    """The output features, now, of every projection outside attention that mapped the
+    hidden size to ``field``'s value before the resize (``None``: four times the hidden
+    size, as GPT-2 and its relatives derive it)."""
+    hidden_fields = _fields(config, FIELDS["hidden_size"])
+    hidden = _old_value(config, hidden_fields[0] if hidden_fields else None)
+    if hidden is None:
+        return {}
+    inter = _old_value(config, field)
+    inter = 4 * hidden if inter is None else inter
+    scope = _scope(field)
+    found: dict[str, int] = {}
+    for name, mod in model.named_modules():
+        features = projection_features(mod)
+        if features is None or any(name.startswith(f"{a}.") for a in attention):
+            continue
+        if scope is not None and scope not in name.split("."):
+            continue
+        old_in = sizes.get((name, "in_features"), features)[0]
+        old_out = sizes.get((name, "out_features"), (features[1],))[0]
+        if (old_in, old_out) == (hidden, inter):
+            found[name] = features[1]
+    return found
+
+
+def _derived_mismatches(config: Any, attention: Mapping[str, tuple[int, int, int, int]]
+                        ) -> dict[str, dict[str, int]]:
+    """``head_dim`` where the config has no field for it and ``hidden // heads`` (what the
+    family derives) is not the measured one."""
+    if _fields(config, FIELDS["head_dim"]) or not attention:
+        return {}
+    hidden = [f for f in _fields(config, FIELDS["hidden_size"])]
+    heads = [f for f in _fields(config, FIELDS["num_attention_heads"])]
+    if not hidden or not heads:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for q, (_, _, _, hd) in attention.items():
+        stack = [f for f in heads if _scope(f) is None or _scope(f) in q.split(".")]
+        n_heads = _old_value(config, stack[0]) if stack else None
+        width = _old_value(config, hidden[0])
+        if n_heads and width and width // n_heads != hd:
+            out = {"head_dim": {q2: lay[3] for q2, lay in attention.items()}}
+            break
+    return out
+
+
+def _differences(model: nn.Module, config: Any) -> dict[str, dict[str, Any]]:
+    """What a model of ``model``'s class built from ``config`` (on the meta device, no
+    weights) holds differently from ``model``: ``{name: {module qualname: value in model}}``
+    for float attributes (a ``scaling`` of ``1/sqrt(head_dim)`` computed from the old
+    ``head_dim``) and for parameter and buffer shapes (``"<name>.shape"``); empty if it
+    cannot be built. Int attributes are not compared: those a resize leaves stale
+    (``mlp.intermediate_size``) are not read by ``forward``, and those that are size its
+    weights."""
+    try:
+        with torch.device("meta"):
+            fresh = type(model)(config)
+    except Exception:  # a class that cannot be built on meta: nothing to compare with
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    built = dict(fresh.named_modules())
+    for name, mod in model.named_modules():
+        other = built.get(name)
+        if other is None:
+            continue
+        theirs = vars(other)
+        for attr, value in vars(mod).items():
+            if attr.startswith("_") or not isinstance(value, float):
+                continue
+            if not isinstance(theirs.get(attr), float) or abs(theirs[attr] - value) > (
+                    1e-6 * max(1.0, abs(value))):
+                out.setdefault(attr, {})[name] = value
+        tensors = dict(other.named_parameters(recurse=False))
+        tensors.update(other.named_buffers(recurse=False))
+        for pname, t in [*mod.named_parameters(recurse=False),
+                         *mod.named_buffers(recurse=False)]:
+            if pname in tensors and tensors[pname].shape != t.shape:
+                out.setdefault(f"{pname}.shape", {})[name] = list(t.shape)
+    return out

@@ -1,0 +1,218 @@
+"""Complete members of attention leaves, and ``model.config`` after a resize
+(``fxsym_after_resize``): a model rebuilt from the new config loads the resized weights."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from conftest import build
+
+import fxsym
+from fxsym.oracles import coverage
+from fxsym.plugins import get_plugin_manager
+from fxsym.tracer import resolve_example_inputs
+
+
+def _logits(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**inputs).logits
+
+
+def _rebuilt(model: torch.nn.Module) -> torch.nn.Module:
+    """A fresh model of the same class built from ``model.config``, with its weights."""
+    fresh = type(model)(model.config).eval()
+    fresh.load_state_dict(model.state_dict(), strict=True)
+    return fresh
+
+
+def _groups(sm: fxsym.SymMap, **sizes: int) -> dict[str, int]:
+    """Every group whose name ends with a key of ``sizes`` (dots as ``__``) -> that size."""
+    out: dict[str, int] = {}
+    for g in sm.groups():
+        for suffix, n in sizes.items():
+            if g.name.endswith(suffix.replace("__", ".")):
+                out[g.name] = n
+    return out
+
+
+# -- members ---------------------------------------------------------------------------------
+def test_projections_inside_attention_leaves_are_members_of_their_groups() -> None:
+    model = build("llama")
+    sm = fxsym.analyze(model)
+    attn = "model.layers.0.self_attn"
+    heads = set(sm.group(f"{attn}.heads").members)
+    assert {(f"{attn}.{p}_proj", "out_features") for p in "qkv"} <= heads
+    assert (f"{attn}.o_proj", "in_features") in heads
+    queries = set(sm.group(f"{attn}.queries_per_kv").members)
+    assert {(f"{attn}.q_proj", "out_features"), (f"{attn}.o_proj", "in_features")} <= queries
+    assert (f"{attn}.k_proj", "out_features") not in queries
+    hidden = set(sm.group("model.embed_tokens.embedding_dim").members)
+    assert {(f"{attn}.{p}_proj", "in_features") for p in "qkv"} <= hidden
+    assert (f"{attn}.o_proj", "out_features") in hidden
+    # their symbols follow the groups instead of being constant
+    q_proj = model.model.layers[0].self_attn.q_proj
+    assert sm.get_symbol(q_proj, "out_features").is_dynamic
+    assert not sm.get_symbol(q_proj, "in_features").is_constant
+    assert coverage(sm) == pytest.approx(17 / 18)  # every Linear but lm_head (the logits)
+
+
+@pytest.mark.parametrize(("family", "attn", "qkv", "o"), [
+    ("gpt2", "transformer.h.0.attn", ["c_attn"], "c_proj"),
+    ("bert", "bert.encoder.layer.0.attention.self", ["query", "key", "value"], None),
+])
+def test_fused_and_unprojected_attention_members(family: str, attn: str, qkv: list[str],
+                                                  o: str | None) -> None:
+    sm = fxsym.analyze(build(family))
+    heads = set(sm.group(f"{attn}.heads").members)
+    assert {(f"{attn}.{p}", "out_features") for p in qkv} <= heads
+    if o is not None:
+        assert (f"{attn}.{o}", "in_features") in heads
+        assert (f"{attn}.{qkv[0]}", "out_features") in sm.group(f"{attn}.head_dim").members
+
+
+# -- config after a resize -------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["llama", "mistral"])
+def test_uniform_shrink_of_grouped_query_model_rebuilds_from_its_config(family: str) -> None:
+    model = build(family)  # hidden 64, 4 query heads, 2 key/value heads, head_dim 16, MLP 128
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model)
+    fxsym.resize(model, sm, _groups(sm, embed_tokens__embedding_dim=48, __heads=1,
+                                    gate_proj__out_features=96))
+    cfg = model.config
+    assert (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+            cfg.intermediate_size) == (48, 2, 1, 16, 96)
+    assert not hasattr(cfg, "fxsym_nonuniform")
+    assert model.model.layers[1].self_attn.config is cfg  # every module holds the new config
+    torch.testing.assert_close(_logits(_rebuilt(model), inputs), _logits(model, inputs),
+                               rtol=0, atol=0)
+
+
+def test_uniform_shrink_of_queries_per_kv_sets_the_query_heads() -> None:
+    model = build("llama")
+    sm = fxsym.analyze(model)
+    fxsym.resize(model, sm, _groups(sm, queries_per_kv=1))
+    assert (model.config.num_attention_heads, model.config.num_key_value_heads) == (2, 2)
+    inputs = resolve_example_inputs(model, None)
+    torch.testing.assert_close(_logits(_rebuilt(model), inputs), _logits(model, inputs),
+                               rtol=0, atol=0)
+
+
+def test_gpt2_mlp_rebuilds_from_n_inner_and_a_head_dim_shrink_is_marked() -> None:
+    model = build("gpt2")  # n_embd 64, 4 heads of 16, n_inner 128
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model)
+    fxsym.resize(model, sm, _groups(sm, c_fc__out_features=96))
+    assert (model.config.n_embd, model.config.n_head, model.config.n_inner) == (64, 4, 96)
+    assert not hasattr(model.config, "fxsym_nonuniform")
+    torch.testing.assert_close(_logits(_rebuilt(model), inputs), _logits(model, inputs),
+                               rtol=0, atol=0)
+    # hidden 32 with 4 heads of 8 has the config's shapes, but the attention keeps scaling
+    # by 1/sqrt(16), where a model built from the config scales by 1/sqrt(8)
+    sm = fxsym.analyze(model)
+    with pytest.warns(fxsym.ResizeWarning, match="scaling"):
+        fxsym.resize(model, sm, _groups(sm, wte__embedding_dim=32, head_dim=8))
+    assert (model.config.n_embd, model.config.n_head) == (32, 4)
+    assert model.config.fxsym_nonuniform == {"scaling": {
+        f"transformer.h.{i}.attn": 0.25 for i in (0, 1)}}
+
+
+def test_bert_mlp_rebuilds_and_heads_the_config_cannot_hold_are_marked() -> None:
+    model = build("bert")
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model)
+    fxsym.resize(model, sm, _groups(sm, intermediate__dense__out_features=96))
+    assert model.config.intermediate_size == 96
+    torch.testing.assert_close(_logits(_rebuilt(model), inputs), _logits(model, inputs),
+                               rtol=0, atol=0)
+    # 2 heads of 16 features in a hidden size of 64: BertConfig derives head size 64 // 2
+    sm = fxsym.analyze(model)
+    with pytest.warns(fxsym.ResizeWarning, match="head_dim"):
+        fxsym.resize(model, sm, _groups(sm, attention__self__heads=2))
+    cfg = model.config
+    assert cfg.num_attention_heads == 2
+    assert cfg.fxsym_nonuniform == {"head_dim": {
+        f"bert.encoder.layer.{i}.attention.self": 16 for i in (0, 1)}}
+    assert cfg.to_dict()["fxsym_nonuniform"] == cfg.fxsym_nonuniform  # saved with the config
+
+
+def test_nonuniform_shrink_marks_the_config() -> None:
+    model = build("llama")
+    sm = fxsym.analyze(model)
+    old = model.config
+    with pytest.warns(fxsym.ResizeWarning, match="intermediate_size"):
+        fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64,
+                                 "model.layers.1.self_attn.heads": 1})
+    cfg = model.config
+    assert cfg is not old and old.intermediate_size == 128 and not hasattr(old,
+                                                                            "fxsym_nonuniform")
+    mlp = "model.layers.{}.mlp.{}"
+    assert cfg.fxsym_nonuniform == {
+        "num_attention_heads": {"model.layers.0.self_attn": 4, "model.layers.1.self_attn": 2},
+        "num_key_value_heads": {"model.layers.0.self_attn": 2, "model.layers.1.self_attn": 1},
+        "intermediate_size": {mlp.format(0, "gate_proj"): 64, mlp.format(0, "up_proj"): 64,
+                              mlp.format(1, "gate_proj"): 128, mlp.format(1, "up_proj"): 128},
+    }
+    # the fields hold the largest size; a uniform resize afterwards clears the mark
+    assert (cfg.intermediate_size, cfg.num_attention_heads) == (128, 4)
+    sm = fxsym.analyze(model)
+    fxsym.resize(model, sm, {"model.layers.1.mlp.gate_proj.out_features": 64,
+                             "model.layers.0.self_attn.heads": 1})
+    assert (model.config.intermediate_size, model.config.num_key_value_heads) == (64, 1)
+    assert not hasattr(model.config, "fxsym_nonuniform")
+
+
+# -- the hook --------------------------------------------------------------------------------
+class _Recorder:
+    def __init__(self, fail: bool) -> None:
+        self.fail = fail
+        self.calls: list[tuple[dict[str, list[int]], dict[tuple[str, str], tuple[int, int]]]] = []
+
+    @fxsym.hookimpl(trylast=True)  # after the hf plugin's
+    def fxsym_after_resize(self, model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
+        self.calls.append(({k: v.tolist() for k, v in kept.items()}, dict(sizes)))
+        if self.fail:
+            raise RuntimeError("boom")
+
+
+@pytest.mark.filterwarnings("ignore::fxsym.ResizeWarning")
+@pytest.mark.parametrize("fail", [False, True])
+def test_after_resize_hook_arguments_and_a_failing_hook_rolls_back(fail: bool) -> None:
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=["nn", "hf"])
+    recorder = _Recorder(fail)
+    pm.register(recorder, name="recorder")
+    model = build("llama")
+    config, weight = model.config, model.model.layers[0].mlp.gate_proj.weight
+    with fxsym.use_plugins(pm):
+        sm = fxsym.analyze(model)
+    name = "model.layers.0.mlp.gate_proj.out_features"
+    if not fail:
+        fxsym.resize(model, sm, {name: [0, 2, 5]})
+        kept, sizes = recorder.calls[0]
+        assert kept == {name: [0, 2, 5]}
+        assert sizes[("model.layers.0.mlp.gate_proj", "out_features")] == (128, 3)
+        assert sizes[("model.layers.0.mlp.down_proj", "in_features")] == (128, 3)
+        assert model.config is not config and model.config.fxsym_nonuniform
+        return
+    with pytest.warns(fxsym.PluginWarning, match="recorder"), pytest.raises(
+            fxsym.ResizeError, match=r"fxsym_after_resize.*boom"):
+        fxsym.resize(model, sm, {name: [0, 2, 5]})
+    assert len(recorder.calls) == 1
+    assert model.config is config and model.model.layers[1].self_attn.config is config
+    assert model.model.layers[0].mlp.gate_proj.weight is weight
+    assert config.intermediate_size == 128 and not hasattr(config, "fxsym_nonuniform")
+
+
+def test_a_config_warning_made_an_error_rolls_back_without_disabling_the_plugin() -> None:
+    model = build("llama")
+    sm = fxsym.analyze(model)
+    config = model.config
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fxsym.ResizeWarning)
+        with pytest.raises(fxsym.ResizeError, match="does not describe"):
+            fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64})
+    assert model.config is config and model.model.layers[0].mlp.gate_proj.out_features == 128
+    assert get_plugin_manager().has_plugin("hf")
