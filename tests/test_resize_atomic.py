@@ -134,6 +134,27 @@ def _mha() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return _MHABlock().eval(), (torch.randn(1, 5, 8),)
 
 
+class _HeadSplit(nn.Module):
+    """Sizes read from int attributes (``self.heads``, ``self.hidden``): resize rebinds them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads, self.head_dim, self.hidden = 2, 4, 8
+        self.qkv = nn.Linear(6, self.hidden)
+        self.out = nn.Linear(self.hidden, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = self.qkv(x).view(b, s, self.heads, self.head_dim)
+        h = (h * h.sum(-1, keepdim=True)).reshape(b, s, self.hidden)
+        return self.out(h)
+
+
+def _attributes() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(0)
+    return _HeadSplit().eval(), (torch.randn(2, 5, 6),)
+
+
 def _llama(tied: bool = False) -> tuple[nn.Module, dict[str, torch.Tensor]]:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -162,13 +183,17 @@ def _run(model: nn.Module, inputs: Any) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
-@pytest.mark.parametrize("build", [_vit, _swin, _mha, _llama, _llama_tied, _conv_bn],
-                         ids=["vit", "swin", "mha", "llama", "llama-tied", "conv-bn"])
+@pytest.mark.parametrize("build", [_vit, _swin, _mha, _llama, _llama_tied, _conv_bn,
+                                   _attributes],
+                         ids=["vit", "swin", "mha", "llama", "llama-tied", "conv-bn",
+                              "attributes"])
 def test_fault_at_every_write_leaves_the_model_identical(build: Callable[[], Any]) -> None:
     model, inputs = build()
     sm = fxsym.analyze(model, example_inputs=inputs)
     choices = _choices(sm)
     assert choices, "no group to resize"
+    if build in (_vit, _attributes):  # int attributes are members: rebound in the transaction
+        assert any(s.startswith("attr:") for g in sm.groups() for _, s in g.members)
     reference = copy.deepcopy(model)
     fxsym.resize(reference, fxsym.analyze(reference, example_inputs=inputs), choices)
     snap = _snapshot(model)

@@ -240,7 +240,8 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
 
     The members are checked three ways, none of which knows a module family:
 
-    * a parameter member ``(owner, "name:dim")``: the tensor's ``shape[dim]``;
+    * a parameter member ``(owner, "name:dim")``: the tensor's ``shape[dim]``; an attribute
+      member ``(owner, "attr:name")`` (an int attribute read as a size): its value;
     * a module member with a cross-layer symbol: on a run of the shrunk copy, the size of the
       input (INCOMING) or output (OUTGOING) dimension the symbol's ``elastic_dims`` name, at
       every call — the module's weights must have produced or accepted it;
@@ -294,8 +295,16 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
         got: set[int] | None
         if key in param_members:
             pname, _, dim = sname.rpartition(":")
-            tensor = _attribute(modules.get(qualname), pname)
-            got = {int(tensor.shape[int(dim)])} if isinstance(tensor, torch.Tensor) else None
+            if not dim.isdigit():  # an int attribute read as a size: "attr:hidden_dim"
+                value = _attribute(modules.get(qualname), dim)
+                got = {value} if isinstance(value, int) else None
+                if got is None:
+                    result.details.append(f"{qualname}.{dim}: no longer an int ({value!r})")
+                    _blame(result, group_of.get(key, qualname))
+            else:
+                tensor = _attribute(modules.get(qualname), pname)
+                got = ({int(tensor.shape[int(dim)])} if isinstance(tensor, torch.Tensor)
+                       else None)
         else:
             got = observed.get(key)
         if got is not None and got != {length}:

@@ -174,8 +174,12 @@ class Analyzer:
                 known = AttributeSize((dim,))
             self.attribute_reads[target] = known
         question = node.meta.get(CONCRETE_META)
-        if question is not None:
-            self.fix(known, f"the trace depends on the value of {target} ({question})", node)
+        if question is not None:  # pinned without a report line: alone, it sizes nothing yet
+            for dim in known:
+                for seg in dim:
+                    if seg.group is not None:
+                        self.table.fix(seg.group, f"the trace depends on the value of {target} "
+                                       f"({question})")
         return known
 
     def drop_parameter_member(self, target: str) -> None:
