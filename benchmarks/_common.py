@@ -1,4 +1,8 @@
-"""Helpers shared by the benchmark scripts (plain scripts; run them from the repo root)."""
+"""Helpers shared by the benchmark scripts (plain scripts; run them from the repo root).
+
+Tables and progress come from :mod:`fxsym.console`: rich at a terminal, plain text when
+piped.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from fxsym.console import render_table, track
+
+__all__ = ["input_size", "median_time", "table", "track", "zoo_names"]
 
 
 def zoo_names() -> list[str]:
@@ -31,9 +39,5 @@ def median_time(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def table(rows: list[list[Any]], header: list[str]) -> str:
-    cells = [[str(c) for c in row] for row in [header, *rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in
-                       enumerate(zip(row, widths))) for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """The rows as a table: drawn by rich at a terminal, plain aligned columns otherwise."""
+    return render_table(rows, header)

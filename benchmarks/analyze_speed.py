@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import input_size, median_time, table, zoo_names
+from _common import input_size, median_time, table, track, zoo_names
 
 import fxsym
 
@@ -73,8 +73,7 @@ def main() -> None:
     fxsym.load_plugins()
     names = args.models.split(",") if args.models else zoo_names()
     rows, ratios = [], []
-    for i, name in enumerate(names, 1):
-        print(f"[{i}/{len(names)}] {name}", file=sys.stderr, flush=True)
+    for name in track(names, description="analyze speed"):
         row, ratio = measure(name, args.repeat)
         rows.append(row)
         ratios.append(ratio)

@@ -16,7 +16,7 @@ import time
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import input_size, table, zoo_names
+from _common import input_size, table, track, zoo_names
 
 import fxsym
 from fxsym.oracles import check_permutation, check_shrink, coverage
@@ -32,8 +32,7 @@ def main() -> None:
     fxsym.load_plugins()
     names = args.models.split(",") if args.models else zoo_names()
     rows = []
-    for i, name in enumerate(names, 1):
-        print(f"[{i}/{len(names)}] {name}", file=sys.stderr, flush=True)
+    for name in track(names, description="zoo report"):
         torch.manual_seed(0)
         model = torchvision.models.get_model(name, weights=None).eval()
         size = input_size(name)

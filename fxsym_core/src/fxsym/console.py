@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any, TypeVar
 
-__all__ = ["format_table", "is_terminal", "print_table", "status", "track"]
+__all__ = ["format_table", "is_terminal", "print_table", "render_table", "status", "track"]
 
 T = TypeVar("T")
 
@@ -48,22 +48,28 @@ def print_table(rows: Sequence[Sequence[Any]], header: Sequence[str], *,
                 title: str | None = None, file: IO[str] | None = None) -> None:
     """Print a table: drawn by rich at a terminal, :func:`format_table` otherwise."""
     stream = sys.stdout if file is None else file
-    if not is_terminal(stream):
-        if title:
-            print(title, file=stream)
-        print(format_table(rows, header), file=stream)
-        return
+    print(render_table(rows, header, title=title, terminal=is_terminal(stream)), file=stream)
+
+
+def render_table(rows: Sequence[Sequence[Any]], header: Sequence[str], *,
+                 title: str | None = None, terminal: bool | None = None) -> str:
+    """The table as text: drawn by rich (with colour codes) when ``terminal`` (default:
+    stdout is a terminal), :func:`format_table` under ``title`` otherwise."""
+    if not (is_terminal() if terminal is None else terminal):
+        return (f"{title}\n" if title else "") + format_table(rows, header)
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=title, title_justify="left", header_style="bold")
     for i, name in enumerate(header):
-        table.add_column(name, justify="left" if i == 0 else "right",
-                         overflow="fold")
+        table.add_column(name, justify="left" if i == 0 else "right", overflow="fold")
     for row in rows:
         table.add_row(*(Text(str(c)) for c in row))
-    Console(file=stream).print(table)
+    console = Console(force_terminal=True)
+    with console.capture() as captured:
+        console.print(table)
+    return captured.get().rstrip("\n")
 
 
 @contextmanager
