@@ -1,0 +1,128 @@
+"""fxsym.plan: targets, counts, rounding, plain data (issue 12)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import fxsym
+from fxsym import importance
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU())
+        self.a = nn.Sequential(nn.Conv2d(32, 48, 3, padding=1), nn.BatchNorm2d(48), nn.ReLU(),
+                               nn.Conv2d(48, 32, 3, padding=1), nn.BatchNorm2d(32))
+        self.b = nn.Sequential(nn.Conv2d(32, 64, 3, stride=2), nn.ReLU())
+        self.head = nn.Sequential(nn.Linear(64, 40), nn.ReLU(), nn.Linear(40, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.relu(x + self.a(x))
+        return self.head(self.b(x).mean((2, 3)))
+
+
+X = torch.randn(2, 3, 16, 16)
+
+
+def _net() -> tuple[Net, fxsym.SymMap]:
+    torch.manual_seed(0)
+    m = Net().eval()
+    return m, fxsym.analyze(m, example_inputs=(X,))
+
+
+def _macs(model: nn.Module) -> int:
+    with FlopCounterMode(display=False) as counter:
+        model(X)
+    return int(counter.get_total_flops()) // 2
+
+
+def _unit_cost(model: nn.Module, sm: fxsym.SymMap, name: str) -> int:
+    lay = importance.layout(model, sm)
+    return lay.param_count({}) - lay.param_count({name: sm.group(name).size - 1})
+
+
+@pytest.mark.parametrize("round_to", [1, 8])
+def test_global_plan_hits_target_params_within_one_rounding_unit(round_to: int) -> None:
+    m, sm = _net()
+    before = sum(p.numel() for p in m.parameters())
+    target = before // 2
+    plan = fxsym.plan(m, sm, target_params=target, importance="l2", round_to=round_to)
+    assert plan.params_before == before
+    assert plan.params_after <= target
+    step = max(_unit_cost(m, sm, g.name) for g in sm.groups()) * round_to
+    assert target - plan.params_after < step
+    for g in plan.groups:
+        assert g.kept == g.size or g.kept % round_to == 0
+    plan.apply(m, sm)
+    assert sum(p.numel() for p in m.parameters()) == plan.params_after
+    assert m(X).shape == (2, 10)
+
+
+def test_uniform_plan_hits_target_params_within_one_step_of_every_group() -> None:
+    m, sm = _net()
+    target = plan_target = sum(p.numel() for p in m.parameters()) * 6 // 10
+    plan = fxsym.plan(m, sm, target_params=plan_target, scope="uniform")
+    assert plan.params_after <= target
+    assert target - plan.params_after < sum(_unit_cost(m, sm, g.name) for g in sm.groups())
+    ratios = [g.kept / g.size for g in plan.groups]
+    assert max(ratios) - min(ratios) < 0.1
+
+
+def test_macs_are_counted_from_the_traced_shapes_before_and_after() -> None:
+    m, sm = _net()
+    plan = fxsym.plan(m, sm, target_macs=_macs(m) // 3, importance="l1")
+    assert plan.macs_before == _macs(m)
+    assert plan.macs_after <= plan.macs_before // 3
+    plan.apply(m, sm)
+    assert _macs(m) == plan.macs_after
+
+
+def test_ratio_exclude_and_min_keep() -> None:
+    m, sm = _net()
+    plan = fxsym.plan(m, sm, ratio=0.9, scope="uniform", exclude=["head.*"], min_keep=4)
+    kept = {g.name: g.kept for g in plan.groups}
+    assert kept["head.0.out_features"] == 40
+    assert kept["stem.0.out_channels"] == 4  # ceil(32 * 0.1) = 4
+    assert kept["a.0.out_channels"] == 5
+    assert kept["b.0.out_channels"] == 7
+    assert all(g.keep is None or list(g.keep) == sorted(g.keep) for g in plan.groups)
+
+
+def test_kept_units_are_the_most_important() -> None:
+    m, sm = _net()
+    scores = {g.name: torch.arange(g.size, dtype=torch.float64).flip(0) for g in sm.groups()}
+    plan = fxsym.plan(m, sm, ratio=0.5, scope="uniform", importance=scores)
+    for g in plan.groups:
+        assert g.keep == tuple(range(g.kept))
+
+
+def test_plan_is_plain_data_replayable_on_a_fresh_model() -> None:
+    m, sm = _net()
+    fresh = copy.deepcopy(m)
+    plan = fxsym.plan(m, sm, ratio=0.5, importance=importance.taylor(
+        lambda model, x: model(x).square().mean(), [X]))
+    text = plan.to_json()
+    again = fxsym.Plan.from_json(text)
+    assert again == plan and again.to_json() == text
+    plan.apply(m, sm)
+    again.apply(fresh, fxsym.analyze(fresh, example_inputs=(X,)))
+    assert torch.equal(m(X), fresh(X))
+
+
+def test_bad_requests_are_plan_errors() -> None:
+    m, sm = _net()
+    with pytest.raises(fxsym.PlanError, match="exactly one"):
+        fxsym.plan(m, sm, ratio=0.5, target_params=10)
+    with pytest.raises(fxsym.PlanError, match="cannot reach 10 parameters"):
+        fxsym.plan(m, sm, target_params=10)
+    with pytest.raises(fxsym.PlanError, match="unknown importance"):
+        fxsym.plan(m, sm, ratio=0.5, importance="l3")
+    with pytest.raises(fxsym.PlanError, match="not a valid fxsym plan"):
+        fxsym.Plan.from_json('{"format": 1}')
