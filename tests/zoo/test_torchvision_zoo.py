@@ -25,8 +25,8 @@ SUBSET = {
     "densenet121": 0.95, "efficientnet_b0": 0.95, "mobilenet_v3_small": 0.95,
     "convnext_tiny": 0.95, "shufflenet_v2_x0_5": 0.6, "squeezenet1_1": 0.9,
     "regnet_x_400mf": 0.95, "googlenet": 0.85, "swin_t": 0.95,
-    # the residual width is pinned: torchvision's ViT reshapes by its hidden_dim attribute
-    "vit_b_16": 0.3,
+    # ViT reshapes by its hidden_dim attribute, tied to the residual width (issue 11)
+    "vit_b_16": 0.95,
 }
 
 
