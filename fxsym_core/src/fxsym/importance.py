@@ -8,10 +8,12 @@ directly in the graph. Every criterion here scores a unit over *all* of them.
 core knows no module family. :func:`layout` resizes throw-away copies of the model whose
 parameters are *probes* (each element holds its own flat index, no weight is copied) with
 subsets of units chosen so that the slices surviving each resize spell, bit by bit, the unit
-and then the group each slice belongs to: ``⌈log2(units + 1)⌉ + 2·⌈log2 groups⌉`` resizes of a
-copy in all, whatever the model. Every subset keeps as many units in groups of equal size, so
-the blocks of one ``chunk`` (``SymGroup.same_size``) stay valid. The result, a
-:class:`Layout`, also counts the parameters a choice of sizes leaves (used by
+each slice belongs to: ``⌈log2(units + 1)⌉`` resizes of a copy per batch of groups that change
+no parameter in common (a few batches: a conv's input and output groups, a head, its queries
+and its dims go in different ones). The blocks of one ``chunk`` (``SymGroup.same_size``) must
+be cut together; where they share a parameter, ``2·⌈log2 groups⌉`` more resizes spell which
+block each slice is in, every subset keeping as many units in groups of equal size. The
+result, a :class:`Layout`, also counts the parameters a choice of sizes leaves (used by
 :mod:`fxsym.planning`).
 
 **Criteria** are callables ``criterion(model, symmap) -> {group name: scores}`` with one score
@@ -91,13 +93,25 @@ class Layout:
     sizes: Mapping[str, int]
 
     def shapes_after(self, kept: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-        """Every parameter's shape once each group of ``kept`` keeps that many units."""
+        """Every parameter's shape once each group of ``kept`` keeps that many units.
+
+        A slice stays if every group it belongs to keeps its unit; groups cutting one dim side
+        by side (a concatenation) or crosswise (heads x head dims of one projection) are both
+        counted exactly, whichever units are kept."""
         shapes = {name: list(shape) for name, shape in self.shapes.items()}
+        cut: dict[tuple[str, int], torch.Tensor] = {}
         for group, count in kept.items():
             size = self.sizes[group]
+            if count == size:
+                continue
             for s in self.slices.get(group, ()):
-                per_unit = s.index.numel() // size
-                shapes[s.param][s.dim] -= (size - count) * per_unit
+                share = cut.get((s.param, s.dim))
+                if share is None:
+                    share = cut[(s.param, s.dim)] = torch.ones(
+                        self.shapes[s.param][s.dim], dtype=torch.float64)
+                share[s.index] *= count / size
+        for (param, dim), share in cut.items():
+            shapes[param][dim] = round(float(share.sum()))
         return {name: tuple(shape) for name, shape in shapes.items()}
 
     def param_count(self, kept: Mapping[str, int]) -> int:
@@ -131,17 +145,85 @@ def _compute_layout(model: nn.Module, symmap: SymMap) -> Layout:
     groups = symmap.groups()
     sizes = {g.name: g.size for g in groups}
     live = [g for g in groups if g.size >= 2]
+    slices: dict[str, list[Slices]] = {g.name: [] for g in live}
     if not live:
-        return Layout(shapes, {}, sizes)
+        return Layout(shapes, slices, sizes)
     probes = {name: nn.Parameter(torch.arange(p.numel(), dtype=_probe_dtype(p)).reshape(p.shape),
                                  requires_grad=False) for name, p in params.items()}
+    touches = _touches(model, live)
+    for batch in _batches(live, touches):
+        _decode(model, symmap, params, probes, batch, touches, slices)
+    return Layout(shapes, slices, sizes)
+
+
+def _touches(model: nn.Module, live: Sequence[SymGroup]) -> dict[str, set[str]]:
+    """Per group, the parameters its resize may change: those of its member modules and their
+    submodules, and its parameter members (under each parameter's first name)."""
+    first = {id(p): n for n, p in model.named_parameters()}
+    modules = dict(model.named_modules())
+    out: dict[str, set[str]] = {}
+    for g in live:
+        names: set[str] = set()
+        for qualname, sname in g.members:
+            mod = modules.get(qualname)
+            if mod is None:
+                continue
+            pname, colon, dim = sname.rpartition(":")
+            if colon and dim.isdigit():
+                p = getattr(mod, pname, None)
+                if isinstance(p, torch.Tensor) and id(p) in first:
+                    names.add(first[id(p)])
+            elif not colon:
+                names.update(first[id(p)] for p in mod.parameters() if id(p) in first)
+        out[g.name] = names
+    return out
+
+
+def _batches(live: Sequence[SymGroup], touches: Mapping[str, set[str]]
+             ) -> list[list[SymGroup]]:
+    """The groups in batches that resize no parameter twice (a head, its queries and its
+    dims all cut the rows of one projection: they go in different batches), except groups
+    tied by ``same_size``, which must go together (they cut disjoint segments)."""
+    by_name = {g.name: g for g in live}
+    units: list[list[SymGroup]] = []
+    placed: set[str] = set()
+    for g in live:
+        if g.name in placed:
+            continue
+        tied = [g] + [by_name[n] for n in getattr(g, "same_size", ()) if n in by_name]
+        placed.update(t.name for t in tied)
+        units.append(tied)
+    batches: list[tuple[list[SymGroup], set[str]]] = []
+    for unit in units:
+        need = set().union(*(touches[t.name] for t in unit))
+        for members, used in batches:
+            if not used & need:
+                members.extend(unit)
+                used |= need
+                break
+        else:
+            batches.append((list(unit), set(need)))
+    return [members for members, _ in batches]
+
+
+def _decode(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Parameter],
+            probes: Mapping[str, nn.Parameter], live: Sequence[SymGroup],
+            touches: Mapping[str, set[str]], slices: dict[str, list[Slices]]) -> None:
+    """Find the slices of the groups ``live`` (no parameter resized by two of them but for
+    ``same_size`` blocks) and append them to ``slices``."""
+    owners: dict[str, list[int]] = {}
+    for i, g in enumerate(live):
+        for name in touches[g.name]:
+            owners.setdefault(name, []).append(i)
     # unit u is coded u + 1 and a slice of it dropped by call k when bit k of its code is set:
     # a slice no call drops belongs to no unit (groups too small for bit k keep everything)
     unit_bits = max(g.size for g in live).bit_length()
     kept_unit = [_survivors(model, symmap, params, probes, {
         g.name: [u for u in range(g.size) if not ((u + 1) >> k) & 1]
         for g in live if g.size >= 1 << k}) for k in range(unit_bits)]
-    group_bits = (len(live) - 1).bit_length()
+    # the blocks of one chunk cut one parameter: which block a slice is in, bit by bit
+    shared = any(len(ids) > 1 for ids in owners.values())
+    group_bits = (len(live) - 1).bit_length() if shared else 0
     kept_group: list[tuple[dict[str, list[torch.Tensor]], dict[str, list[torch.Tensor]]]] = []
     for j in range(group_bits):
         first = _survivors(model, symmap, params, probes, {
@@ -149,9 +231,9 @@ def _compute_layout(model: nn.Module, symmap: SymMap) -> Layout:
         second = _survivors(model, symmap, params, probes, {
             g.name: [g.size - 1] if (i >> j) & 1 else [0] for i, g in enumerate(live)})
         kept_group.append((first, second))
-    slices: dict[str, list[Slices]] = {g.name: [] for g in live}
-    for name, shape in shapes.items():
-        for dim, size in enumerate(shape):
+    for name in params:
+        ids = owners.get(name, [])
+        for dim, size in enumerate(params[name].shape):
             code = torch.zeros(size, dtype=torch.long)
             dropped = torch.zeros(size, dtype=torch.bool)
             for k, kept in enumerate(kept_unit):
@@ -160,21 +242,25 @@ def _compute_layout(model: nn.Module, symmap: SymMap) -> Layout:
             where = dropped.nonzero().flatten()
             if where.numel() == 0:
                 continue
+            if not ids:
+                raise PlanError(f"a resize changed {name}, which belongs to no member of the "
+                                "groups resized: a resize rule reaches outside its module")
             unit = code - 1
-            gid = torch.zeros(size, dtype=torch.long)
-            for j, (first, second) in enumerate(kept_group):
-                k1, k2 = first[name][dim], second[name][dim]
-                odd = unit % 2 == 1
-                bit = torch.where(odd, ~k1, torch.where(unit == 0, k1, k1 | k2))
-                gid |= bit.long() << j
+            gid = torch.full((size,), ids[0], dtype=torch.long)
+            if len(ids) > 1:
+                gid.zero_()
+                for j, (first, second) in enumerate(kept_group):
+                    k1, k2 = first[name][dim], second[name][dim]
+                    odd = unit % 2 == 1
+                    bit = torch.where(odd, ~k1, torch.where(unit == 0, k1, k1 | k2))
+                    gid |= bit.long() << j
             for i in sorted(set(gid[where].tolist())):
                 at = where[gid[where] == i]
-                if i >= len(live) or not 0 <= int(unit[at].min()) <= int(unit[at].max()) < live[
+                if i not in ids or not 0 <= int(unit[at].min()) <= int(unit[at].max()) < live[
                         i].size:
                     raise PlanError(f"cannot tell which units {name} (dim {dim}) belongs to: "
                                     "a resize rule does more than keep slices")
                 slices[live[i].name].append(Slices(name, dim, at, unit[at]))
-    return Layout(shapes, slices, sizes)
 
 
 def _probe_dtype(p: torch.Tensor) -> torch.dtype:
