@@ -114,7 +114,7 @@ PINNED: list[tuple[str, Callable[[Probe, torch.Tensor], torch.Tensor], set, str]
      "scatter_add addresses"),
     ("index-fill", lambda m, h: _mixed(m, h.index_fill(1, torch.tensor([1]), 0.0)), {A},
      "index_fill addresses"),
-    ("narrow", lambda m, h: h.narrow(1, 2, 4).sum(1), {A}, "keeps a part"),
+    ("narrow", lambda m, h: h.narrow(1, 2, 6).sum(1), {A}, "keeps a part"),
     ("select", lambda m, h: h.select(1, 2), {A}, "picks one entry"),
     ("diagonal-offset", lambda m, h: h.diagonal(1, 1, 2).sum(-1, keepdim=True) + h.sum(1),
      {A, B}, "off-centre diagonal"),

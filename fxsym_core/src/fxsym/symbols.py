@@ -258,6 +258,9 @@ class SymGroup:
     members: tuple[tuple[str, str], ...]
     unit: int = 1
     id: int = field(repr=False, compare=False, default=-1)
+    #: names of the other groups that must keep as many units as this one (the blocks of a
+    #: ``chunk``, cut at equal sizes at run time); their entries are chosen independently
+    same_size: tuple[str, ...] = ()
 
 
 #: ``(module_qualname, symbol_name)``; a parameter member is ``(owner, "name:dim")``

@@ -7,6 +7,7 @@ rule raises through ``ctx.unsupported``: the node becomes a boundary, never a gu
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from fxsym.analysis import (
     Seg,
     SizeLayout,
     TensorLayout,
+    Unsupported,
     concat_dims,
     dim_size,
     fixed_dim,
@@ -480,14 +482,25 @@ def cross(ctx: OpContext) -> Layout:
 
 
 def narrow(ctx: OpContext) -> Layout:
-    """``narrow(x, d, start, length)``: a slice; the whole dim passes, a part pins it."""
+    """``narrow(x, d, start, length)``: a slice; the whole dim passes. A part given by
+    numbers is ``x[start:start + length]`` along ``d`` (:func:`slice_dim`: the head and the
+    part kept are pinned, the tail may change); other parts pin the dim."""
     x = ctx.arg(0, "input")
     lay = list(ctx.tensor_layout(x))
     d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lay))
     out = ctx.out_shape()
-    if out[d] != ctx.shape(x)[d]:
-        _pin(ctx, lay[d], "keeps a part of an elastic dim")
-        lay[d] = fixed_dim(out[d])
+    n = ctx.shape(x)[d]
+    if out[d] != n:
+        start, length = ctx.arg(2, "start"), ctx.arg(3, "length")
+        if type(start) is int and type(length) is int and not is_fixed(lay[d]):
+            start = start % n
+            lay[d] = slice_dim(ctx, lay[d], start, start + length, n,
+                               "narrow keeps a part of an elastic dim, of a size written "
+                               "as a number")
+            lay = list(ctx.table.resolve_layout(TensorLayout(lay)))
+        else:
+            _pin(ctx, lay[d], "keeps a part of an elastic dim")
+            lay[d] = fixed_dim(out[d])
     return _checked(ctx, lay, ctx.value)
 
 
@@ -603,7 +616,14 @@ def stack(ctx: OpContext) -> Layout:
 
 
 def split(ctx: OpContext) -> Layout:
-    """``split``/``chunk``/``unbind``: pieces along a fixed dim keep the other dims' groups."""
+    """``split``/``chunk``/``unbind``: pieces keep the other dims' groups.
+
+    Along an elastic dim, ``chunk`` into equal pieces cuts the dim's groups into blocks at
+    the piece boundaries (:func:`cut_dim`), and the blocks of each piece keep as many units
+    as the first piece's (``chunk`` cuts at equal sizes at run time); their entries are chosen
+    independently. Pieces of sizes written as numbers (``split(64)``), unequal pieces and
+    ``unbind`` pin that dim.
+    """
     x = ctx.arg(0, "input")
     lay = ctx.tensor_layout(x)
     name = _op_name(ctx)
@@ -611,18 +631,98 @@ def split(ctx: OpContext) -> Layout:
     d = ctx.val(ctx.arg(2 if name in ("split", "chunk", "tensor_split") else 1, "dim",
                         default_dim))
     d = _norm_dim(int(d), len(lay))
-    if not is_fixed(lay[d]):
-        ctx.unsupported(f"{name} along an elastic dimension")
     pieces = ctx.value
+    sizes = [p.shape[d] for p in pieces] if name != "unbind" else []
+    cuts: list[Dim] | None = None
+    if not is_fixed(lay[d]):
+        if name == "chunk" and len(sizes) > 1 and len(set(sizes)) == 1:
+            cuts = _equal_blocks(ctx, lay[d], sizes)
+        else:
+            ctx.fix(lay[d], f"{name} cuts an elastic dim at sizes written as numbers")
+        lay = ctx.table.resolve_layout(lay)
     out = []
-    for piece in pieces:
+    for i, piece in enumerate(pieces):
         dims = list(lay)
         if name == "unbind":
             dims.pop(d)
         else:
-            dims[d] = fixed_dim(piece.shape[d])
+            dims[d] = cuts[i] if cuts is not None else fixed_dim(piece.shape[d])
         out.append(TensorLayout(dims))
     return tuple(out)
+
+
+def _equal_blocks(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim] | None:
+    """``dim`` cut into pieces of ``sizes`` entries whose groups keep equal numbers of units;
+    ``None`` (and the dim pinned) where the cut or the equal sizes cannot be proven."""
+    try:
+        pieces = cut_dim(ctx, dim, sizes)
+    except Unsupported as exc:
+        ctx.fix(dim, str(exc))
+        return None
+    first = pieces[0]
+    for other in pieces[1:]:
+        if [(s.length, s.group is None) for s in other] != [
+                (s.length, s.group is None) for s in first]:
+            ctx.fix(dim, "chunk pieces with different group structure")
+            return None
+    for other in pieces[1:]:
+        for a, b in zip(first, other):
+            if a.group is not None and b.group is not None:
+                ctx.table.tie_sizes(a.group, b.group)
+    return [ctx.table.resolve(p) for p in pieces]
+
+
+def cut_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim]:
+    """``dim`` cut into consecutive pieces of ``sizes`` entries.
+
+    A group segment crossing a piece boundary is split there into blocks
+    (:meth:`GroupTable.split <fxsym.analysis.GroupTable.split>`), so every dim that refers to
+    the group sees the same blocks; fixed segments are cut locally. Unsupported where a
+    boundary falls inside a unit of a group (whole heads, whole conv groups) or the group is
+    tied so that it cannot be cut (its size must equal another's that is not cut alike).
+    """
+    table = ctx.table
+    if sum(sizes) != dim_size(dim):
+        raise Unsupported(f"pieces {list(sizes)} do not cover a dim of {dim_size(dim)}")
+    bounds = list(itertools.accumulate(sizes))[:-1]
+    while True:  # a group is cut once at every boundary inside it (blocks #0, #1, ...)
+        dim = table.resolve(dim)
+        offset = 0
+        for seg in dim:
+            end = offset + seg.length
+            inside = sorted({b - offset for b in bounds if offset < b < end})
+            if seg.group is not None and inside:
+                break
+            offset = end
+        else:
+            break
+        assert seg.group is not None
+        root = table.find(seg.group)
+        per = seg.length // table.units[root]
+        if any(b % per for b in inside):
+            raise Unsupported(f"a cut falls inside a unit of {per} entries")
+        cuts = [0, *(b // per for b in inside), table.units[root]]
+        try:
+            table.split(root, [hi - lo for lo, hi in itertools.pairwise(cuts)])
+        except ValueError as exc:
+            raise Unsupported(str(exc)) from exc
+    dim = table.resolve(dim)
+    pieces: list[list[Seg]] = [[] for _ in sizes]
+    starts = [0, *bounds]
+    offset = 0
+    for seg in dim:
+        end = offset + seg.length
+        for i, start in enumerate(starts):
+            stop = start + sizes[i]
+            lo, hi = max(offset, start), min(end, stop)
+            if lo >= hi:
+                continue
+            if seg.group is None:
+                pieces[i].append(Seg(None, hi - lo, 1))
+            else:  # a cut group segment lies within one piece
+                pieces[i].append(seg)
+        offset = end
+    return [concat_dims([tuple(p)]) for p in pieces]
 
 
 def _chunks(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
@@ -685,20 +785,10 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
             inner = math.prod(in_shape[i] for i in ca[1:])
             out[cb[0]] = scale_block(dims[0], inner)
         elif len(ca) == 1:  # split: the outer piece indexes whole units (or parts of one)
-            segs = dims[0]
-            if len(segs) != 1:
-                ctx.unsupported("splitting a concatenated elastic dim")
-            seg = segs[0]
-            first = out_shape[cb[0]]
-            if first % seg.units == 0 and seg.block % (first // seg.units) == 0:
-                out[cb[0]] = (Seg(seg.group, seg.units, first // seg.units),)
-            elif seg.units % first == 0:  # e.g. channels into (heads, head_dim)
-                assert seg.group is not None
-                ctx.table.constrain(seg.group, first)
-                out[cb[0]] = (Seg(seg.group, first, 1),)
-            else:
-                ctx.unsupported(f"splitting an elastic dim of {seg.units} units into "
-                                f"{[out_shape[i] for i in cb]}")
+            lits = [bool(literal[i]) if literal is not None and i < len(literal) else False
+                    for i in cb]
+            for i, dim in zip(cb, _split_dim(ctx, dims[0], [out_shape[i] for i in cb], lits)):
+                out[i] = dim
         else:
             ctx.unsupported("reshaping several elastic dims at once")
     if literal is not None:
@@ -707,6 +797,82 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
                 ctx.fix(out[i], "reshaped to a size written as a literal")
                 out[i] = fixed_dim(out_shape[i])
     return TensorLayout(out)
+
+
+def _split_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequence[bool]
+               ) -> list[Dim]:
+    """One elastic dim reshaped into dims of ``sizes`` (outermost first).
+
+    The outer dim takes the groups where it indexes whole units (``(C*49,)`` into
+    ``(C, 7, 7)``) or whole groups of units (channels into ``(heads, head_dim)``, unless the
+    number of heads is written as a number). Otherwise the dim is read as ``sizes[0]`` equal
+    *blocks* (``(3*C,)`` into ``(3, C)``, two concatenated branches into ``(2, C)`` before a
+    channel shuffle): it is cut there (:func:`cut_dim`), the blocks are tied entry by entry
+    (the inner dims are one layout for all of them) and the outer dim is fixed.
+    """
+    first = sizes[0]
+    out = [fixed_dim(s) for s in sizes]
+    seg = dim[0]
+    single = len(dim) == 1 and seg.group is not None
+    if single and first % seg.units == 0 and seg.block % (first // seg.units) == 0:
+        out[0] = (Seg(seg.group, seg.units, first // seg.units),)
+        return out
+    heads = single and seg.units % first == 0
+    if heads and not literal[0]:  # e.g. channels into (heads, head_dim)
+        assert seg.group is not None
+        ctx.table.constrain(seg.group, first)
+        out[0] = (Seg(seg.group, first, 1),)
+        return out
+    size = dim_size(dim)
+    if first > 1 and size % first == 0:
+        pieces = cut_dim(ctx, dim, [size // first] * first)
+        piece = ctx.table.resolve(ctx.unify(*pieces))
+        if len(sizes) == 2:
+            out[1] = piece
+        elif not is_fixed(piece):
+            out[1:] = _split_dim(ctx, piece, sizes[1:], literal[1:])
+        return out
+    if heads:
+        assert seg.group is not None
+        ctx.table.constrain(seg.group, first)
+        out[0] = (Seg(seg.group, first, 1),)
+        return out
+    ctx.unsupported(f"splitting an elastic dim of {size} entries into {list(sizes)}")
+
+
+def _size_form(ctx: OpContext, dim: Dim) -> tuple[int, dict[int, int]]:
+    """A dim's size as a function of its groups' kept units: fixed entries, and entries per
+    kept unit of each group (groups that keep equal numbers of units counted as one)."""
+    fixed = 0
+    per: dict[int, int] = {}
+    table = ctx.table
+    for seg in dim:
+        if seg.group is None:
+            fixed += seg.length
+            continue
+        root = table.find(seg.group)
+        key = min(table.same_size(root))
+        per[key] = per.get(key, 0) + seg.length // table.units[root]
+    return fixed, per
+
+
+def _keeps_size(ctx: OpContext, a: Dim, b: Dim, factor: int = 1) -> bool:
+    """Whether dim ``a`` keeps ``factor`` times the size of dim ``b`` under every resize."""
+    fa, pa = _size_form(ctx, a)
+    fb, pb = _size_form(ctx, b)
+    return fa == factor * fb and pa == {k: factor * v for k, v in pb.items()}
+
+
+def _share_of_size(ctx: OpContext, arg: Any, dim: Dim) -> bool:
+    """Whether ``arg`` is ``n // k`` for an int ``n`` read from a dim that keeps ``k`` times
+    ``dim``'s size (``channels_per_group = num_channels // groups`` in a channel shuffle)."""
+    if not (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
+            and arg.target is operator.floordiv and len(arg.args) == 2):
+        return False
+    n, k = arg.args
+    lay = ctx.layout(n)
+    return (type(k) is int and k > 0 and isinstance(lay, SizeLayout) and not lay.derived
+            and len(lay) == 1 and _keeps_size(ctx, lay[0], dim, k))
 
 
 def view(ctx: OpContext) -> Layout:
@@ -723,22 +889,28 @@ def view(ctx: OpContext) -> Layout:
     if not shape_args:
         shape_args = node.kwargs.get("shape", ())
     items: list[Any] = []
+    raws: list[Any] = []
     for a in shape_args if isinstance(shape_args, (tuple, list)) else (shape_args,):
         al = ctx.layout(a) if isinstance(a, torch.fx.Node) else None
         if isinstance(al, tuple) and not isinstance(al, SizeLayout):
             items.extend(al)  # x.view(y.shape)
+            raws.extend([None] * len(al))
         else:
             items.append(a if al is None else al)
+            raws.append(a)
     literal = [isinstance(a, int) and not isinstance(a, bool) and a != -1 for a in items]
     out = reshape_layout(ctx, lay, ctx.shape(x), ctx.out_shape(), literal)
     if len(items) != len(out):
         return out
-    dims = list(out)
+    dims = [ctx.table.resolve(d) for d in out]  # groups the reshape cut into blocks
     for i, item in enumerate(items):
         if isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
             if tie_size(ctx, item, dims[i]):  # an int read from a module attribute
                 continue
-            if item.derived or len(item) != 1 or not _same_dim(ctx, item[0], dims[i]):
+            item = ctx.table.resolve_layout(item)
+            if _share_of_size(ctx, raws[i], dims[i]):
+                continue
+            if item.derived or len(item) != 1 or not _keeps_size(ctx, item[0], dims[i]):
                 ctx.fix(item, "a size read from one dim reshapes another")
                 ctx.fix(dims[i], "a size read from one dim reshapes another")
                 dims[i] = fixed_dim(ctx.out_shape()[i])
@@ -889,9 +1061,11 @@ def getitem(ctx: OpContext) -> Layout:
     if any(isinstance(i, (torch.Tensor, list)) for i in items):
         ctx.unsupported("advanced (tensor or list) indexing")
     n_consuming = sum(1 for i in items if i is not None and i is not Ellipsis)
+    raw = ctx.arg(1)
+    raw_items = raw if isinstance(raw, tuple) else (raw,)
     out: list[Dim] = []
     d = 0
-    for item in items:
+    for k, item in enumerate(items):
         if item is Ellipsis:
             take = len(lay) - d - (n_consuming - sum(
                 1 for i in items[: items.index(item)] if i is not None and i is not Ellipsis))
@@ -908,15 +1082,51 @@ def getitem(ctx: OpContext) -> Layout:
             start, stop, step = item.indices(shape[d])
             if (start, stop, step) == (0, shape[d], 1):
                 out.append(lay[d])
-            else:
-                if not is_fixed(lay[d]) and not shape_only:
-                    ctx.fix(lay[d], "an elastic dim is sliced")
+            elif is_fixed(lay[d]) or shape_only:
                 out.append(fixed_dim(len(range(start, stop, step))))
+            else:
+                r = raw_items[k] if k < len(raw_items) else None
+                literal = isinstance(r, slice) and all(
+                    v is None or type(v) is int for v in (r.start, r.stop))
+                if step != 1 or not literal or start >= stop:
+                    ctx.fix(lay[d], "an elastic dim is sliced")
+                    out.append(fixed_dim(len(range(start, stop, step))))
+                else:
+                    out.append(slice_dim(ctx, lay[d], item.start, item.stop, shape[d]))
+                    lay = ctx.table.resolve_layout(lay)
+                    out = [ctx.table.resolve(o) for o in out]
             d += 1
         else:
             ctx.unsupported(f"index {item!r}")
     out.extend(lay[d:])
     return TensorLayout(out)
+
+
+def slice_dim(ctx: OpContext, dim: Dim, start: int | None, stop: int | None, n: int,
+              why: str = "a slice bound written as a number fixes the size of this part"
+              ) -> Dim:
+    """The part ``[start:stop]`` (step 1, bounds written as numbers or left out) of an elastic
+    dim of ``n`` entries.
+
+    The dim is cut at the slice's ends (:func:`cut_dim`) into a head, the part kept and a
+    tail; only the parts whose sizes the numbers fix are pinned, so the rest can still
+    change: ``x[..., :r]`` pins the part kept (a rotary slice), ``x[..., r:]`` the head,
+    ``x[..., :-1]`` the tail. Where the cut cannot be made the whole dim is pinned.
+    """
+    a, b, _ = slice(start, stop).indices(n)
+    try:
+        head, mid, tail = cut_dim(ctx, dim, [a, b - a, n - b])
+    except Unsupported as exc:
+        ctx.fix(dim, f"an elastic dim is sliced: {exc}")
+        return fixed_dim(b - a)
+    pinned: list[Dim] = []
+    if start is not None:  # from the start: the head's size; from the end: mid and tail's
+        pinned += [head] if start >= 0 else [mid, tail]
+    if stop is not None:
+        pinned += [head, mid] if stop >= 0 else [tail]
+    for part in pinned:
+        ctx.fix(part, why)
+    return ctx.table.resolve(mid)
 
 
 _SHAPE_READS = frozenset({"size", "dim", "numel", "nelement"})

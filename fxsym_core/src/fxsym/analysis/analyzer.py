@@ -89,6 +89,9 @@ class Analyzer:
                 self._fix_outputs(node)
             else:
                 self.env[node] = self._visit(node)
+        resolve = self.table.resolve_layout  # read groups split since as their blocks
+        self.symbol_dims = {k: resolve(d) for k, d in self.symbol_dims.items()}
+        self.param_reads = {k: resolve(v) for k, v in self.param_reads.items()}
         tie_shared_tensors(self)
 
     def _fix_outputs(self, node: torch.fx.Node) -> None:
@@ -322,6 +325,7 @@ class Analyzer:
         key = (name, sname)
         old = self.symbol_dims.get(key)
         if old is not None:  # a module called more than once: every call must agree
+            old = self.table.resolve(old)
             ctx = OpContext(self, node)
             try:
                 dim = ctx.unify(old, dim)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from torch import nn
@@ -13,7 +14,7 @@ from ..tracer import trace
 from ..tracer.guard import serialised
 from ..tracer.report import TraceReport
 from .analyzer import Analyzer, analyze_graph
-from .layout import dim_size
+from .groups import GroupTable
 from .outputs import Contract, normalize_contract
 
 
@@ -95,17 +96,22 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     for root, producers in sorted(table.producers.items()):
         if table.find(root) != root or root in table.reasons:
             continue
-        searchable = [(q, s) for _, q, s, ok in producers if ok]
+        searchable = [(g, q, s) for g, q, s, ok in producers if ok]
         if not searchable:
             continue
-        head = searchable[0]
+        # a module's symbol names the group before a functional op's parameter
+        searchable.sort(key=lambda p: (p[1], p[2]) in an.param_members)
+        gid, *hq = searchable[0]
+        head = (hq[0], hq[1])
         roots[root] = head
         rest = [m for m in members.get(root, []) if m != head]
         keys = (head, *rest)
+        seg = next(s for s in an.symbol_dims[head]
+                   if s.group is not None and table.find(s.group) == root)
         groups.append(SymGroup(
-            name=f"{head[0]}.{head[1]}" if head[0] else head[1],
+            name=(f"{head[0]}.{head[1]}" if head[0] else head[1]) + table.block_path(gid),
             size=table.units[root],
-            unit=dim_size(an.symbol_dims[head]) // table.units[root],
+            unit=seg.length // table.units[root],
             is_sortable=all(k in an.param_members or symbol(k).is_sortable_itself
                             for k in keys),
             members=keys,
@@ -126,22 +132,44 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
                     if s.group is not None and table.find(s.group) in roots]
             if not live:
                 sym.disable()
+    heads: dict[int, tuple[Symbol, list[SymbolKey]]] = {}
     for root, head in roots.items():
-        head_sym = symbol(head)
-        head_sym.make_searchable()
-        for key in members.get(root, []):
-            if key == head or key in an.param_members:
+        # a parameter member heading its group (a functional op's weight) has no Symbol: the
+        # group's first module symbol, if any, stands for it
+        symbols_in = [k for k in members.get(root, []) if k not in an.param_members]
+        if head in an.param_members:
+            if not symbols_in:
                 continue
+            head = symbols_in[0]
+        heads[root] = (symbol(head), symbols_in)
+    # a symbol of a dim made of blocks may head one group and belong to others: every head is
+    # searchable, and only symbols heading no group link to a head
+    head_ids = {id(h) for h, _ in heads.values()}
+    for head_sym, _ in heads.values():
+        head_sym.make_searchable()
+    for head_sym, symbols_in in heads.values():
+        for key in symbols_in:
             sym = symbol(key)
-            if sym.is_free or sym.is_searchable:
+            if id(sym) not in head_ids and (sym.is_free or sym.is_searchable):
                 sym.link_to(head_sym)
+    names = {g.id: g.name for g in groups}
+    groups = [dataclasses.replace(g, same_size=tuple(
+        names[r] for r in table.same_size(g.id)[1:] if r in names)) for g in groups]
     symmap.attach_analysis(GroupAnalysis(
         groups=tuple(groups),
         symbol_dims=dict(an.symbol_dims),
         param_members=frozenset(an.param_members),
         table=table,
-        producers={r: tuple((q, s) for _, q, s, _ in table.producers.get(r, [])) for r in roots},
+        producers={r: tuple((q, s) for _, q, s, _ in table.producers.get(r, [])
+                            if _whole(an, table, (q, s), r)) for r in roots},
     ))
+
+
+def _whole(an: Analyzer, table: GroupTable, key: SymbolKey, root: int) -> bool:
+    """Whether the dim ``key`` sizes is one segment of group ``root`` (not the fused dim a
+    block of the group came from, whose weights do not rank the block's entries alone)."""
+    dim = an.symbol_dims.get(key, ())
+    return len(dim) == 1 and dim[0].group is not None and table.find(dim[0].group) == root
 
 
 def _covered(an: Analyzer, symbols: dict[str, dict[str, Symbol]]

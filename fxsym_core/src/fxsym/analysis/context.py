@@ -66,8 +66,8 @@ class OpContext:
 
     def layout(self, a: Any) -> Layout:
         """The layout of an argument (``None`` for a non-tensor)."""
-        if isinstance(a, torch.fx.Node):
-            return self.analyzer.env.get(a)
+        if isinstance(a, torch.fx.Node):  # blocks of groups split since: see GroupTable
+            return self.table.resolve_layout(self.analyzer.env.get(a))
         if isinstance(a, (tuple, list)):
             return tuple(self.layout(x) for x in a)
         return None

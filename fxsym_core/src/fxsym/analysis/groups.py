@@ -7,17 +7,38 @@ heads of ``head_dim`` channels) coarsens it to the gcd, so each unit stays whole
 Ops unify
 groups that must keep the same size and order; boundaries make them constant. A group stays
 searchable only if no boundary touched it and one of its producers is searchable.
+
+Two refinements serve fused projections (one Linear whose output is cut into q, k, v):
+
+* **Blocks.** :meth:`GroupTable.split` cuts a group's units into consecutive *blocks*, each a
+  new group. The split group keeps no entries of its own: every segment that refers to it is
+  read as one segment per block (:meth:`GroupTable.resolve`), so all dims stay consistent, and
+  the blocks may be tied, fixed or split again independently. A block's name is its
+  producer's with ``#i`` appended per split (``qkv.out_features#0``).
+* **Same-size classes.** Groups whose numbers of kept units must be equal, while their
+  entries are chosen independently (the pieces of ``chunk``, which cuts at equal sizes at run
+  time). The groups of a class have equal unit counts (coarsening one coarsens all) and are
+  constant together; splitting one splits all alike, block by block.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from .layout import Dim, Seg, SizeLayout, TensorLayout
+
+
+class SplitError(ValueError):
+    """A group cannot be cut as asked; the message says why."""
 
 
 @dataclass
 class GroupTable:
-    """Union-find with per-root units, constant reasons and producers."""
+    """Union-find with per-root units, constant reasons, producers, blocks and same-size
+    classes."""
 
     parent: list[int] = field(default_factory=list)
     units: list[int] = field(default_factory=list)
@@ -25,6 +46,12 @@ class GroupTable:
     #: per root: (group_id, module_qualname, symbol_name, searchable) of each producer,
     #: oldest first
     producers: dict[int, list[tuple[int, str, str, bool]]] = field(default_factory=dict)
+    #: a split root -> its blocks, in order, each ``(group, units at the split)``
+    children: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    #: a block -> (the root it was split from, its position among the blocks)
+    blocks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: same-size classes: group id -> the shared list of the class' group ids
+    _same: dict[int, list[int]] = field(default_factory=dict)
 
     def new(self, units: int) -> int:
         gid = len(self.parent)
@@ -41,15 +68,30 @@ class GroupTable:
             parent[g], g = root, parent[g]
         return root
 
+    def same_size(self, g: int) -> list[int]:
+        """The roots whose unit counts must stay equal to ``g``'s root's, itself first."""
+        r = self.find(g)
+        out = [r]
+        for m in self._same.get(r, ()):
+            rm = self.find(m)
+            if rm not in out:
+                out.append(rm)
+        return out
+
     def constrain(self, g: int, units: int) -> None:
         """Make ``g``'s unit count divide ``units`` (coarser units: e.g. whole heads, whole
         conv groups). A group coarsened to one unit cannot shrink: it becomes constant."""
         r = self.find(g)
+        if r in self.children:  # a stale reference to a split group: stay on the safe side
+            self.fix(r, "a split group is tied at another granularity")
+            return
         new = math.gcd(self.units[r], units)
-        if new != self.units[r]:
-            self.units[r] = new
-            if new == 1:
-                self.fix(r, "coarsened to a single unit")
+        if new == self.units[r]:
+            return
+        for m in self.same_size(r):
+            self.units[m] = math.gcd(self.units[m], new)
+        if new == 1:
+            self.fix(r, "coarsened to a single unit")
 
     def union(self, a: int, b: int) -> int:
         """Tie ``a`` and ``b``; the older root stays root. The merged group's unit count is the
@@ -57,6 +99,9 @@ class GroupTable:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return ra
+        if ra in self.children or rb in self.children:  # stale: cannot tie blockwise here
+            self.fix(ra, "a split group is tied whole")
+            self.fix(rb, "a split group is tied whole")
         units = math.gcd(self.units[ra], self.units[rb])
         self.constrain(ra, units)
         self.constrain(rb, units)
@@ -69,15 +114,77 @@ class GroupTable:
         if rb in self.producers:
             self.producers.setdefault(ra, []).extend(self.producers.pop(rb))
             self.producers[ra].sort()
+        if ra in self._same or rb in self._same:
+            self._merge_same(ra, rb)
         return ra
 
-    def fix(self, g: int, reason: str) -> bool:
-        """Make ``g``'s group constant; True if it was not constant before."""
+    def tie_sizes(self, a: int, b: int) -> None:
+        """Make ``a`` and ``b`` keep equal numbers of units (their entries stay independent)."""
+        self._merge_same(self.find(a), self.find(b))
+
+    def _merge_same(self, a: int, b: int) -> None:
+        ca, cb = self._same.get(a), self._same.get(b)
+        if ca is not None and ca is cb:
+            return
+        members = list(dict.fromkeys([*(ca or [a]), *(cb or [b])]))
+        for m in members:
+            self._same[m] = members
+        roots = self.same_size(a)
+        if len(roots) < 2:
+            return
+        units = math.gcd(*(self.units[r] for r in roots))
+        for r in roots:
+            self.units[r] = units
+        reason = next((self.reasons[r] for r in roots if r in self.reasons), None)
+        if units == 1 and reason is None:
+            reason = "coarsened to a single unit"
+        if reason is not None:
+            for r in roots:
+                self.reasons.setdefault(r, reason)
+
+    def split(self, g: int, pieces: Sequence[int]) -> list[int]:
+        """Cut ``g``'s group into consecutive blocks of ``pieces`` units each; returns the
+        blocks. Every group of its same-size class is cut alike, and the i-th blocks of them
+        form a class. Raises :class:`SplitError` if ``pieces`` do not add up to the group's
+        units."""
         r = self.find(g)
-        if r in self.reasons:
-            return False
-        self.reasons[r] = reason
-        return True
+        if len(pieces) < 2 or any(p <= 0 for p in pieces) or sum(pieces) != self.units[r]:
+            raise SplitError(f"cannot cut a group of {self.units[r]} units into "
+                             f"{list(pieces)} units")
+        cut: list[list[int]] = []
+        for m in self.same_size(r):
+            kids: list[int] = []
+            for i, p in enumerate(pieces):
+                c = self.new(p)
+                self.blocks[c] = (m, i)
+                if m in self.reasons:
+                    self.reasons[c] = self.reasons[m]
+                prods = self.producers.get(m)
+                if prods:
+                    self.producers[c] = [(c, q, s, ok) for _, q, s, ok in prods]
+                kids.append(c)
+            self.children[m] = list(zip(kids, pieces))
+            self.producers.pop(m, None)
+            self._same.pop(m, None)
+            cut.append(kids)
+        for i in range(len(pieces)):
+            for other in cut[1:]:
+                self._merge_same(cut[0][i], other[i])
+        return cut[0]
+
+    def fix(self, g: int, reason: str) -> bool:
+        """Make ``g``'s group constant (with its blocks and its same-size class); True if it
+        was not constant before."""
+        changed = False
+        for r in self.same_size(g):
+            kids = self.children.get(r)
+            if kids is not None:
+                for c, _ in kids:
+                    changed |= self.fix(c, reason)
+            elif r not in self.reasons:
+                self.reasons[r] = reason
+                changed = True
+        return changed
 
     def is_constant(self, g: int) -> bool:
         return self.find(g) in self.reasons
@@ -87,3 +194,44 @@ class GroupTable:
 
     def add_producer(self, g: int, qualname: str, symbol: str, searchable: bool) -> None:
         self.producers.setdefault(self.find(g), []).append((g, qualname, symbol, searchable))
+
+    # -- blocks ----------------------------------------------------------------------------
+    def block_path(self, g: int) -> str:
+        """``#i`` per split that made group id ``g`` a block, outermost first ('' if none)."""
+        out = ""
+        while g in self.blocks:
+            g, i = self.blocks[g]
+            out = f"#{i}{out}"
+        return out
+
+    def resolve(self, dim: Dim) -> Dim:
+        """``dim`` with each segment of a split group read as one segment per block."""
+        if not self.children or not any(
+                s.group is not None and self.find(s.group) in self.children for s in dim):
+            return dim
+        out: list[Seg] = []
+        for s in dim:
+            kids = self.children.get(self.find(s.group)) if s.group is not None else None
+            if kids is None:
+                out.append(s)
+                continue
+            total = sum(p for _, p in kids)
+            for c, p in kids:
+                out.extend(self.resolve((Seg(c, s.units * p // total, s.block),)))
+        return tuple(out)
+
+    def resolve_layout(self, layout: Any) -> Any:
+        """A layout (see :mod:`fxsym.analysis.layout`) with every dim :meth:`resolve`-d."""
+        if not self.children or layout is None:
+            return layout
+        if isinstance(layout, TensorLayout):
+            return TensorLayout(self.resolve(d) for d in layout)
+        if isinstance(layout, SizeLayout):
+            return SizeLayout((self.resolve(d) for d in layout), derived=layout.derived)
+        if isinstance(layout, tuple) and layout and isinstance(layout[0], Seg):
+            return self.resolve(layout)
+        if isinstance(layout, (tuple, list)):
+            return type(layout)(self.resolve_layout(x) for x in layout)
+        if isinstance(layout, dict):
+            return {k: self.resolve_layout(v) for k, v in layout.items()}
+        return layout

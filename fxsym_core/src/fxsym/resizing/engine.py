@@ -54,6 +54,13 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             hint = f"; did you mean {', '.join(near)}?" if near else ""
             raise ResizeError(f"unknown group {name!r}{hint} ({len(groups)} groups known)")
         plans[group.id] = _indices(symmap, group, choice)
+    for name in choices:  # blocks cut by ``chunk`` keep equal sizes
+        group = groups[name]
+        for other in group.same_size:
+            kept = len(plans[groups[other].id]) if groups[other].id in plans else group.size
+            if kept != len(plans[group.id]):
+                raise ResizeError(f"{name} and {other} must keep as many units as each other "
+                                  f"(blocks of one chunk): got {len(plans[group.id])} and {kept}")
 
     analysis = symmap.analysis
     work = [] if analysis is None else _work(model, symmap.registry, analysis, plans)
