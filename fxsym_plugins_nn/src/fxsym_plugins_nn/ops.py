@@ -781,7 +781,10 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
             out[cb[0]] = dims[0]
         elif len(cb) == 1:  # merge: groups only in the outermost dim of the run
             if any(not is_fixed(d) for d in dims[1:]):
-                ctx.unsupported("merging dims with an elastic inner dim")
+                if not all(_producerless(ctx, d) for d in dims[1:]):
+                    ctx.unsupported("merging dims with an elastic inner dim")
+                for d in dims[1:]:  # a parameter's dims (a kernel) nothing has resized yet
+                    ctx.fix(d, "a parameter dim merged into an outer dim")
             inner = math.prod(in_shape[i] for i in ca[1:])
             out[cb[0]] = scale_block(dims[0], inner)
         elif len(ca) == 1:  # split: the outer piece indexes whole units (or parts of one)
@@ -1161,16 +1164,43 @@ def getattr_rule(ctx: OpContext) -> Layout:
     return None
 
 
+# -- functional forms of the module families ----------------------------------------------------
+# A subclass that overrides ``forward`` (a Linear with its own forward, timm's StdConv2d) is
+# traced into; there the family's weights arrive through ``get_attr``, possibly after
+# arithmetic. Each rule ties the weight's input dim to the input's and declares the weight's
+# output dim a producer (``ctx.produce``), so the group starts there as at the family's
+# OUTGOING symbol; biases and norm weights become members. Arithmetic before the op keeps a
+# group only where the other rules prove it: a reduction over the other dims of the weight
+# with ``keepdim`` (weight standardisation per output channel), a broadcast against a per-row
+# gain, ``batch_norm`` of ``weight.reshape(1, weight.shape[0], -1)`` in training mode, which
+# normalises each row over its own entries only.
 def linear_fn(ctx: OpContext) -> Layout:
-    """``F.linear(x, w, b)``: x's last dim meets w's input dim; the output dim is w's rows."""
+    """``F.linear(x, w, b)``: x's last dim meets w's input dim; the output dim is w's rows,
+    produced there."""
     x, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
     lx, lw = ctx.tensor_layout(x), ctx.tensor_layout(w)
+    if len(lw) != 2:
+        ctx.unsupported("linear weight of unexpected rank")
     ctx.unify(lx[-1], lw[-1])
     b = ctx.arg(2, "bias", None)
     out_dim = lw[0]
     if isinstance(b, torch.fx.Node):
         out_dim = ctx.unify(out_dim, ctx.tensor_layout(b)[0])
+    ctx.produce(out_dim, w)
     return TensorLayout([*lx[:-1], out_dim])
+
+
+def embedding_fn(ctx: OpContext) -> Layout:
+    """``F.embedding(ids, w)``: the output's last dim is w's columns, produced there; the ids'
+    dims are fixed. The ids pick w's rows by position, so the rows (the vocabulary) are
+    pinned: were they tied to a group, permuting it would change which row each id reads."""
+    idx, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
+    lw = ctx.tensor_layout(w)
+    if len(lw) != 2:
+        ctx.unsupported("embedding weight of unexpected rank")
+    ctx.fix(lw[0], "embedding picks the weight's rows by position")
+    ctx.produce(lw[1], w)
+    return TensorLayout([*(fixed_dim(s) for s in ctx.shape(idx)), lw[1]])
 
 
 def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> Rule:
@@ -1180,10 +1210,17 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
         x = ctx.arg(0, "input")
         lay = list(ctx.tensor_layout(x))
         if channel_dim is None:
-            # the normalized shape is written into the call: those dims cannot follow a resize
-            shape = ctx.val(ctx.arg(1, "normalized_shape"))
-            for d in lay[len(lay) - len(shape):]:
-                if not is_fixed(d):
+            # a normalized shape written as numbers (``self.normalized_shape``) cannot follow
+            # a resize; sizes read from the input (``x.shape[-1:]``) can
+            arg = ctx.arg(1, "normalized_shape")
+            items = list(arg) if isinstance(arg, (tuple, list)) else [arg]
+            shape = ctx.val(arg)
+            shape = [shape] if isinstance(shape, int) else list(shape)
+            sizes = ctx.layout(arg) if isinstance(arg, torch.fx.Node) else tuple(
+                ctx.layout(a) for a in items)
+            traced = _traced_sizes(sizes, len(shape))
+            for i, d in enumerate(lay[len(lay) - len(shape):]):
+                if not is_fixed(d) and not (traced and _same_size(ctx, traced[i], d)):
                     ctx.fix(d, "layer_norm's normalized_shape is a literal")
             d = len(lay) - 1
         else:
@@ -1199,7 +1236,7 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
 
 def conv_fn(ctx: OpContext) -> Layout:
     """``F.conv1d/2d/3d(x, w, b)`` with one group: x's channels meet w's input channels; the
-    output channels are w's rows (a group with no producer unless tied to one)."""
+    output channels are w's rows, produced there; the kernel dims are fixed."""
     x, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
     lx, lw = ctx.tensor_layout(x), ctx.tensor_layout(w)
     if int(ctx.val(ctx.arg(6, "groups", 1))) != 1:
@@ -1207,10 +1244,14 @@ def conv_fn(ctx: OpContext) -> Layout:
     batched = len(lx) == len(lw)
     c = 1 if batched else 0
     ctx.unify(lx[c], lw[1])
+    for k in lw[2:]:
+        if not is_fixed(k):
+            ctx.fix(k, "a convolution's kernel size")
     out_c = lw[0]
     b = ctx.arg(2, "bias", None)
     if isinstance(b, torch.fx.Node):
         out_c = ctx.unify(out_c, ctx.tensor_layout(b)[0])
+    ctx.produce(out_c, w)
     shape = ctx.out_shape()
     dims = [*lx[:c], out_c, *(fixed_dim(n) for n in shape[c + 1:])]
     return TensorLayout(dims)
@@ -1497,6 +1538,9 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
     register(operator.getitem, getitem)
     register(getattr, getattr_rule)
     register(F.linear, linear_fn)
+    register(F.embedding, embedding_fn)
+    for t in (torch.var_mean, torch.std_mean):  # (var, mean): both reduce the same dims
+        register(t, reduce_rule(keepdim_at=3))
     for t in (torch.matmul, operator.matmul, torch.bmm, torch.mm, "matmul", "bmm", "mm",
               "__matmul__"):
         register(t, matmul)
@@ -1519,12 +1563,44 @@ def _interpolate(ctx: OpContext) -> Layout:
     return trailing_spatial(len(ctx.shape(x)) - 2)(ctx)
 
 
+def _producerless(ctx: OpContext, dim: Dim) -> bool:
+    """Whether every group in ``dim`` has no producer (it only holds parameter dims)."""
+    return all(s.group is None or not ctx.table.producers.get(ctx.table.find(s.group))
+               for s in dim)
+
+
+def _traced_sizes(sizes: Any, n: int) -> list[Dim] | None:
+    """The Dims ``n`` sizes follow if each was read directly from a shape, else ``None``."""
+    if not isinstance(sizes, tuple) or len(sizes) != n:
+        return None
+    out: list[Dim] = []
+    for item in sizes:
+        if not isinstance(item, SizeLayout) or item.derived or len(item) != 1:
+            return None
+        out.append(item[0])
+    return out
+
+
+def _same_size(ctx: OpContext, size: Dim, dim: Dim) -> bool:
+    """Whether a size read from a shape follows ``dim`` exactly."""
+    return _same_dim(ctx, size, dim)
+
+
 def _group_norm_fn(ctx: OpContext) -> Layout:
+    """``F.group_norm(x, G, w, b)``: one group normalises all channels together and keeps them
+    independent of their order; ``G`` equal to the channels normalises each alone, but only a
+    ``G`` read from the input's shape follows a resize (``self.num_groups`` is a number
+    here). Any other ``G`` pins the channels (each norm group would change composition)."""
     x = ctx.arg(0, "input")
     lay = list(ctx.tensor_layout(x))
-    groups = int(ctx.val(ctx.arg(1, "num_groups")))
-    if groups not in (1, ctx.shape(x)[1]) and not is_fixed(lay[1]):
-        ctx.fix(lay[1], "group norm with channel groups")
+    g_arg = ctx.arg(1, "num_groups")
+    groups = int(ctx.val(g_arg))
+    if not is_fixed(lay[1]) and groups != 1:
+        traced = _traced_sizes((ctx.layout(g_arg),), 1)
+        if groups != ctx.shape(x)[1]:
+            ctx.fix(lay[1], "group norm with channel groups")
+        elif not (traced and _same_size(ctx, traced[0], lay[1])):
+            ctx.fix(lay[1], "group_norm's num_groups equals the channels but is a literal")
     for idx, pname in ((2, "weight"), (3, "bias")):
         p = ctx.arg(idx, pname, None)
         if isinstance(p, torch.fx.Node):

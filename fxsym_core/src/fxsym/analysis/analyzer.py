@@ -2,8 +2,10 @@
 
 For every value it keeps a layout (see :mod:`fxsym.analysis.layout`). Placeholders are
 fixed; parameters used directly (``get_attr``) start groups with no producer, which become
-parameter members if an op ties them to a real group. A ``call_module`` node of a module with
-a SymInfo ties its INCOMING
+parameter members if an op ties them to a real group, and producers where an op rule proves
+that a parameter dim makes the entries of its output dim (:meth:`OpContext.produce`:
+``F.linear``, ``F.conv2d``, ``F.embedding`` of a module traced into). A ``call_module`` node
+of a module with a SymInfo ties its INCOMING
 symbols to the groups of its first input and starts a new group for each OUTGOING symbol
 (a shape-preserving module passes its input layout through). ``call_function`` and
 ``call_method`` nodes follow the op rules plugins registered. Anything else — an unknown op,
@@ -74,6 +76,8 @@ class Analyzer:
         #: layout of each int attribute read as a size, by target, and the groups they start
         self.attribute_reads: dict[str, Layout] = {}
         self.attribute_groups: set[int] = set()
+        #: (group id, where, reason) of every fix that made a group constant, in order
+        self.pin_sites: list[tuple[int, str, str]] = []
         self.registry = symmap.registry
 
     # -- driver ----------------------------------------------------------------------------
@@ -187,9 +191,44 @@ class Analyzer:
 
     def drop_parameter_member(self, target: str) -> None:
         """The tensor read at ``target`` is sliced by a module's resize rule, not directly."""
-        for key in self._member_keys.pop(target, ()):
+        keys = self._member_keys.pop(target, ())
+        for key in keys:
             self.param_members.discard(key)
             self.symbol_dims.pop(key, None)
+        if keys:  # its module's own symbols produce what it produced
+            for producers in self.table.producers.values():
+                producers[:] = [p for p in producers if (p[1], p[2]) not in keys]
+
+    def produce_from_parameter(self, dim: Dim, source: torch.fx.Node,
+                               node: torch.fx.Node) -> bool:
+        """See :meth:`OpContext.produce`: the parameter nearest ``source`` (breadth first
+        over its inputs) with a dim in ``dim``'s group becomes a searchable producer of it.
+
+        A tensor of a module with a SymInfo (an ``nn.Linear`` whose weight the model passes to
+        ``F.linear`` itself) is skipped: its family's resize rule, not a slice of the tensor,
+        keeps that module consistent (``out_features``)."""
+        if len(dim) != 1 or dim[0].group is None:
+            return False
+        root = self.table.find(dim[0].group)
+        seen: set[torch.fx.Node] = set()
+        queue = [source]
+        while queue and len(seen) < 64:
+            n = queue.pop(0)
+            if n in seen:
+                continue
+            seen.add(n)
+            if n.op == "get_attr" and not self._owned_by_family(str(n.target)):
+                for key in self._member_keys.get(str(n.target), ()):
+                    segs = self.symbol_dims.get(key, ())
+                    g = segs[0].group if len(segs) == 1 else None
+                    if g is None or self.table.find(g) != root:
+                        continue
+                    known = self.table.producers.get(root, [])
+                    if not any((q, s) == key for _, q, s, _ in known):
+                        self.table.add_producer(g, key[0], key[1], True)
+                    return True
+            queue.extend(n.all_input_nodes)
+        return False
 
     def _new_parameter(self, node: torch.fx.Node) -> Layout:
         """A parameter or buffer of the model used in the graph: each dim of size > 1 starts a
@@ -227,7 +266,7 @@ class Analyzer:
 
     def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None:
         changed = False
-        dims = [layout] if _is_dim(layout) else iter_dims(layout)
+        dims = [layout] if _is_dim(layout) else list(iter_dims(layout))
         for dim in dims:
             for seg in dim:
                 if seg.group is not None:
@@ -235,6 +274,42 @@ class Analyzer:
         if changed and node is not None:
             where = _where(node)
             self.report.add("boundary", where, reason)
+            self.pin_sites.extend((seg.group, where, reason) for dim in dims for seg in dim
+                                  if seg.group is not None)
+
+    def _owned_by_family(self, target: str) -> bool:
+        owner = target.rpartition(".")[0]
+        model = self.symmap.model
+        try:
+            mod = model.get_submodule(owner) if owner else model
+        except AttributeError:
+            return False
+        return mod in self.symmap
+
+    def explain_no_group(self) -> None:
+        """Report, for a model left with no searchable group, what pinned its producers (the
+        boundaries that reached most of them), or that nothing produces a resizable size."""
+        find = self.table.find
+        pinned: dict[str, tuple[int, str]] = {}  # reason -> (groups, first place)
+        producers = 0
+        for root, found in self.table.producers.items():
+            if find(root) != root or not any(ok for *_, ok in found):
+                continue
+            producers += 1
+            where, reason = next(((w, r) for g, w, r in self.pin_sites if find(g) == root),
+                                 ("", self.table.reasons.get(root, "unknown")))
+            count, first = pinned.get(reason, (0, where))
+            pinned[reason] = (count + 1, first or where)
+        if not producers:
+            self.report.add("no-group", "model", (
+                "no group: nothing in the graph produces a resizable size (no module with a "
+                "SymInfo was called, and no op rule declared a parameter a producer)"))
+            return
+        top = sorted(pinned.items(), key=lambda kv: -kv[1][0])[:3]
+        where = "; ".join(f"{reason!r} ({n}, first at {w or 'the group table'})"
+                          for reason, (n, w) in top)
+        self.report.add("no-group", "model", (
+            f"no group: all {producers} producing groups are constant; pinned by {where}"))
 
     def _input_layouts(self, node: torch.fx.Node) -> tuple[Layout, ...]:
         return tuple(self.env.get(n) for n in node.all_input_nodes)

@@ -52,6 +52,8 @@ def analyze(
     assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
     analyzer = analyze_graph(gm, symmap, report, contract, strict)
     _finish(symmap, analyzer)
+    if not symmap.groups():
+        analyzer.explain_no_group()
     symmap.trace_report = report
     symmap.graph_module = gm
     symmap.output_contract = analyzer.contract

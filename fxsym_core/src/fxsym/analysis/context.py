@@ -29,6 +29,9 @@ class AnalysisState(Protocol):
 
     def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None: ...
 
+    def produce_from_parameter(self, dim: Dim, source: torch.fx.Node,
+                               node: torch.fx.Node) -> bool: ...
+
 
 class Unsupported(Exception):
     """Raised by an op rule that cannot prove how its node maps dimensions."""
@@ -137,6 +140,23 @@ class OpContext:
                 root = self.table.union(root, g)
             out.append(next(s for s in segs if s.group is not None))
         return tuple(out)
+
+    def produce(self, dim: Dim, source: Any) -> bool:
+        """Declare ``dim`` of the tensor ``source`` (an argument of the node) a *producer*.
+
+        For an op whose output entries along one dim are made one each by the entries of a
+        parameter's dim (the rows of ``F.linear``'s weight, the output channels of
+        ``F.conv2d``'s, the columns of ``F.embedding``'s), possibly after arithmetic on the
+        parameter that keeps those entries independent (``self.weight * gain``, weight
+        standardisation per output channel). The parameter nearest ``source`` among its graph
+        ancestors that has a dim in ``dim``'s group becomes a searchable producer of that
+        group, so a group can start there as it does at a module's OUTGOING symbol. Returns
+        whether a producer was declared: not for a fixed or concatenated ``dim``, nor where no
+        parameter read with ``get_attr`` sizes it.
+        """
+        if not isinstance(source, torch.fx.Node):
+            return False
+        return self.analyzer.produce_from_parameter(dim, source, self.node)
 
     def unsupported(self, reason: str) -> NoReturn:
         raise Unsupported(reason)

@@ -27,7 +27,7 @@ from ..modstate import ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
 from ..symbols import GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
-from .helpers import keep_entries
+from .helpers import keep_entries, l1_scores
 
 Choice = Any  # int | Sequence[int] | torch.Tensor
 
@@ -237,14 +237,22 @@ def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
     registry = symmap.registry
     modules = dict(symmap.model.named_modules())
     total: torch.Tensor | None = None
-    producers = symmap.analysis.producers if symmap.analysis else {}
+    analysis = symmap.analysis
+    producers = analysis.producers if analysis else {}
     for qualname, sname in producers.get(group.id, ()):
         mod = modules.get(qualname)
         entry = registry.sym_info_entry(type(mod)) if mod is not None else None
-        if mod is None or entry is None or entry.importance is None:
+        member = analysis is not None and (qualname, sname) in analysis.param_members
+        if mod is None or (not member and (entry is None or entry.importance is None)):
             continue
         try:
-            score = torch.as_tensor(entry.importance(mod, sname)).detach().float().flatten()
+            if member:  # a functional op's parameter: the L1 norm of its slices along the dim
+                pname, _, d = sname.rpartition(":")
+                score = l1_scores(getattr(mod, pname), int(d))
+            else:
+                assert entry is not None and entry.importance is not None
+                score = torch.as_tensor(entry.importance(mod, sname))
+            score = score.detach().float().flatten()
         except Exception as exc:
             raise ResizeError(f"{group.name}: scoring {qualname}.{sname} failed: {exc}; pass "
                               "indices instead of a size") from exc
