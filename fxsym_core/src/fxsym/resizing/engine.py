@@ -9,7 +9,6 @@ Once the rules ran, the plugins' ``fxsym_after_resize`` hooks bring what else de
 model up to date (a Hugging Face ``config``), inside the transaction: a failing hook restores
 the model too. A SymMap describes the model as analyzed: after a resize it is stale and must be
 recomputed with :func:`fxsym.analyze`.
-
 """
 
 from __future__ import annotations
