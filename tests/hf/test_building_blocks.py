@@ -64,13 +64,13 @@ def test_more_families_find_their_heads(family: str) -> None:
 REPORTED = {
     "phi3": "an elastic dim is sliced",  # fused qkv_proj sliced at config sizes
     "olmo2": "",  # q_norm over all heads: attention traced through
-    "gpt_bigcode": "split along an elastic dimension",  # multi-query fused c_attn
+    "gpt_bigcode": "split cuts an elastic dim",  # multi-query fused c_attn
     "falcon": "overrides forward of Linear",  # FalconLinear
     "swin": "advanced (tensor or list) indexing",  # relative position bias table
     # one embedding weight read by encoder and decoder: one hidden size, which the encoder's
     # last hidden state (a model output) pins
     "bart": "reaches the model output",
-    "mixtral": "reshaped to a size written as a literal",  # the router
+    "mixtral": "advanced (tensor or list) indexing",  # experts picked by the router
 }
 
 
