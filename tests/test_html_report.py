@@ -186,3 +186,12 @@ def test_report_needs_an_analysis() -> None:
     sm = fxsym.SymMap(torch.nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"fxsym\.analyze"):
         report_data(sm)
+
+
+def test_each_group_shows_the_parameters_and_macs_it_sizes() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(3, 4),))
+    (group,) = report_data(sm)["groups"]
+    assert group["name"] == "0.out_features"
+    assert group["params"] == 4 * 6 + 6 + 6 * 2  # weight rows, bias, next weight's columns
+    assert group["macs"] == 3 * 4 * 6 + 3 * 6 * 2  # both matmuls of a batch of three

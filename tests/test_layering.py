@@ -71,7 +71,7 @@ ALLOWED: dict[str, set[str]] = {
     "oracles": {"analysis", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},
-    "report_html": {"naming", "symbols"},
+    "report_html": {"errors", "importance", "naming", "planning", "symbols"},
     "demo": set(),
     "cli": {"errors"},  # everything else inside its commands, so ``fxsym --help`` is fast
     "fxsym": {"analysis", "errors", "importance", "persist", "planning", "plugins", "resizing",

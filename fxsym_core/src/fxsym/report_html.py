@@ -25,7 +25,11 @@ and highlights the nodes of the groups it matches; clicking a group shows its me
 for a constant group, why it is constant. :func:`to_dot` writes the same clusters for
 Graphviz, a collapsed block as one node.
 
-Imports from fxsym: naming, symbols.
+Each searchable group also shows the parameters and MACs it sizes: what the model would
+hold and compute less with that group at zero units (:func:`fxsym.planning.count_macs`,
+:meth:`fxsym.importance.Layout.param_count`); ``None`` where the layout probe cannot tell.
+
+Imports from fxsym: errors, importance, naming, planning, symbols.
 """
 
 from __future__ import annotations
@@ -42,7 +46,10 @@ from typing import Any
 import torch
 from torch import fx
 
+from .errors import PlanError
+from .importance import layout
 from .naming import qualname
+from .planning import count_macs
 from .symbols import SymMap
 
 __all__ = ["report_data", "to_dot", "to_html", "write_dot", "write_html"]
@@ -181,6 +188,18 @@ def _collapse_repeats(root: _Cluster, nodes: list[dict[str, Any]]) -> None:
                 first[sig] = child.path
 
 
+def _sized(sm: SymMap) -> dict[str, tuple[int, int]]:
+    """Per searchable group: the parameters and MACs the model loses with it at zero units."""
+    try:
+        lay = layout(sm.model, sm)
+        params = lay.param_count({})
+        macs = count_macs(sm.model, sm)
+        return {g.name: (params - lay.param_count({g.name: 0}),
+                         macs - count_macs(sm.model, sm, {g.name: 0})) for g in sm.groups()}
+    except PlanError:
+        return {}
+
+
 def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
     """What the HTML and DOT reports show, as plain JSON-ready data.
 
@@ -190,9 +209,9 @@ def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
     ``groups`` (searchable, in ``sm.groups()`` order), ``constant`` (the constant groups,
     with ``reason`` and ``trace``: the trace-report lines behind it), ``fixed`` (symbols of
     a fixed size) and ``report`` (every trace-report line). A group is ``id``, ``name``,
-    ``size``, ``unit``, ``sortable``, ``members`` (``"module.symbol"`` strings) and
-    ``color``. Raises ``ValueError`` when ``sm`` holds no analysis (call
-    :func:`fxsym.analyze`).
+    ``size``, ``unit``, ``sortable``, ``members`` (``"module.symbol"`` strings), ``params``
+    and ``macs`` (what it sizes, searchable groups only; ``None`` if unknown) and ``color``.
+    Raises ``ValueError`` when ``sm`` holds no analysis (call :func:`fxsym.analyze`).
     """
     analysis, gm = sm.analysis, sm.graph_module
     if analysis is None or gm is None:
@@ -216,12 +235,14 @@ def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
         shown = node_groups.setdefault(target, [])
         shown.extend(r for r in roots if r not in shown)
 
+    sized = _sized(sm)
     groups: list[dict[str, Any]] = []
     for i, g in enumerate(sm.groups()):
+        params, macs = sized.get(g.name, (None, None))
         groups.append({"id": g.id, "name": g.name, "size": g.size, "unit": g.unit,
                        "sortable": g.is_sortable, "constant": False, "color": _color(i),
                        "members": [f"{m}.{s}" if m else s for m, s in g.members],
-                       "reason": None, "trace": []})
+                       "params": params, "macs": macs, "reason": None, "trace": []})
     live = {g["id"] for g in groups}
     names = {g["name"] for g in groups}
     constant: list[dict[str, Any]] = []
@@ -278,7 +299,7 @@ style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 <div id="detail" hidden></div>
 <h2>Searchable groups</h2>
 <table id="groups"><thead><tr><th></th><th>name</th><th>size</th><th>unit</th>
-<th>sortable</th><th>members</th></tr></thead><tbody></tbody></table>
+<th>sortable</th><th>members</th><th>params</th><th>MACs</th></tr></thead><tbody></tbody></table>
 <h2>Constant groups</h2>
 <table id="constant"><thead><tr><th></th><th>name</th><th>size</th><th>why constant</th>
 </tr></thead><tbody></tbody></table>

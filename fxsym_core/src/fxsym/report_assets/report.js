@@ -112,6 +112,7 @@
       "data-gid": g.id, "data-name": g.name });
     const sw = el("span", { class: "swatch" });
     sw.style.background = g.color;
+    const count = (n) => (n === null || n === undefined ? "?" : n.toLocaleString("en"));
     const td = el("td");
     td.appendChild(sw);
     tr.appendChild(td);
@@ -124,6 +125,8 @@
       tr.appendChild(el("td", {}, g.sortable ? "yes" : "no"));
       tr.appendChild(el("td", { class: "num", title: g.members.join("\n") },
         String(g.members.length)));
+      tr.appendChild(el("td", { class: "num" }, count(g.params)));
+      tr.appendChild(el("td", { class: "num" }, count(g.macs)));
     }
     tr.addEventListener("click", () => select(g));
     rows.set(g.id, tr);
