@@ -1,4 +1,4 @@
-"""The ``fxsym`` command line: ``analyze``, ``plugins`` and ``passes``.
+"""The ``fxsym`` command line: ``analyze``, ``prune``, ``plugins`` and ``passes``.
 
 Every failure is reported as one line on stderr, ``fxsym: <what failed>``, with exit code 2
 (130 when interrupted); a traceback is never shown.
