@@ -238,9 +238,11 @@ def test_overriding_subclass_is_traced_into_not_misdescribed() -> None:
     [note] = sm.trace_report.of_kind("traced-into")
     assert note.where == "1" and "overrides forward of Conv2d" in note.message
     # traced into: the functional conv ties conv 0's channels to WSConv's weight columns
-    # (standardising over them is permutation-invariant), and both oracles hold
+    # (standardising over them is permutation-invariant), and its weight's rows produce the
+    # output channels (issue 11: functional forms are first-class); both oracles hold
     assert [(g.name, g.members) for g in sm.groups()] == [
-        ("0.out_channels", (("0", "out_channels"), ("1", "weight:1")))]
+        ("0.out_channels", (("0", "out_channels"), ("1", "weight:1"))),
+        ("1.weight:0", (("1", "weight:0"), ("1", "bias:0"), ("2", "in_channels")))]
     assert_oracles(model, (torch.randn(1, 3, 6, 6),))
 
 
