@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym.resizing import keep_entries, l1_scores
+from fxsym.resizing import l1_scores, resize_projection
 
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING
@@ -44,24 +44,12 @@ def conv1d_info(mod: nn.Module) -> SymInfo:
 
 
 def conv1d_resize(mod: Any, name: str, index: torch.Tensor) -> None:
-    if name == "in_features":
-        keep_entries(mod, "weight", 0, index)
-        mod.nx = len(index)
-    else:
-        keep_entries(mod, "weight", 1, index)
-        keep_entries(mod, "bias", 0, index)
-        mod.nf = len(index)
+    resize_projection(mod, name, index, in_dim=0, out_dim=1, size_attrs=("nx", "nf"))
 
 
 def linear_resize(mod: nn.Linear, name: str, index: torch.Tensor) -> None:
     """Keep input or output features of an ``nn.Linear`` projection inside an attention leaf."""
-    if name == "in_features":
-        keep_entries(mod, "weight", 1, index)
-        mod.in_features = len(index)
-    else:
-        keep_entries(mod, "weight", 0, index)
-        keep_entries(mod, "bias", 0, index)
-        mod.out_features = len(index)
+    resize_projection(mod, name, index)
 
 
 def conv1d_importance(mod: Any, name: str) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym.resizing import keep_entries, l1_scores
+from fxsym.resizing import keep_entries, l1_scores, resize_projection
 
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING
@@ -34,13 +34,7 @@ def linear_info(mod: nn.Module) -> SymInfo:
 
 
 def linear_resize(mod: Any, name: str, index: torch.Tensor) -> None:
-    if name == "in_features":
-        keep_entries(mod, "weight", 1, index)
-        mod.in_features = len(index)
-    else:
-        keep_entries(mod, "weight", 0, index)
-        keep_entries(mod, "bias", 0, index)
-        mod.out_features = len(index)
+    resize_projection(mod, name, index)
 
 
 def linear_importance(mod: Any, name: str) -> torch.Tensor:

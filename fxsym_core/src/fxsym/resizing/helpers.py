@@ -29,3 +29,31 @@ def l1_scores(weight: torch.Tensor, dim: int) -> torch.Tensor:
     w = weight.detach().float()
     dims = [d for d in range(w.dim()) if d != dim % w.dim()]
     return w.abs().sum(dim=dims) if dims else w.abs()
+
+
+def resize_projection(
+    module: nn.Module,
+    symbol: str,
+    index: torch.Tensor,
+    *,
+    in_dim: int = 1,
+    out_dim: int = 0,
+    size_attrs: tuple[str, str] = ("in_features", "out_features"),
+    per_output: tuple[str, ...] = ("bias",),
+) -> None:
+    """The resize rule of a linear projection described by ``in_features``/``out_features``
+    symbols: keep entries ``index`` of ``weight`` along ``in_dim`` (symbol ``in_features``)
+    or along ``out_dim`` together with each tensor of ``per_output`` along 0 (any other
+    symbol), and set the matching attribute of ``size_attrs`` to the new length.
+
+    ``nn.Linear`` is the default; GPT-2's transposed ``Conv1D`` is ``in_dim=0, out_dim=1,
+    size_attrs=("nx", "nf")``.
+    """
+    if symbol == "in_features":
+        keep_entries(module, "weight", in_dim, index)
+        setattr(module, size_attrs[0], len(index))
+        return
+    keep_entries(module, "weight", out_dim, index)
+    for name in per_output:
+        keep_entries(module, name, 0, index)
+    setattr(module, size_attrs[1], len(index))
