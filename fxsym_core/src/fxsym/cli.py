@@ -9,12 +9,11 @@ Imports from fxsym: errors (the other rooms inside each command, so ``fxsym --he
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -91,12 +90,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         inputs = None
         label = args.model
     if args.input_shape:
-        try:
-            shape = tuple(int(s) for s in args.input_shape.split(","))
-        except ValueError as exc:
-            raise CliError(f"--input-shape must be integers separated by commas, like "
-                           f"1,3,224,224; got {args.input_shape!r}") from exc
-        inputs = (torch.randn(*shape),)
+        inputs = (torch.randn(*_input_shape(args.input_shape)),)
     elif inputs is None and args.model and is_saved_dir(args.model):
         inputs = saved_inputs(args.model)
     elif inputs is None and args.model and args.model.split(":")[0] in ("torchvision", "timm"):
@@ -272,6 +266,7 @@ def load_saved(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
     records, its plans replayed, its weights loaded (JSON and safetensors: nothing is
     unpickled, no code named by the directory is imported); with the example inputs of its
     last plan and its manifest."""
+    from .console import status
     from .persist import load, read_manifest
     from .planning import inputs_from_spec
 
@@ -282,25 +277,18 @@ def load_saved(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
                        f"(source: {source!r}); build the model in Python and call "
                        f"fxsym.load(model, {path!r})")
     model = load_model(source).eval()
-    with _step(f"replaying the plan of {path}"):
+    with status(f"replaying the plan of {path}"):
         load(model, path)
     return model, inputs_from_spec(manifest["plan"].inputs), manifest
 
 
-@contextlib.contextmanager
-def _step(label: str) -> Iterator[None]:
-    """Say on stderr what a long step does (a rich spinner at a terminal)."""
-    if sys.stderr.isatty():
-        try:
-            from rich.console import Console
-        except ImportError:
-            pass
-        else:
-            with Console(stderr=True).status(label):
-                yield
-            return
-    print(f"{label} ...", file=sys.stderr, flush=True)
-    yield
+def _input_shape(text: str) -> tuple[int, ...]:
+    """``--input-shape``: integers separated by commas."""
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError as exc:
+        raise CliError(f"--input-shape must be integers separated by commas, like "
+                       f"1,3,224,224; got {text!r}") from exc
 
 
 def _random_batches(inputs: Any, count: int) -> list[Any]:
@@ -362,6 +350,7 @@ def _print_rows(rows: list[list[Any]], header: list[str]) -> None:
 def cmd_prune(args: argparse.Namespace) -> int:
     from . import analyze, load_plugins
     from . import plan as make_plan
+    from .console import status
     from .persist import save
 
     load_plugins()
@@ -371,19 +360,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
         source = manifest["source"]
         history = [*manifest["history"], manifest["plan"]]
     else:
-        with _step(f"loading {args.model}"):
+        with status(f"loading {args.model}"):
             model = load_model(args.model).eval()
         inputs = None
         source = args.model
     if args.input_shape:
-        try:
-            inputs = (torch.randn(*(int(s) for s in args.input_shape.split(","))),)
-        except ValueError as exc:
-            raise CliError(f"--input-shape must be integers separated by commas, like "
-                           f"1,3,224,224; got {args.input_shape!r}") from exc
+        inputs = (torch.randn(*_input_shape(args.input_shape)),)
     elif inputs is None and source.partition(":")[0] in SAFE_SOURCES:
         inputs = (torch.randn(1, 3, 224, 224),)
-    with _step(f"analyzing {args.model}"):
+    with status(f"analyzing {args.model}"):
         sm = analyze(model, example_inputs=inputs)
     if inputs is None:
         inputs = getattr(sm.graph_module, "example_inputs", None)
@@ -391,12 +376,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if len(targets) != 1:
         raise CliError("give exactly one of --ratio, --target-params and --target-macs")
     criterion = _criterion(args, inputs)
-    with _step("planning (mapping every group onto the parameters, scoring, solving)"):
+    with status("planning (mapping every group onto the parameters, scoring, solving)"):
         plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
                          target_macs=args.target_macs, importance=criterion, scope=args.scope,
                          round_to=args.round_to, min_keep=args.min_keep,
                          exclude=args.exclude or ())
-    with _step("resizing"):
+    with status("resizing"):
         plan.apply(model, sm)
     save(model, args.output, plan, source=source, history=history)
     if args.json:
