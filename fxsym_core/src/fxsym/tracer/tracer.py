@@ -629,9 +629,8 @@ def _trace(
             ) from exc
         except Exception as exc:
             raise _trace_error(model, exc, inputs) from exc
-        name = type(model).__name__
-        gm = torch.fx.GraphModule(tracer.root, graph, name)
-    _drop_concretization_checks(gm, auto)
+        _drop_concretization_checks(graph, auto)  # before the GraphModule compiles its code
+        gm = torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
     gm.trace_report = report  # type: ignore[assignment]
     gm.example_inputs = inputs  # type: ignore[assignment]
     return gm
@@ -645,10 +644,9 @@ def _trace_error(model: nn.Module, exc: Exception, inputs: Any) -> TraceError:
                       f"{hint} (a leaf policy or SymMap.register).")
 
 
-def _drop_concretization_checks(gm: torch.fx.GraphModule, auto: set[str]) -> None:
+def _drop_concretization_checks(graph: torch.fx.Graph, auto: set[str]) -> None:
     """Remove the placeholders and asserts torch.fx adds for arguments fixed to defaults,
     and the shape questions answered at trace time that nothing in the graph uses."""
-    graph = gm.graph
     auto_prefixes = tuple(f"{a}_" for a in auto)
     checks = {torch._assert, _assert_is_none}
     answered = {operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge,
@@ -667,7 +665,6 @@ def _drop_concretization_checks(gm: torch.fx.GraphModule, auto: set[str]) -> Non
         elif node.op == "placeholder" and str(node.target).startswith(auto_prefixes):
             graph.erase_node(node)
     graph.lint()
-    gm.recompile()
 
 
 def _not_tensor(node: torch.fx.Node) -> bool:
