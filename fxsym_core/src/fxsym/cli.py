@@ -28,10 +28,8 @@ class CliError(Exception):
 
 def load_model(spec: str) -> nn.Module:
     """``torchvision:resnet50``, ``timm:resnet18`` or ``package.module:factory`` (a module
-    instance, or a callable returning one when called without arguments), or a directory
-    written by ``fxsym prune`` (:func:`load_saved`)."""
-    if is_saved_dir(spec):
-        return load_saved(spec)[0]
+    instance, or a callable returning one when called without arguments); a directory written
+    by ``fxsym prune`` is :func:`load_saved`'s."""
     source, _, name = spec.partition(":")
     if not source or not name:
         raise CliError(f"MODEL must look like 'torchvision:resnet50' or "
@@ -85,16 +83,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         model, inputs = demo_model()
         label = "built-in demo (fxsym.demo.DemoNet)"
     else:
-        with status(f"loading {args.model}"):
-            model = load_model(args.model).eval()
-        inputs = None
+        model, inputs, _ = _load(args.model)
         label = args.model
-    if args.input_shape:
-        inputs = (torch.randn(*_input_shape(args.input_shape)),)
-    elif inputs is None and args.model and is_saved_dir(args.model):
-        inputs = saved_inputs(args.model)
-    elif inputs is None and args.model and args.model.split(":")[0] in ("torchvision", "timm"):
-        inputs = (torch.randn(1, 3, 224, 224),)
+    inputs = _example_inputs(args.input_shape, inputs, args.model)
     start = time.perf_counter()
     outputs: Any = args.outputs or None
     if outputs and outputs != "*":
@@ -253,12 +244,25 @@ def is_saved_dir(spec: str) -> bool:
     return is_saved(spec)
 
 
-def saved_inputs(path: str) -> Any:
-    """Example inputs shaped like those the saved model's last plan was made with."""
-    from .persist import read_manifest
-    from .planning import inputs_from_spec
+def _load(spec: str) -> tuple[nn.Module, Any, dict[str, Any] | None]:
+    """The model ``spec`` names, the example inputs it comes with and its manifest: a saved
+    directory's (:func:`load_saved`), else ``None`` and ``None``."""
+    from .console import status
 
-    return inputs_from_spec(read_manifest(path)["plan"].inputs)
+    if is_saved_dir(spec):
+        return load_saved(spec)
+    with status(f"loading {spec}"):
+        return load_model(spec).eval(), None, None
+
+
+def _example_inputs(input_shape: str | None, inputs: Any, source: str | None) -> Any:
+    """``--input-shape`` if given, else the inputs the model came with, else a 224x224 image
+    for a ``torchvision:``/``timm:`` model, else ``None`` (the plugins' defaults)."""
+    if input_shape:
+        return (torch.randn(*_input_shape(input_shape)),)
+    if inputs is None and source and source.partition(":")[0] in SAFE_SOURCES:
+        return (torch.randn(1, 3, 224, 224),)
+    return inputs
 
 
 def load_saved(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
@@ -354,20 +358,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .persist import save
 
     load_plugins()
-    history: list[Any] = []
-    if is_saved_dir(args.model):
-        model, inputs, manifest = load_saved(args.model)
+    model, inputs, manifest = _load(args.model)
+    source, history = args.model, []
+    if manifest is not None:
         source = manifest["source"]
         history = [*manifest["history"], manifest["plan"]]
-    else:
-        with status(f"loading {args.model}"):
-            model = load_model(args.model).eval()
-        inputs = None
-        source = args.model
-    if args.input_shape:
-        inputs = (torch.randn(*_input_shape(args.input_shape)),)
-    elif inputs is None and source.partition(":")[0] in SAFE_SOURCES:
-        inputs = (torch.randn(1, 3, 224, 224),)
+    inputs = _example_inputs(args.input_shape, inputs, source)
     with status(f"analyzing {args.model}"):
         sm = analyze(model, example_inputs=inputs)
     if inputs is None:
