@@ -242,3 +242,22 @@ def test_resize_uses_the_registry_of_the_manager_the_symmap_was_analyzed_with() 
     assert ("1", "features") in sm.groups()[0].members  # a leaf: its own rule resizes it
     fxsym.resize(model, sm, {"0.out_features": 4})  # outside use_plugins: still mine's rules
     assert model[1].scale.shape == (4,) and model(*X).shape == (3, 2)
+
+
+def test_the_pass_catalog_and_op_table_are_per_manager() -> None:
+    from fxsym.passes.catalog import catalog
+    from fxsym.passes.table import op_table
+
+    with_nn = fxsym.PluginManager()
+    fxsym.load_plugins(manager=with_nn, allow=["nn"])
+    other = fxsym.PluginManager()
+    while other.generation < with_nn.generation:  # the same generation number, other plugins
+        other.contributions_changed()
+    assert other.generation == with_nn.generation
+    with use_plugins(with_nn):
+        nn_patterns = [src for _, src in catalog().patterns]
+        nn_table = op_table()
+    with use_plugins(other):
+        assert [src for _, src in catalog().patterns] == []
+        assert op_table() is not nn_table
+    assert "nn" in nn_patterns

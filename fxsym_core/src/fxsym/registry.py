@@ -32,7 +32,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 
@@ -41,6 +41,7 @@ from .naming import qualname
 from .plugins.calls import call_each, leaf_vote
 from .plugins.manager import PLUGIN_ERRORS, PluginManager, get_plugin_manager
 
+T = TypeVar("T")
 ResizeFn = Callable[[nn.Module, str, Any], None]
 ImportanceFn = Callable[[nn.Module, str], Any]
 
@@ -115,6 +116,7 @@ class Registry:
         self._sym_cache: dict[type, SymInfoEntry | None] = {}
         self._shadow_cache: dict[type, type | None] = {}
         self._proxy_cache: dict[type, type | None] = {}
+        self._derived: dict[Callable[[Contributions], Any], Any] = {}
 
     @property
     def plugin_manager(self) -> PluginManager:
@@ -145,6 +147,16 @@ class Registry:
         self._refresh()
         return self._plugins
 
+    def derived(self, build: Callable[[Contributions], T]) -> T:
+        """``build(contributions)``, computed once per set of this registry's plugin
+        contributions (the pass catalog and op table of :mod:`fxsym.passes` are such)."""
+        self._refresh()
+        try:
+            return self._derived[build]  # type: ignore[no-any-return]
+        except KeyError:
+            value = self._derived[build] = build(self._plugins)
+            return value
+
     def invalidate(self) -> None:
         """Collect the plugins' registrations again at the next lookup: for a plugin whose
         contributions grow with what it has seen (classes discovered in a model)."""
@@ -162,6 +174,7 @@ class Registry:
         self._plugins = plugins
         self._forget()
         self._proxy_cache.clear()
+        self._derived.clear()
 
     # -- lookups ----------------------------------------------------------------------------
     def sym_info_entry(self, cls: type) -> SymInfoEntry | None:

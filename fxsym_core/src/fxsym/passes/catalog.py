@@ -24,7 +24,7 @@ from torch import fx
 
 from ..errors import PassError, PassWarning
 from ..plugins.manager import get_plugin_manager
-from ..registry import get_registry
+from ..registry import Contributions, get_registry
 from .base import Pass
 from .core.dce import dead_code_elimination
 from .core.inplace import remove_inplace
@@ -125,7 +125,6 @@ class Catalog:
     table: OpTable = field(default_factory=op_table)
 
 
-_CACHE: tuple[int, Catalog] | None = None
 
 
 def distribution(plugin: str) -> str:
@@ -167,12 +166,12 @@ def _add(cat: Catalog, item: Any, src: str) -> None:
 
 
 def catalog() -> Catalog:
-    """The current catalog (rebuilt when the set of plugins changes)."""
-    global _CACHE
-    contributions = get_registry().contributions  # refreshes on a plugin change
-    generation = get_plugin_manager().generation
-    if _CACHE is not None and _CACHE[0] == generation:
-        return _CACHE[1]
+    """The current catalog (built once per set of plugin contributions of the current plugin
+    manager)."""
+    return get_registry().derived(_build_catalog)
+
+
+def _build_catalog(contributions: Contributions) -> Catalog:
     cat = Catalog()
     for p in core_passes():
         cat.passes[p.name] = p
@@ -185,7 +184,6 @@ def catalog() -> Catalog:
                 stage, after=("remove_noops",), before=("dce",)
             )
             cat.pass_sources[stage] = CORE
-    _CACHE = (generation, cat)
     return cat
 
 

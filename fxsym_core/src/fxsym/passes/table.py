@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..plugins.manager import get_plugin_manager
-from ..registry import get_registry
+from ..registry import Contributions, get_registry
 from .ops import ModuleSemantics, OpAlias, OpTable, builtin_table
-
-_CACHE: tuple[int, OpTable] | None = None
 
 
 def _add(table: OpTable, item: Any) -> None:
@@ -27,14 +24,12 @@ def _add(table: OpTable, item: Any) -> None:
 
 def op_table() -> OpTable:
     """Built-in aliases plus the plugins' :class:`OpAlias` and :class:`ModuleSemantics`
-    (rebuilt when the set of plugins changes)."""
-    global _CACHE
-    contributions = get_registry().contributions  # refreshes on a plugin change
-    generation = get_plugin_manager().generation
-    if _CACHE is not None and _CACHE[0] == generation:
-        return _CACHE[1]
+    (built once per set of plugin contributions of the current plugin manager)."""
+    return get_registry().derived(_build_op_table)
+
+
+def _build_op_table(contributions: Contributions) -> OpTable:
     table = builtin_table()
     for item, _src in contributions.patterns:
         _add(table, item)
-    _CACHE = (generation, table)
     return table
