@@ -52,8 +52,9 @@ class HeadSplit(nn.Module):
 
 
 class Unmappable(nn.Module):
-    """Two branches: ``a`` only reshapes (a group); ``b`` also sizes a factory and decides
-    control flow, which the analysis cannot map: its group must be pinned."""
+    """Three branches: ``a`` only reshapes (a group); ``b`` also sizes a tensor whose entries
+    depend on their positions, ``c`` decides control flow, which the analysis cannot map:
+    their groups must be pinned."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -66,7 +67,7 @@ class Unmappable(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.shape[0]
         ya = self.conv_a(x).reshape(n, self.a, -1)
-        yb = self.conv_b(x).reshape(n, self.b, -1) + torch.ones(self.b, 1)
+        yb = self.conv_b(x).reshape(n, self.b, -1) + torch.ones(self.b, 1).cumsum(0)
         yc = self.conv_c(x).reshape(n, self.c, -1)
         if self.c % 2 == 0:  # control flow decided by the size
             yc = yc * 2

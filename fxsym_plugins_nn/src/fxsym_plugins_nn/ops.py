@@ -145,6 +145,43 @@ def creation(ctx: OpContext) -> Layout:
     return ctx.fixed()
 
 
+def constant_fill(ctx: OpContext) -> Layout:
+    """``torch.zeros/ones/full(size)``, ``x.new_zeros/new_ones/new_full(size)``: every entry
+    holds the same value, so the tensor built at any other size, or with its entries in any
+    other order, is the same tensor sliced or permuted. A dim follows what sizes it: an int
+    read from a module attribute (tied to it), or one read directly from a shape (the dim
+    read); any other size (a number, arithmetic on sizes) is fixed and pins what it was
+    computed from."""
+    method = isinstance(ctx.node.target, str)
+    args = ctx.node.args[1:] if method else ctx.node.args
+    sizes: Any = ctx.node.kwargs.get("size", args[0] if len(args) == 1 else args)
+    if ctx.node.target in (torch.full, "new_full"):
+        sizes = ctx.node.kwargs.get("size", args[0] if args else ())
+    if not isinstance(sizes, (tuple, list)):
+        sizes = (sizes,)
+    layouts = [ctx.layout(a) for a in sizes]
+    if len(layouts) == 1 and isinstance(layouts[0], tuple) and not isinstance(
+            layouts[0], SizeLayout):  # torch.zeros(x.shape)
+        layouts = list(layouts[0])
+    for a in _tensor_args(ctx):  # x.new_zeros(...) reads only x's dtype and device
+        if not (method and a is ctx.node.args[0]):
+            ctx.fix(ctx.layout(a), "used as data of a new tensor")
+    shape = ctx.out_shape()
+    if len(layouts) != len(shape):
+        return ctx.fixed()
+    dims: list[Dim] = []
+    for n, lay in zip(shape, layouts):
+        dim = fixed_dim(n)
+        if isinstance(lay, SizeLayout) and len(lay) == 1 and not lay.derived and dim_size(
+                lay[0]) == n:
+            dim = lay[0]
+            tie_size(ctx, lay, dim)  # records the use of an attribute read
+        elif isinstance(lay, SizeLayout):
+            ctx.fix(lay, "a size computed from sizes makes a new tensor")
+        dims.append(dim)
+    return _checked(ctx, dims, ctx.value)
+
+
 def _dims_arg(ctx: OpContext, index: int, name: str, ndim: int) -> list[int] | None:
     d = ctx.val(ctx.arg(index, name, None))
     return None if d is None else _dims_arg_value(d, ndim)
@@ -1514,12 +1551,13 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
               "is_floating_point", "tolist", "item", operator.not_, operator.is_,
               operator.is_not, len, isinstance, math.prod):
         register(t, not_a_tensor)
-    for t in (torch.zeros, torch.ones, torch.empty, torch.full, torch.rand,
-              torch.randn, torch.tensor, torch.zeros_like, torch.ones_like, torch.empty_like,
-              torch.full_like, torch.rand_like, torch.randn_like, "new_zeros", "new_ones",
-              "new_empty", "new_full", "new_tensor", "bernoulli_", "uniform_", "normal_",
+    for t in (torch.empty, torch.rand, torch.randn, torch.tensor, torch.zeros_like,
+              torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
+              torch.randn_like, "new_empty", "new_tensor", "bernoulli_", "uniform_", "normal_",
               "bernoulli", torch.bernoulli):
         register(t, creation)
+    for t in (torch.zeros, torch.ones, torch.full, "new_zeros", "new_ones", "new_full"):
+        register(t, constant_fill)
     for k, fs in {
         1: (F.max_pool1d, F.avg_pool1d, F.adaptive_avg_pool1d, F.adaptive_max_pool1d,
             F.lp_pool1d),

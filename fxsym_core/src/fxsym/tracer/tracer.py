@@ -212,6 +212,10 @@ class FxsymTracer(torch.fx.Tracer):
         return root, [self.root, *placeholders]
 
     def trace(self, root: Any, concrete_args: dict[str, Any] | None = None) -> torch.fx.Graph:
+        # the plugins' registrations are collected before fxsym and torch.fx patch functions
+        # (the trace contexts, entered already, may have added some): a rule for
+        # ``torch.zeros`` must be keyed by the function the graph records, not by the patch
+        self.registry.contributions  # noqa: B018 (the property collects them)
         with _traced_factories():
             graph = super().trace(root, concrete_args)
         for node in reversed(list(graph.nodes)):  # attributes the forward did not read
