@@ -39,7 +39,7 @@ from .persist import load, save
 from .planning import Plan, plan
 from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
 from .resizing import resize
-from .symbols import Symbol, SymGroup, SymInfo, SymMap
+from .symbols import SizeExpr, Symbol, SymGroup, SymInfo, SymMap
 from .tracer import TraceReport, trace
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
@@ -76,6 +76,7 @@ __all__ = [
     "PluginWarning",
     "ResizeError",
     "ResizeWarning",
+    "SizeExpr",
     "Step",
     "SubgraphPattern",
     "SymGroup",

@@ -40,6 +40,7 @@ from .analysis import analyze
 from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
 from .resizing import resize
+from .resizing.declared import symbol_sizes
 from .symbols import SymMap
 
 Status = Literal["ok", "failed", "not checked"]
@@ -241,7 +242,9 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     The members are checked three ways, none of which knows a module family:
 
     * a parameter member ``(owner, "name:dim")``: the tensor's ``shape[dim]``; an attribute
-      member ``(owner, "attr:name")`` (an int attribute read as a size): its value;
+      member ``(owner, "attr:name")`` (an int attribute read as a size): its value; an
+      attribute a leaf's SymInfo declares (:meth:`fxsym.SymInfo.declare`): its value must be
+      its expression over the symbols' chosen sizes;
     * a module member with a cross-layer symbol: on a run of the shrunk copy, the size of the
       input (INCOMING) or output (OUTGOING) dimension the symbol's ``elastic_dims`` name, at
       every call — the module's weights must have produced or accepted it;
@@ -249,7 +252,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
       dimension that changed must still equal the size of one of the dimensions it equalled
       (``Conv2d.out_channels`` follows ``weight.shape[0]``; a stale attribute is a bug even
       when the forward pass happens to run). This fails the check for an attribute named
-      like one of the module's SymInfo symbols (its resize rule owns it); any other
+      like one of the module's SymInfo symbols or declared by it (its resize owns it); any other
       attribute — of such a module, or of a module that only owns parameter members
       (``(owner, "name:dim")``, resized entry by entry) — may equal a weight dimension by
       coincidence (a window of 3 beside 3 heads), so it is listed in ``notes``.
@@ -272,6 +275,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     attrs = {q: _int_attributes(modules[q]) for q in owners}
     expected = _expected_lengths(sm, chosen)
     param_members = sm.analysis.param_members if sm.analysis else frozenset()
+    declared = _declared_values(sm, modules, members - param_members, expected)
     try:
         resize(clone, sm, chosen)
     except Exception as exc:
@@ -310,9 +314,17 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
         if got is not None and got != {length}:
             result.details.append(f"{qualname}.{sname}: size {sorted(got)}, expected {length}")
             _blame(result, group_of.get(key, qualname))
+    for (qualname, sname), value in declared.items():
+        attr = sname.removeprefix("attr:")
+        got_value = getattr(modules[qualname], attr, None)
+        if got_value != value:
+            result.details.append(f"{qualname}.{attr}: {got_value!r}, declared {value}")
+            _blame(result, group_of.get((qualname, sname), qualname))
     for q in owners:
         described = modules[q] in sm
         symbols = set(sm[modules[q]]) if described else set()
+        if described:
+            symbols |= set(sm.sym_info(modules[q]).attributes)
         for attr, problem in _stale_attributes(modules[q], before[q], attrs[q]):
             if attr.partition("[")[0] not in symbols:
                 # not a size the SymInfo names (or no SymInfo, so no resize rule that could
@@ -322,6 +334,25 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
             result.details.append(f"{q}.{attr}: {problem}")
             _blame(result, next((g for (m, _), g in group_of.items() if m == q), q))
     return result
+
+
+def _declared_values(sm: SymMap, modules: dict[str, nn.Module],
+                     members: set[tuple[str, str]],
+                     lengths: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Each declared attribute member ``(module, "attr:name")``: its expression over the
+    module's symbols once ``lengths`` (entries of each resized symbol) apply."""
+    out: dict[tuple[str, str], int] = {}
+    for qualname, sname in members:
+        mod = modules.get(qualname)
+        if not sname.startswith("attr:") or mod is None or mod not in sm:
+            continue
+        expr = sm.sym_info(mod).attributes.get(sname.removeprefix("attr:"))
+        if expr is None:
+            continue
+        sizes = {s: v for s, v in symbol_sizes(sm, mod, lengths).items() if v is not None}
+        if all(s in sizes for s in expr.symbols):
+            out[(qualname, sname)] = expr.evaluate(sizes)[0]
+    return out
 
 
 def _blame(result: OracleResult, name: str) -> None:

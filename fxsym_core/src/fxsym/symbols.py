@@ -12,8 +12,9 @@ Cross-layer symbols say which dimension of the module's input (``INCOMING``) or 
 (``OUTGOING``) tensor they size, through ``elastic_dims`` (several equivalent spellings of one
 dimension, e.g. ``{1, -3}`` for the channels of NCHW).
 
-A :class:`SymInfo` holds the symbols of one module. A :class:`SymMap` holds the SymInfos of a
-model's modules and, after :func:`fxsym.analyze`, what the analysis found (a
+A :class:`SymInfo` holds the symbols of one module, and may declare which of the module's int
+attributes derive from them (:class:`SizeExpr`: ``num_heads = heads``). A :class:`SymMap` holds
+the SymInfos of a model's modules and, after :func:`fxsym.analyze`, what the analysis found (a
 :class:`GroupAnalysis`), whose searchable groups it offers as :class:`SymGroup`.
 
 This module names no higher room but in the annotation of :attr:`SymMap.trace_report`: what it
@@ -27,6 +28,7 @@ annotations only).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -42,6 +44,7 @@ __all__ = [
     "GroupAnalysis",
     "GroupIndex",
     "Segment",
+    "SizeExpr",
     "SymGroup",
     "SymInfo",
     "SymMap",
@@ -218,16 +221,131 @@ class Symbol:
         return f"Symbol({', '.join(shown)})"
 
 
+#: the prefix of an attribute member's symbol name: ``(owner, "attr:num_heads")``
+ATTRIBUTE_PREFIX = "attr:"
+
+_TOKEN = re.compile(r"\s*(?:(//)|(\*)|([A-Za-z_][A-Za-z0-9_]*)|([0-9]+))")
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """How an int attribute of a module derives from the module's symbols: a product of
+    factors, optionally floor-divided by one more.
+
+    Each factor and the divisor is a symbol name of the module's SymInfo or a positive int
+    constant; at least one factor is a symbol. A symbol stands for its *size in its own
+    units*: the number of entries of the tensor dimension it sizes divided by its
+    :attr:`Symbol.block` (for a symbol that is not cross-layer: :attr:`Symbol.size`). Written
+    as text, ``"heads"``, ``"heads * head_dim"``, ``"hidden // heads"``, ``"embed_dim // 8"``
+    (:meth:`parse`); nothing else (no sums, no parentheses, one division at the end).
+
+    :func:`fxsym.resize` refuses a choice for which the division leaves a remainder or the
+    value drops below 1 (the module's sizes would disagree), and a module whose attribute does
+    not equal its expression before the resize (the declaration does not describe it).
+    """
+
+    factors: tuple[str | int, ...]
+    divisor: str | int | None = None
+
+    def __post_init__(self) -> None:
+        terms = [*self.factors, *([] if self.divisor is None else [self.divisor])]
+        for t in terms:
+            if isinstance(t, bool) or not (
+                    (isinstance(t, int) and t >= 1) or (isinstance(t, str) and t.isidentifier())):
+                raise ValueError(f"size expression {self}: {t!r} is neither a symbol name nor "
+                                 "a positive int")
+        if not any(isinstance(f, str) for f in self.factors):
+            raise ValueError(f"size expression {self}: no symbol among the factors (a "
+                             "constant attribute needs no declaration)")
+
+    @classmethod
+    def parse(cls, text: str) -> SizeExpr:
+        """``"a * b // c"`` as a SizeExpr; ``ValueError`` naming what is wrong otherwise."""
+        tokens: list[str | int] = []
+        pos = 0
+        text = text.strip()
+        while pos < len(text):
+            m = _TOKEN.match(text, pos)
+            if m is None or m.end() == pos:
+                raise ValueError(f"size expression {text!r}: unexpected {text[pos:]!r}; write a "
+                                 "product of symbol names and ints, optionally '// divisor'")
+            div, mul, name, num = m.groups()
+            tokens.append(div or mul or name or int(num))
+            pos = m.end()
+        terms, ops = tokens[0::2], tokens[1::2]
+        if (not tokens or len(tokens) % 2 == 0 or any(t not in ("*", "//") for t in ops)
+                or any(t in ("*", "//") for t in terms)):
+            raise ValueError(f"size expression {text!r}: expected 'term (* term)* (// term)?', "
+                             "each term a symbol name or an int")
+        if "//" in ops[:-1]:
+            raise ValueError(f"size expression {text!r}: '//' may only come last")
+        divisor = terms.pop() if ops and ops[-1] == "//" else None
+        return cls(tuple(terms), divisor)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        """The symbol names the expression reads, in order, each once."""
+        terms = [*self.factors, *([] if self.divisor is None else [self.divisor])]
+        return tuple(dict.fromkeys(t for t in terms if isinstance(t, str)))
+
+    def evaluate(self, values: Mapping[str, int]) -> tuple[int, int]:
+        """``(value, remainder)`` of the expression, each symbol taking ``values[name]``."""
+        product = 1
+        for f in self.factors:
+            product *= values[f] if isinstance(f, str) else f
+        if self.divisor is None:
+            return product, 0
+        d = values[self.divisor] if isinstance(self.divisor, str) else self.divisor
+        if d <= 0:
+            return 0, product
+        return product // d, product % d
+
+    def __str__(self) -> str:
+        text = " * ".join(str(f) for f in self.factors)
+        return text if self.divisor is None else f"{text} // {self.divisor}"
+
+
 class SymInfo:
-    """The symbols of one module.
+    """The symbols of one module, and the int attributes that derive from them.
 
     ``is_shape_preserving`` says the module's output has the shape and dimension layout of its
     first input (a norm, an activation), so groups pass through it unchanged.
+
+    :attr:`attributes` maps names of the module's own int attributes to the
+    :class:`SizeExpr` they equal (see :meth:`declare`): :func:`fxsym.resize` sets them after
+    each resize rule call on the module, and each is a member ``(module, "attr:name")`` of the
+    groups of the symbols it reads.
     """
 
     def __init__(self, is_shape_preserving: bool = False, **symbols: Symbol) -> None:
         self._is_shape_preserving = is_shape_preserving
         self.symbols: dict[str, Symbol] = dict(symbols)
+        #: module attribute name -> the expression over this SymInfo's symbols it equals
+        self.attributes: dict[str, SizeExpr] = {}
+
+    def declare(self, **attributes: str | SizeExpr) -> SymInfo:
+        """Declare module attributes derived from this SymInfo's symbols and return ``self``:
+        ``SymInfo(...).declare(num_heads="heads", head_dim="hidden // heads")``.
+
+        Each value is a :class:`SizeExpr` or its text (:meth:`SizeExpr.parse`). Raises
+        ``ValueError`` if an expression does not parse, reads a symbol this SymInfo does not
+        have, or the attribute name is private (``_x``) or not an identifier. The attribute
+        must hold an int on the module when a resize changes one of its symbols.
+        """
+        for name, expr in attributes.items():
+            if not name.isidentifier() or name.startswith("_"):
+                raise ValueError(f"declared attribute {name!r}: not a public attribute name")
+            parsed = SizeExpr.parse(expr) if isinstance(expr, str) else expr
+            if not isinstance(parsed, SizeExpr):
+                raise ValueError(f"declared attribute {name!r}: expected a SizeExpr or its "
+                                 f"text, got {expr!r}")
+            missing = [s for s in parsed.symbols if s not in self.symbols]
+            if missing:
+                raise ValueError(f"declared attribute {name} = {parsed}: no symbol "
+                                 f"{', '.join(map(repr, missing))} in this SymInfo (symbols: "
+                                 f"{', '.join(self.symbols) or 'none'})")
+            self.attributes[name] = parsed
+        return self
 
     @property
     def is_shape_preserving(self) -> bool:
@@ -235,7 +353,9 @@ class SymInfo:
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.symbols.items())
-        return f"SymInfo({inner}, is_shape_preserving={self._is_shape_preserving})"
+        attrs = "".join(f", {k}={str(v)!r}" for k, v in self.attributes.items())
+        return (f"SymInfo({inner}, is_shape_preserving={self._is_shape_preserving})"
+                + (f".declare({attrs[2:]})" if attrs else ""))
 
 
 SymInfoFactory = Callable[[nn.Module], SymInfo]

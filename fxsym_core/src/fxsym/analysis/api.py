@@ -9,7 +9,7 @@ from torch import nn
 
 from ..errors import AnalysisError
 from ..plugins.calls import call_hook
-from ..symbols import GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
+from ..symbols import ATTRIBUTE_PREFIX, GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
 from ..tracer import trace
 from ..tracer.guard import serialised
 from ..tracer.report import TraceReport
@@ -92,6 +92,13 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
             if seg.group is not None:
                 lst = members.setdefault(table.find(seg.group), [])
                 lst.extend(k for k in inner if k not in lst)
+    declared = _declared(symmap, an)
+    for key, attrs in declared.items():
+        for seg in an.symbol_dims[key]:
+            if seg.group is not None:
+                lst = members.setdefault(table.find(seg.group), [])
+                lst.extend(k for k in attrs if k not in lst)
+    not_symbols = an.param_members | {k for attrs in declared.values() for k in attrs}
 
     groups: list[SymGroup] = []
     roots: dict[int, SymbolKey] = {}
@@ -114,8 +121,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
             name=(f"{head[0]}.{head[1]}" if head[0] else head[1]) + table.block_path(gid),
             size=table.units[root],
             unit=seg.length // table.units[root],
-            is_sortable=all(k in an.param_members or symbol(k).is_sortable_itself
-                            for k in keys),
+            is_sortable=all(k in not_symbols or symbol(k).is_sortable_itself for k in keys),
             members=keys,
             id=root,
         ))
@@ -138,7 +144,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     for root, head in roots.items():
         # a parameter member heading its group (a functional op's weight) has no Symbol: the
         # group's first module symbol, if any, stands for it
-        symbols_in = [k for k in members.get(root, []) if k not in an.param_members]
+        symbols_in = [k for k in members.get(root, []) if k not in not_symbols]
         if head in an.param_members:
             if not symbols_in:
                 continue
@@ -172,6 +178,19 @@ def _whole(an: Analyzer, table: GroupTable, key: SymbolKey, root: int) -> bool:
     block of the group came from, whose weights do not rank the block's entries alone)."""
     dim = an.symbol_dims.get(key, ())
     return len(dim) == 1 and dim[0].group is not None and table.find(dim[0].group) == root
+
+
+def _declared(symmap: SymMap, an: Analyzer) -> dict[SymbolKey, list[SymbolKey]]:
+    """For each symbol the analysis reached: the attribute members ``(module, "attr:name")``
+    its module's SymInfo declares from it (:meth:`SymInfo.declare`)."""
+    out: dict[SymbolKey, list[SymbolKey]] = {}
+    for name, mod in symmap.named_modules():
+        info = symmap.sym_info(mod)
+        for attr, expr in info.attributes.items():
+            for sname in expr.symbols:
+                if (name, sname) in an.symbol_dims:
+                    out.setdefault((name, sname), []).append((name, f"{ATTRIBUTE_PREFIX}{attr}"))
+    return out
 
 
 def _covered(an: Analyzer, symbols: dict[str, dict[str, Symbol]]

@@ -22,12 +22,10 @@ from typing import Any
 import torch
 import torch.fx
 
+from ..symbols import ATTRIBUTE_PREFIX
 from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
 from .context import OpContext, Unsupported
 from .layout import AttributeSize, Dim, SizeLayout, dim_size
-
-#: the prefix of an attribute member's symbol name: ``(owner, "attr:hidden_dim")``
-ATTRIBUTE_PREFIX = "attr:"
 
 
 def tie_size(ctx: OpContext, size: Any, dim: Dim) -> bool:

@@ -2,9 +2,11 @@
 
 The engine is transactional. It validates every choice and finds a resize rule for every
 module it will touch *before* touching anything; then it snapshots every module of the model
-(rules edit child modules and attributes too), applies the rules, and if anything raises, even
-a KeyboardInterrupt, it puts every module back as it was and re-raises (an ``Exception`` as
-:class:`~fxsym.errors.ResizeError`). Rules must bind new tensors, never write into old ones.
+(rules edit child modules and attributes too), applies the rules — after each, it sets the
+attributes its module's SymInfo declares from the symbol just resized (:mod:`.declared`,
+checked with the choices) — and if anything raises, even a KeyboardInterrupt, it puts every
+module back as it was and re-raises (an ``Exception`` as :class:`~fxsym.errors.ResizeError`).
+Rules must bind new tensors, never write into old ones.
 Once the rules ran, the plugins' ``fxsym_after_resize`` hooks bring what else describes the
 model up to date (a Hugging Face ``config``), inside the transaction: a failing hook restores
 the model too. A SymMap describes the model as analyzed: after a resize it is stale and must be
@@ -26,6 +28,7 @@ from ..modstate import ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
 from ..symbols import GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
+from .declared import plan_declared
 from .helpers import keep_entries, l1_scores
 
 Choice = Any  # int | Sequence[int] | torch.Tensor
@@ -63,6 +66,7 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
 
     analysis = symmap.analysis
     work = [] if analysis is None else _work(model, symmap.registry, analysis, plans)
+    declared = plan_declared(symmap, {(q, s): len(index) for _, q, s, index, _ in work})
     ties = _tied_parameters(model)
     saved = _snapshot(model)
     where = ""
@@ -71,6 +75,8 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             where = f"{qualname}.{sname}"
             assert entry.resize is not None
             entry.resize(mod, sname, index)
+            if qualname in declared:
+                declared[qualname].follow(sname, len(index))
         where = "tied parameters"
         _retie(ties)
         where = "the model (fxsym_after_resize)"
