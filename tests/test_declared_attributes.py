@@ -131,6 +131,8 @@ def test_declared_attributes_are_members_and_follow_a_resize() -> None:
         groups = {g.name: g for g in sm.groups()}
         assert groups["attn.heads"].members == (
             ("attn", "heads"), ("attn", "attr:num_heads"), ("attn", "attr:all_head_size"))
+        assert groups["inp.out_features"].members == (
+            ("inp", "out_features"), ("attn", "hidden"))
         assert ("attn", "attr:head_dim") in groups["attn.head_dim"].members
         reference = _run(model)
         fxsym.resize(model, sm, {"attn.heads": [1], "attn.head_dim": [2, 0]})
@@ -204,3 +206,30 @@ def _run(model: nn.Module) -> torch.Tensor:
     with torch.no_grad():
         out: torch.Tensor = model(*X)
     return out
+
+
+class MHABlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(6, 16)
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        return self.out(self.attn(h, h, h, need_weights=False)[0])
+
+
+def test_nn_multihead_attention_declares_its_widths_and_head_count() -> None:
+    torch.manual_seed(0)
+    model = MHABlock().eval()
+    x = (torch.randn(2, 5, 6),)
+    sm = assert_oracles(model, x)
+    (group,) = [g for g in sm.groups() if ("attn", "embed_dim") in g.members]
+    assert {("attn", f"attr:{a}") for a in ("embed_dim", "kdim", "vdim", "num_heads")} <= set(
+        group.members)
+    fxsym.resize(model, sm, {group.name: 2})  # 2 heads of head_dim 4
+    attn = model.attn
+    assert (attn.embed_dim, attn.kdim, attn.vdim, attn.num_heads, attn.head_dim) == (
+        8, 8, 8, 2, 4)
+    assert model(*x).shape == (2, 5, 3)

@@ -68,9 +68,11 @@ def test_module_family(example: ModuleType) -> None:
     x = torch.randn(3, 4)
     sm = assert_oracles(model, (x,))
     groups = {g.name: g.members for g in sm.groups()}
-    assert groups == {
-        "0.out_features": (("0", "out_features"), ("1", "in_features")),
-        "1.out_features": (("1", "out_features"), ("3", "in_features")),
+    assert groups == {  # the attributes ScaledLinear declares are members too
+        "0.out_features": (("0", "out_features"), ("1", "in_features"),
+                           ("1", "attr:in_features")),
+        "1.out_features": (("1", "out_features"), ("1", "attr:out_features"),
+                           ("3", "in_features")),
     }
     # resize by size: the importance function picks the rows to keep
     fxsym.resize(model, sm, {"0.out_features": [5, 0, 2], "1.out_features": 2})

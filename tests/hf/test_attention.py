@@ -85,3 +85,21 @@ def test_opt_head_count_attribute_follows_the_resize() -> None:
                              "model.decoder.layers.0.self_attn.head_dim": 8})
     assert (attn.num_heads, attn.head_dim, attn.q_proj.out_features) == (2, 8, 16)
     assert _run(model).shape == (2, 8, 100)
+
+
+def test_head_layout_attributes_are_declared_members_kept_by_resize() -> None:
+    """The resize rule only slices projections: ``num_heads``/``head_dim``/``split_size``
+    follow through the SymInfo's declarations, which users see as group members."""
+    model = build("gpt2")
+    sm = fxsym.analyze(model)
+    attn = model.transformer.h[0].attn
+    assert {str(e) for e in sm.sym_info(attn).attributes.values()} == {
+        "heads", "head_dim", "heads * head_dim"}
+    name = "transformer.h.0.attn"
+    assert {(name, "attr:num_heads"), (name, "attr:split_size")} <= set(
+        sm.group(f"{name}.heads").members)
+    assert (name, "attr:head_dim") in sm.group(f"{name}.head_dim").members
+    fxsym.resize(model, sm, {f"{name}.heads": [3, 0], f"{name}.head_dim": 5})
+    assert (attn.num_heads, attn.head_dim, attn.split_size) == (2, 5, 10)
+    assert attn.c_attn.nf == 30
+    assert _run(model).shape == (2, 8, 100)

@@ -254,7 +254,8 @@ def _covers(spec: AttnSpec) -> dict[str, list[tuple[str, str]]]:
 
 def attention_info(module: nn.Module, pinned: bool = False) -> SymInfo:
     """The leaf's symbols (see the module docstring). Heads are constant if ``pinned``: the
-    latest trace handed the module a per-head tensor (:mod:`.perhead`)."""
+    latest trace handed the module a per-head tensor (:mod:`.perhead`). The module's head
+    counts, ``head_dim`` and total width are declared from them (:func:`_declare`)."""
     spec = describe(module)
     if spec is None or not spec.leaf:
         return SymInfo()
@@ -265,7 +266,7 @@ def attention_info(module: nn.Module, pinned: bool = False) -> SymInfo:
                        covers=covers["heads"])
         if pinned:
             heads.disable()
-        return SymInfo(hidden=hidden, heads=heads)
+        return _declare(module, SymInfo(hidden=hidden, heads=heads), spec)
     out = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1},
                  covers=covers["out_features"])
     heads = _internal(spec.n_kv, covers["heads"], constant=pinned)
@@ -274,9 +275,35 @@ def attention_info(module: nn.Module, pinned: bool = False) -> SymInfo:
     head_dim = _internal(spec.head_dim, covers["head_dim"], sortable=not spec.rotary,
                          constant=spec.rotary)
     if group is None:
-        return SymInfo(hidden=hidden, out_features=out, heads=heads, head_dim=head_dim)
-    return SymInfo(hidden=hidden, out_features=out, heads=heads, queries_per_kv=group,
-                   head_dim=head_dim)
+        info = SymInfo(hidden=hidden, out_features=out, heads=heads, head_dim=head_dim)
+    else:
+        info = SymInfo(hidden=hidden, out_features=out, heads=heads, queries_per_kv=group,
+                       head_dim=head_dim)
+    return _declare(module, info, spec)
+
+
+def _declare(module: nn.Module, info: SymInfo, spec: AttnSpec) -> SymInfo:
+    """Declare the head layout attributes ``module`` holds (:meth:`fxsym.SymInfo.declare`):
+    query heads ``heads * queries_per_kv``, key/value heads ``heads``, ``head_dim`` and the
+    total width, so ``fxsym.resize`` keeps them with the projections. Without an output
+    projection ``heads`` counts query heads (one unit of ``head_dim`` features each) and
+    ``head_dim`` is fixed. An attribute whose value is not what its name says here (the lists
+    hold several spellings) is left out."""
+    per_kv = " * queries_per_kv" if "queries_per_kv" in info.symbols else ""
+    dim = " * head_dim" if "head_dim" in info.symbols else f" * {spec.head_dim}"
+    wanted: list[tuple[tuple[str, ...], str, int]] = [
+        (HEAD_COUNT_ATTRS, "heads" + per_kv, spec.n_q),
+        (KV_COUNT_ATTRS, "heads", spec.n_kv),
+        (TOTAL_ATTRS, "heads" + per_kv + dim, spec.n_q * spec.head_dim),
+    ]
+    if per_kv:
+        wanted.append((("num_key_value_groups",), "queries_per_kv", spec.rep))
+    if "head_dim" in info.symbols:
+        wanted.append((HEAD_DIM_ATTRS, "head_dim", spec.head_dim))
+    state = vars(module)
+    info.declare(**{name: expr for names, expr, value in wanted for name in names
+                    if type(state.get(name)) is int and state[name] == value})
+    return info
 
 
 # -- resize ----------------------------------------------------------------------------------
@@ -316,13 +343,10 @@ def _keep_in(mod: nn.Module, index: torch.Tensor) -> None:
         conv1d_resize(mod, "in_features", index)
 
 
-def _set_attrs(module: nn.Module, names: tuple[str, ...], value: int) -> None:
-    for name in names:
-        if isinstance(vars(module).get(name), int):
-            setattr(module, name, value)
-
-
 def attention_resize(module: nn.Module, name: str, index: torch.Tensor) -> None:
+    """Keep ``index`` of symbol ``name`` in the projections. The head layout attributes are
+    declared (:func:`_declare`): ``fxsym.resize`` sets them after each call, so the next call
+    reads a ``head_dim`` that matches the projections."""
     spec = describe(module)
     if spec is None:
         raise ValueError(f"{type(module).__name__} is no longer a recognized attention module")
@@ -355,12 +379,6 @@ def attention_resize(module: nn.Module, name: str, index: torch.Tensor) -> None:
         _keep_out(_projection(module, spec.v), kv_rows)
     if spec.o is not None:
         _keep_in(_projection(module, spec.o), q_rows)
-    new_kv, new_rep, new_hd = len(heads), len(reps), len(dims)
-    _set_attrs(module, HEAD_COUNT_ATTRS, new_kv * new_rep)
-    _set_attrs(module, KV_COUNT_ATTRS, new_kv)
-    _set_attrs(module, ("num_key_value_groups",), new_rep)
-    _set_attrs(module, HEAD_DIM_ATTRS, new_hd)
-    _set_attrs(module, TOTAL_ATTRS, new_kv * new_rep * new_hd)
 
 
 def attention_importance(module: nn.Module, name: str) -> torch.Tensor:

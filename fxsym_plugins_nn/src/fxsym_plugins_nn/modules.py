@@ -176,7 +176,8 @@ def prelu_resize(mod: nn.PReLU, name: str, index: torch.Tensor) -> None:
 def mha_info(mod: nn.MultiheadAttention) -> SymInfo:
     """nn.MultiheadAttention ties its input width to its packed q/k/v width (``embed_dim`` =
     ``num_heads * head_dim``): the embedding dim can only change a whole head at a time, and
-    the output (``out_proj``) follows it."""
+    the output (``out_proj``) follows it. ``embed_dim``, ``kdim``, ``vdim`` and ``num_heads``
+    are declared from it (``head_dim`` stays)."""
     embed = Symbol(cl_type=IN, elastic_dims={-1})
     out = Symbol(cl_type=OUT, elastic_dims={-1})
     if not mod._qkv_same_embed_dim or mod.bias_k is not None or mod.add_zero_attn:
@@ -185,7 +186,9 @@ def mha_info(mod: nn.MultiheadAttention) -> SymInfo:
         return SymInfo(embed_dim=embed, embed_dim_out=out)
     embed.units = mod.num_heads
     out.link_to(embed)
-    return SymInfo(embed_dim=embed, embed_dim_out=out)
+    return SymInfo(embed_dim=embed, embed_dim_out=out).declare(
+        embed_dim="embed_dim", kdim="embed_dim", vdim="embed_dim",
+        num_heads=f"embed_dim // {mod.head_dim}")
 
 
 def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
@@ -200,18 +203,18 @@ def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     keep_entries(mod.out_proj, "weight", 1, index)
     keep_entries(mod.out_proj, "bias", 0, index)
     mod.out_proj.in_features = mod.out_proj.out_features = len(index)
-    mod.num_heads = len(index) // mod.head_dim
-    mod.embed_dim = mod.kdim = mod.vdim = len(index)
 
 
 # -- torchvision's Swin window attention (named: torchvision stays optional) ---------------------
 def swin_attention_info(mod: Any) -> SymInfo:
     """Like MultiheadAttention: the width is ``num_heads * head_dim`` on both sides, so the
-    embedding dim changes a whole head at a time and the output follows the input."""
+    embedding dim changes a whole head at a time and the output follows the input;
+    ``num_heads`` is declared from it."""
     dim = Symbol(cl_type=IN, elastic_dims={-1}, units=mod.num_heads)
     out = Symbol(cl_type=OUT, elastic_dims={-1})
     out.link_to(dim)
-    return SymInfo(dim=dim, dim_out=out)
+    return SymInfo(dim=dim, dim_out=out).declare(
+        num_heads=f"dim // {mod.proj.in_features // mod.num_heads}")
 
 
 def swin_attention_resize(mod: Any, name: str, index: torch.Tensor) -> None:
@@ -234,7 +237,6 @@ def swin_attention_resize(mod: Any, name: str, index: torch.Tensor) -> None:
         keep_entries(last, "weight", 0, heads)
         keep_entries(last, "bias", 0, heads)
         last.out_features = len(heads)
-    mod.num_heads = len(heads)
 
 
 # -- stateless, shape-preserving -----------------------------------------------------------------

@@ -33,22 +33,25 @@ class ScaledLinear(nn.Module):
 
 def scaled_linear_info(mod: nn.Module) -> SymInfo:
     """``in_features`` follows the producer of the input's last dim; ``out_features`` starts
-    a group (it is searchable) that every consumer of the output's last dim joins."""
+    a group (it is searchable) that every consumer of the output's last dim joins.
+
+    The module's int attributes of the same names are *declared* from those symbols:
+    ``fxsym.resize`` sets them after the resize rule ran (so the rule only slices tensors),
+    and they are listed among the members of their symbols' groups."""
     return SymInfo(
         in_features=Symbol(cl_type=IN, elastic_dims={-1}),
         out_features=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}),
-    )
+    ).declare(in_features="in_features", out_features="out_features")
 
 
 def scaled_linear_resize(mod: Any, name: str, index: torch.Tensor) -> None:
-    """Keep entries ``index`` of the symbol's dimension in every tensor and attribute it sizes."""
+    """Keep entries ``index`` of the symbol's dimension in every tensor it sizes (the
+    attributes it sizes are declared: fxsym sets them)."""
     if name == "in_features":
         keep_entries(mod, "weight", 1, index)
-        mod.in_features = len(index)
     else:
         keep_entries(mod, "weight", 0, index)
         keep_entries(mod, "scale", 0, index)
-        mod.out_features = len(index)
 
 
 def scaled_linear_importance(mod: Any, name: str) -> torch.Tensor:

@@ -75,12 +75,12 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     result to ``symmap``."""
     table = an.table
     members: dict[int, list[SymbolKey]] = {}
+    declared = _declared(symmap, an)
     for key, dim in an.symbol_dims.items():
         for seg in dim:
             if seg.group is not None:
                 lst = members.setdefault(table.find(seg.group), [])
-                if key not in lst:
-                    lst.append(key)
+                lst.extend(k for k in (key, *declared.get(key, ())) if k not in lst)
     symbols = dict(symmap.named_sym_dicts())
 
     def symbol(key: SymbolKey) -> Symbol:
@@ -92,12 +92,6 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
             if seg.group is not None:
                 lst = members.setdefault(table.find(seg.group), [])
                 lst.extend(k for k in inner if k not in lst)
-    declared = _declared(symmap, an)
-    for key, attrs in declared.items():
-        for seg in an.symbol_dims[key]:
-            if seg.group is not None:
-                lst = members.setdefault(table.find(seg.group), [])
-                lst.extend(k for k in attrs if k not in lst)
     not_symbols = an.param_members | {k for attrs in declared.values() for k in attrs}
 
     groups: list[SymGroup] = []
