@@ -75,10 +75,21 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                        decoder_attention_heads=4, vocab_size=100)),
 }
 
-#: the symbol naming a projection's output dim, by module class name
-OUTPUT_SYMBOL = {"Linear": "out_features", "Conv1D": "out_features", "Conv1d": "out_channels",
-                 "Conv2d": "out_channels", "Conv3d": "out_channels",
-                 "Embedding": "embedding_dim"}
+#: the symbol naming a projection's output dim, by module class name, and the parameter member
+#: (``weight:<dim>``) that a subclass traced into (its own ``forward``) carries instead
+OUTPUT_SYMBOL = {"Linear": ("out_features", "weight:0"), "Conv1D": ("out_features", "weight:1"),
+                 "Conv1d": ("out_channels", "weight:0"), "Conv2d": ("out_channels", "weight:0"),
+                 "Conv3d": ("out_channels", "weight:0"),
+                 "Embedding": ("embedding_dim", "weight:1")}
+
+
+def _output_keys(mod: nn.Module) -> tuple[str, str] | None:
+    """The symbol and parameter member of ``mod``'s output dim, if its class or a base class
+    (``FalconLinear`` is an ``nn.Linear``) is a counted projection."""
+    for cls in type(mod).__mro__:
+        if cls.__name__ in OUTPUT_SYMBOL and cls.__module__.startswith(("torch.", "transformers.")):
+            return OUTPUT_SYMBOL[cls.__name__]
+    return None
 
 
 def build(model_type: str) -> nn.Module:
@@ -96,11 +107,11 @@ def projection_coverage(model: nn.Module, sm: fxsym.SymMap) -> tuple[int, int]:
     members = {m for g in sm.groups() for m in g.members}
     total = live = 0
     for name, mod in model.named_modules():
-        sname = OUTPUT_SYMBOL.get(type(mod).__name__)
-        if sname is None:
+        keys = _output_keys(mod)
+        if keys is None:
             continue
         total += 1
-        live += (name, sname) in members
+        live += any((name, k) in members for k in keys)
     return live, total
 
 

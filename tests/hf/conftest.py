@@ -60,6 +60,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
                        vocab_size=100)),
     "mixtral": (LM, dict(_DECODER, num_local_experts=4)),
+    "gptj": (LM, dict(n_embd=64, n_inner=128, n_layer=2, n_head=4, rotary_dim=8,
+                      vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0)),
 }
 
 

@@ -30,6 +30,7 @@ from fxsym.analysis import (
     fixed_dim,
     is_fixed,
     scale_block,
+    size_checked,
     tie_size,
 )
 
@@ -86,6 +87,8 @@ def elementwise(ctx: OpContext) -> Layout:
     """Any number of tensor operands broadcast together (``a + b``, ``torch.where``...)."""
     args = _tensor_args(ctx)
     if not isinstance(ctx.value, torch.Tensor):
+        if ctx.node.target is operator.add and isinstance(ctx.value, tuple):
+            return _joined_shape(ctx)
         return _derived_size(ctx)
     if not args:
         return ctx.fixed()
@@ -114,6 +117,30 @@ def _derived_size(ctx: OpContext) -> Layout:
     dims = [d for a in ctx.node.all_input_nodes
             if isinstance(lay := ctx.layout(a), SizeLayout) for d in lay if not is_fixed(d)]
     return SizeLayout(dims, derived=True) if dims else ctx.fixed()
+
+
+def _joined_shape(ctx: OpContext) -> Layout:
+    """``x.size()[:-1] + (self.num_heads, self.head_dim)``: a shape built by joining tuples.
+
+    Its layout is the tuple of its entries' layouts, in order, so a reshape by it checks each
+    entry against the dim it sizes: a size read from a shape stays a
+    :class:`~fxsym.analysis.SizeLayout` (an int read from a module attribute, or arithmetic on
+    one, is passed on, not used here: the reshape ties or pins it), and any other entry is
+    kept as its int, which a reshape reads as a literal."""
+    out: list[Any] = []
+    for arg in ctx.node.args:
+        lay = ctx.layout(arg) if isinstance(arg, torch.fx.Node) else None
+        if isinstance(lay, tuple) and not isinstance(lay, (SizeLayout, TensorLayout)):
+            entries = list(zip(lay, ctx.val(arg)))
+        elif isinstance(arg, (tuple, list)):
+            entries = [(ctx.layout(a), ctx.val(a)) for a in arg]
+        else:
+            return _derived_size(ctx)
+        for entry, value in entries:
+            if not isinstance(value, int):
+                return _derived_size(ctx)
+            out.append(entry if isinstance(entry, SizeLayout) else value)
+    return tuple(out)
 
 
 def size(ctx: OpContext) -> Layout:
@@ -933,8 +960,8 @@ def view(ctx: OpContext) -> Layout:
     for a in shape_args if isinstance(shape_args, (tuple, list)) else (shape_args,):
         al = ctx.layout(a) if isinstance(a, torch.fx.Node) else None
         if isinstance(al, tuple) and not isinstance(al, SizeLayout):
-            items.extend(al)  # x.view(y.shape)
-            raws.extend([None] * len(al))
+            items.extend(al)  # x.view(y.shape), x.view(x.shape[:-1] + (h, d))
+            raws.extend(_joined_raws(ctx, a) or [None] * len(al))
         else:
             items.append(a if al is None else al)
             raws.append(a)
@@ -947,6 +974,9 @@ def view(ctx: OpContext) -> Layout:
         if isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
             if tie_size(ctx, item, dims[i]):  # an int read from a module attribute
                 continue
+            if item.derived and _product_follows(ctx, raws[i], dims[i]):
+                size_checked(ctx, item)
+                continue
             item = ctx.table.resolve_layout(item)
             if _share_of_size(ctx, raws[i], dims[i]):
                 continue
@@ -955,6 +985,44 @@ def view(ctx: OpContext) -> Layout:
                 ctx.fix(dims[i], "a size read from one dim reshapes another")
                 dims[i] = fixed_dim(ctx.out_shape()[i])
     return TensorLayout(dims)
+
+
+def _joined_raws(ctx: OpContext, node: torch.fx.Node) -> list[Any] | None:
+    """The arguments each entry of a shape joined from tuples (:func:`_joined_shape`) was
+    written with (``None`` for an entry of a shape read from a tensor)."""
+    if not (node.op == "call_function" and node.target is operator.add):
+        return None
+    out: list[Any] = []
+    for arg in node.args:
+        if isinstance(arg, (tuple, list)):
+            out.extend(arg)
+        elif isinstance(arg, torch.fx.Node):
+            out.extend(_joined_raws(ctx, arg) or [None] * len(ctx.val(arg)))
+        else:
+            return None
+    return out
+
+
+def _product_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
+    """Whether ``raw`` is ``a * b`` of sizes, all but one of them constant (a literal, a size
+    of fixed or constant entries), and the product keeps ``dim``'s size under every resize
+    (``self.num_heads * self.head_dim`` merging heads of a constant ``head_dim``)."""
+    if not (isinstance(raw, torch.fx.Node) and raw.op == "call_function"
+            and raw.target is operator.mul and len(raw.args) == 2):
+        return False
+    factor, elastic = 1, []
+    for a in raw.args:
+        if type(a) is int:
+            factor *= a
+            continue
+        lay = ctx.layout(a)
+        if not isinstance(lay, SizeLayout) or lay.derived or len(lay) != 1:
+            return False
+        if all(s.group is None or ctx.table.find(s.group) in ctx.table.reasons for s in lay[0]):
+            factor *= dim_size(lay[0])
+        else:
+            elastic.append(lay[0])
+    return len(elastic) == 1 and _keeps_size(ctx, dim, elastic[0], factor)
 
 
 def _same_dim(ctx: OpContext, a: Dim, b: Dim) -> bool:
@@ -1327,9 +1395,31 @@ def patch_merging_pad(ctx: OpContext) -> Layout:
                          concat_dims([lay[-1]] * 4)])
 
 
-def matmul(ctx: OpContext) -> Layout:
-    """``a @ b``: batch dims broadcast, the contracted dims tie, the rest pass through."""
-    a, b = ctx.arg(0, "input"), ctx.arg(1, "other")
+def _of_model_tensors_only(node: Any) -> bool:
+    """Whether ``node`` is computed from the model's own tensors alone: no graph input reaches
+    it (``self.weight.T``, ``self.weight * self.gain``), so it is a weight, not an activation."""
+    if not isinstance(node, torch.fx.Node):
+        return False
+    seen: set[torch.fx.Node] = set()
+    queue = [node]
+    while queue:
+        n = queue.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder" or len(seen) > 64:
+            return False
+        queue.extend(n.all_input_nodes)
+    return True
+
+
+def _matmul_layout(ctx: OpContext, a: Any, b: Any) -> TensorLayout:
+    """``a @ b``: batch dims broadcast, the contracted dims tie, the rest pass through.
+
+    Where an operand is one of the model's tensors (``x @ self.weight.T``,
+    ``self.weight @ x``), each entry of its free matrix dim (b's columns, a's rows) makes one
+    entry of the output's, as a Linear's weight rows make its outputs: that dim is declared a
+    producer (:meth:`OpContext.produce`), so the group starts there."""
     la, lb = list(ctx.tensor_layout(a)), list(ctx.tensor_layout(b))
     sa, sb = list(ctx.shape(a)), list(ctx.shape(b))
     a1, b1 = len(la) == 1, len(lb) == 1
@@ -1342,8 +1432,28 @@ def matmul(ctx: OpContext) -> Layout:
         tuple(sa[:-2]), tuple(sb[:-2])))
     batch = _broadcast(ctx, [TensorLayout(la[:-2]), TensorLayout(lb[:-2])],
                        [tuple(sa[:-2]), tuple(sb[:-2])], batch_shape)
-    dims = [*batch, *([] if a1 else [la[-2]]), *([] if b1 else [lb[-1]])]
-    return TensorLayout(dims)
+    if not b1 and _of_model_tensors_only(b):
+        ctx.produce(lb[-1], b)
+    if not a1 and _of_model_tensors_only(a):
+        ctx.produce(la[-2], a)
+    return TensorLayout([*batch, *([] if a1 else [la[-2]]), *([] if b1 else [lb[-1]])])
+
+
+def matmul(ctx: OpContext) -> Layout:
+    """``a @ b``, ``torch.matmul``, ``mm``, ``bmm``: see :func:`_matmul_layout`."""
+    return _matmul_layout(ctx, ctx.arg(0, "input"), ctx.arg(1, "other"))
+
+
+def add_matmul(ctx: OpContext) -> Layout:
+    """``addmm(c, a, b)`` and ``baddbmm(c, a, b)``: ``beta * c + alpha * (a @ b)``; ``c``
+    broadcasts against the product (a bias joins the output's group)."""
+    c = ctx.arg(0, "input")
+    names = ("mat1", "mat2") if ctx.node.target in (torch.addmm, "addmm") else ("batch1", "batch2")
+    prod = _matmul_layout(ctx, ctx.arg(1, names[0]), ctx.arg(2, names[1]))
+    out_shape = ctx.out_shape()
+    if not isinstance(c, torch.fx.Node):
+        return prod
+    return _broadcast(ctx, [prod, ctx.tensor_layout(c)], [out_shape, ctx.shape(c)], out_shape)
 
 
 def einsum(ctx: OpContext) -> Layout:
@@ -1582,6 +1692,8 @@ def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
     for t in (torch.matmul, operator.matmul, torch.bmm, torch.mm, "matmul", "bmm", "mm",
               "__matmul__"):
         register(t, matmul)
+    for t in (torch.addmm, torch.baddbmm, "addmm", "baddbmm"):
+        register(t, add_matmul)
     register(torch.einsum, einsum)
     for t in (F.conv1d, F.conv2d, F.conv3d):
         register(t, conv_fn)

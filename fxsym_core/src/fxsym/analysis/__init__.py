@@ -6,7 +6,7 @@ Imports from fxsym: errors, naming, plugins, registry, symbols, tracer (room ord
 
 from .analyzer import Analyzer, resolve_dim
 from .api import analyze
-from .attributes import tie_size
+from .attributes import size_checked, tie_size
 from .context import OpContext, Unsupported
 from .groups import GroupTable
 from .layout import (
@@ -47,5 +47,6 @@ __all__ = [
     "iter_dims",
     "resolve_dim",
     "scale_block",
+    "size_checked",
     "tie_size",
 ]

@@ -25,7 +25,7 @@ import torch.fx
 from ..symbols import ATTRIBUTE_PREFIX
 from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
 from .context import OpContext, Unsupported
-from .layout import AttributeSize, Dim, SizeLayout, dim_size
+from .layout import AttributeSize, Dim, SizeLayout, TensorLayout, dim_size
 
 
 def tie_size(ctx: OpContext, size: Any, dim: Dim) -> bool:
@@ -49,21 +49,45 @@ def tie_size(ctx: OpContext, size: Any, dim: Dim) -> bool:
     return True
 
 
+def size_checked(ctx: OpContext, size: SizeLayout) -> None:
+    """Record that ``ctx``'s rule proved the dim ``size`` (arithmetic on sizes, such as
+    ``self.num_heads * self.head_dim``) sizes there follows every resize."""
+    size.uses.add(ctx.node)
+
+
 def check_uses(ctx: OpContext, result: Any) -> None:
     """After a node's rule ran: pin the attribute sizes among its inputs that the rule did not
-    map. A rule maps one by tying it (:func:`tie_size`) or by computing a size from it (its
-    result is a :class:`SizeLayout`, checked where it is used)."""
+    map. A rule maps one by tying it (:func:`tie_size`) or by computing a size or a shape
+    tuple from it (its result is a :class:`SizeLayout`, or a tuple of them and ints, checked
+    where it is used)."""
     node = ctx.node
-    if isinstance(result, SizeLayout) and not isinstance(ctx.value, torch.Tensor):
+    if not isinstance(ctx.value, torch.Tensor) and (
+            isinstance(result, SizeLayout) or _is_shape(result)):
         return
     for arg in node.all_input_nodes:
-        lay = ctx.analyzer.env.get(arg)
-        if not isinstance(lay, SizeLayout) or not _has_attribute(ctx, lay):
-            continue
-        if isinstance(lay, AttributeSize) and node in lay.uses:
-            continue
-        ctx.fix(lay, f"a size read from a module attribute is used by {_op(node)}, which "
-                     "does not say which dim it sizes")
+        for lay in _sizes(ctx.analyzer.env.get(arg)):
+            if not _has_attribute(ctx, lay):
+                continue
+            if node in lay.uses:
+                continue
+            ctx.fix(lay, f"a size read from a module attribute is used by {_op(node)}, which "
+                         "does not say which dim it sizes")
+
+
+def _is_shape(lay: Any) -> bool:
+    """Whether ``lay`` is a shape tuple whose sizes are checked where it is used."""
+    return isinstance(lay, tuple) and not isinstance(lay, TensorLayout) and any(
+        isinstance(x, SizeLayout) for x in lay) and all(
+        isinstance(x, (SizeLayout, int)) for x in lay)
+
+
+def _sizes(lay: Any) -> list[SizeLayout]:
+    """The sizes a value's layout holds: itself, or each entry of a shape tuple."""
+    if isinstance(lay, SizeLayout):
+        return [lay]
+    if isinstance(lay, tuple) and not isinstance(lay, TensorLayout):
+        return [x for x in lay if isinstance(x, SizeLayout)]
+    return []
 
 
 def _has_attribute(ctx: OpContext, lay: SizeLayout) -> bool:
@@ -78,4 +102,5 @@ def _op(node: torch.fx.Node) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
-__all__ = ["ATTRIBUTE_META", "ATTRIBUTE_PREFIX", "CONCRETE_META", "check_uses", "tie_size"]
+__all__ = ["ATTRIBUTE_META", "ATTRIBUTE_PREFIX", "CONCRETE_META", "check_uses", "size_checked",
+           "tie_size"]

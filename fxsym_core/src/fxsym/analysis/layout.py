@@ -52,10 +52,13 @@ class SizeLayout(tuple):  # type: ignore[type-arg]
     """
 
     derived: bool = False
+    #: the nodes whose op rule proved which dim this size sizes there
+    uses: set[Any]
 
     def __new__(cls, dims: Any = (), derived: bool = False) -> SizeLayout:
         obj = super().__new__(cls, tuple(dims))
         obj.derived = derived
+        obj.uses = set()
         return obj
 
     def __repr__(self) -> str:
@@ -74,10 +77,7 @@ class AttributeSize(SizeLayout):
     def __new__(cls, dims: Any = (), derived: bool = False) -> AttributeSize:
         obj = super().__new__(cls, dims, derived)
         assert isinstance(obj, AttributeSize)
-        obj.uses = set()
         return obj
-
-    uses: set[Any]
 
     def __repr__(self) -> str:
         return f"AttributeSize({tuple.__repr__(self)})"

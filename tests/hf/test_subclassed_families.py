@@ -1,0 +1,76 @@
+"""Families whose projections are subclasses with their own ``forward`` (Falcon's
+``FalconLinear``: ``input @ self.weight.T``) and GPT-J, whose heads are split by shapes joined
+from tuples: coverage counting every member, both oracles."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import build
+from helpers import assert_oracles
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+import fxsym
+from fxsym.tracer import resolve_example_inputs
+
+#: a projection family -> (its output symbol, the parameter member a subclass traced into has)
+OUTPUT: dict[type, tuple[str, str]] = {
+    nn.Linear: ("out_features", "weight:0"), Conv1D: ("out_features", "weight:1"),
+    nn.Embedding: ("embedding_dim", "weight:1")}
+
+
+def coverage(model: nn.Module, sm: fxsym.SymMap) -> tuple[int, int]:
+    """(projections whose output dim is a group member, projections), subclasses included."""
+    members = {m for g in sm.groups() for m in g.members}
+    live = total = 0
+    for name, mod in model.named_modules():
+        keys = next((k for cls, k in OUTPUT.items() if isinstance(mod, cls)), None)
+        if keys is not None:
+            total += 1
+            live += any((name, k) in members for k in keys)
+    return live, total
+
+
+def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
+    model = build("falcon")
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    live, total = coverage(model, sm)
+    assert (live, total) == (7, 10)  # not yet: the fused query_key_value and lm_head
+    groups = {g.name: g for g in sm.groups()}
+    for i in (0, 1):
+        mlp = f"transformer.h.{i}.mlp"
+        g = groups[f"{mlp}.dense_h_to_4h.weight:0"]
+        assert g.size == 256 and g.is_sortable
+        assert set(g.members) == {(f"{mlp}.dense_h_to_4h", "weight:0"),
+                                  (f"{mlp}.dense_4h_to_h", "weight:1")}
+    hidden = next(g for g in sm.groups() if ("transformer.word_embeddings", "embedding_dim")
+                  in g.members)
+    assert ("transformer.h.0.self_attention.dense", "weight:0") in hidden.members
+
+
+def test_gptj_heads_follow_the_attribute_that_splits_them() -> None:
+    model = build("gptj")
+    inputs = resolve_example_inputs(model, None)
+    sm = assert_oracles(model, inputs, min_groups=3)
+    live, total = coverage(model, sm)
+    assert live / total >= 0.9, (live, total)
+    groups = {g.name: g for g in sm.groups()}
+    heads = groups["transformer.h.0.attn.q_proj.out_features"]
+    assert heads.size == 4
+    assert ("transformer.h.0.attn", "attr:num_attention_heads") in heads.members
+    small, small_sm = copy.deepcopy((model, sm))
+    fxsym.resize(small, small_sm, {heads.name: 2})
+    assert small.transformer.h[0].attn.num_attention_heads == 2
+    out = small(**inputs).logits
+    assert out.shape == model(**inputs).logits.shape and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_families_without_subclasses_keep_their_coverage(family: str) -> None:
+    model = build(family)
+    sm = fxsym.analyze(model)
+    live, total = coverage(model, sm)
+    assert live / total >= 0.9, (live, total)
