@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import build
+from conftest import CONFIGS, build
 
 import fxsym
 
@@ -42,11 +43,49 @@ def test_non_uniform_plan_round_trips_through_fxsym_load(model_type: str,
     sm = fxsym.analyze(model)
     plan = fxsym.plan(model, sm, ratio=0.4, scope="global", importance="l1")
     assert len({g.kept for g in plan.groups if g.keep is not None}) > 1  # not uniform
-    plan.apply(model, sm)
+    with pytest.warns(fxsym.ResizeWarning, match="fxsym_nonuniform"):
+        plan.apply(model, sm)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01)
+    # both writers, one directory: transformers' config and weights, then fxsym's plan
+    model.save_pretrained(tmp_path)
     fxsym.save(model, tmp_path, plan)
+    auto = getattr(transformers, CONFIGS[model_type][0])
+    for load in (auto.from_pretrained, getattr(transformers, type(model).__name__).from_pretrained,
+                 transformers.AutoConfig.from_pretrained):
+        with pytest.raises(ValueError, match=r"pruned by fxsym .* call fxsym\.load\(model, "
+                           r"directory\) on a directory written by fxsym\.save"):
+            load(tmp_path)
     fresh = build(model_type)
     fxsym.load(fresh, tmp_path)
-    assert torch.allclose(_logits(fresh), _logits(model), atol=1e-5)
+    torch.testing.assert_close(_logits(fresh), _logits(model), rtol=0, atol=0)
+
+
+def test_a_config_the_largest_sizes_would_make_invalid_still_saves(tmp_path: Path) -> None:
+    """LlamaConfig rejects a hidden size that is not a multiple of the heads; a global plan
+    gives one (47 of 64 with 4 heads of 16), and the model still has 4 heads in some layer."""
+    model = build("llama")
+    sm = fxsym.analyze(model)
+    plan = fxsym.plan(model, sm, ratio=0.4, scope="global", importance="l1")
+    with pytest.warns(fxsym.ResizeWarning):
+        plan.apply(model, sm)
+    assert model.model.embed_tokens.embedding_dim % 4
+    model.save_pretrained(tmp_path)  # did raise transformers' "hidden size (47) is not a ..."
+    assert json.loads((tmp_path / "config.json").read_text())["hidden_size"] == 64
+    with pytest.raises(ValueError, match="pruned by fxsym"):
+        transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_a_uniform_resize_after_a_non_uniform_one_lifts_the_guard(tmp_path: Path) -> None:
+    model = build("llama")
+    sm = fxsym.analyze(model)
+    with pytest.warns(fxsym.ResizeWarning):
+        fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64})
+    assert "configuration_files" in model.config.to_dict()
+    sm = fxsym.analyze(model)
+    fxsym.resize(model, sm, {"model.layers.1.mlp.gate_proj.out_features": 64})
+    assert "configuration_files" not in model.config.to_dict()
+    model.save_pretrained(tmp_path)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    torch.testing.assert_close(_logits(again), _logits(model.eval()), rtol=0, atol=0)

@@ -19,6 +19,17 @@ has no field for it and the value the family derives (``head_dim = hidden // hea
 :data:`NONUNIFORM`: ``{field: {module qualname: size}}`` (the field itself holds the largest
 size), and a :class:`fxsym.ResizeWarning` names the fields.
 
+Such a config must not load a model in plain transformers (its weights would not fit, or
+worse, fit wrongly). It keeps a :data:`GUARD`: ``configuration_files``, the list through which
+``PreTrainedConfig.get_config_dict`` picks a ``config.<version>.json`` for the running
+transformers version, read before any config class is chosen, for ``AutoConfig``, every
+``*Config.from_pretrained`` and so every ``from_pretrained`` of a model. Its one entry's
+"version" is :func:`guard_message`, which transformers fails to parse, raising an error that
+quotes it: fxsym is needed and how to load the model. The entry means nothing elsewhere, and
+``save_pretrained`` writes it with the config. Where the largest sizes would fail the config
+class's own checks (``hidden_size`` a multiple of the heads), the fields keep their values from
+before the resize, so ``save_pretrained`` (which runs those checks) still writes the directory.
+
 The config is copied, never changed in place: every module holding the old config (or one of
 its sub-configs) is given the copy, so a failing resize transaction restores the old one.
 """
@@ -39,6 +50,8 @@ from .attention import current_layout, projection_features
 
 #: the config attribute that records sizes the config cannot hold as one value
 NONUNIFORM = "fxsym_nonuniform"
+#: the config attribute that stops plain transformers from loading such a config
+GUARD = "configuration_files"
 
 #: what a config field sizes -> the names families give it (canonical name first)
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -67,6 +80,7 @@ def update_config(model: nn.Module, sizes: Sizes) -> None:
     memo: dict[int, Any] = {}
     new = copy.deepcopy(config, memo)
     nonuniform: dict[str, dict[str, int]] = {}
+    changed: list[str] = []
     for what, names in FIELDS.items():
         for field in _fields(config, names):
             scope = _scope(field)
@@ -82,18 +96,26 @@ def update_config(model: nn.Module, sizes: Sizes) -> None:
             value = max(found.values())
             if getattr(config, field) != value:
                 setattr(new, field, value)
+                changed.append(field)
     nonuniform.update(_derived_mismatches(new, attention))
     if not nonuniform:  # the config claims to describe the model: check the claim
         nonuniform.update(_differences(model, new))
     if nonuniform:
         setattr(new, NONUNIFORM, nonuniform)
+        setattr(new, GUARD, [f"config.{guard_message(type(config).__name__)}.json"])
+        if not _valid(new):
+            for field in changed:
+                setattr(new, field, getattr(config, field))
         warnings.warn(
             f"{type(model).__name__}.config does not describe the resized model in full "
             f"({', '.join(nonuniform)} differ between modules or from what the config "
             f"derives); config.{NONUNIFORM} holds each module's value",
             ResizeWarning, stacklevel=2)
-    elif hasattr(new, NONUNIFORM):
-        delattr(new, NONUNIFORM)
+    else:
+        if NONUNIFORM in vars(new):
+            delattr(new, NONUNIFORM)
+        if is_guarded(new):
+            delattr(new, GUARD)
     if new.to_dict() == config.to_dict():
         return
     for mod in model.modules():
@@ -101,6 +123,35 @@ def update_config(model: nn.Module, sizes: Sizes) -> None:
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
+
+
+def guard_message(config_class: str) -> str:
+    """What plain transformers says when asked to load a config that cannot describe the
+    model (quoted in its error)."""
+    return (f"this model was pruned by fxsym to sizes that differ between layers, which a "
+            f"{config_class} cannot describe, so transformers cannot load it; load it with fxsym "
+            "(pip install fxsym-plugins-hf): build the model from the original, unpruned config "
+            "and call fxsym.load(model, directory) on a directory written by "
+            "fxsym.save(model, directory, plan)")
+
+
+def is_guarded(config: Any) -> bool:
+    """Whether ``config`` carries the :data:`GUARD` of a model it cannot describe."""
+    files = vars(config).get(GUARD)
+    return isinstance(files, list) and any("fxsym" in str(f) for f in files)
+
+
+def _valid(config: Any) -> bool:
+    """Whether the config class's own checks accept ``config`` (``save_pretrained`` runs
+    them)."""
+    validate = getattr(config, "validate", None)
+    if validate is None:
+        return True
+    try:
+        validate()
+    except Exception:  # any failing check: huggingface_hub wraps each in its own error type
+        return False
+    return True
 
 
 def _fields(config: Any, names: tuple[str, ...]) -> list[str]:
