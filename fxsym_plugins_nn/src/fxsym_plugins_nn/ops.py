@@ -942,6 +942,24 @@ def _share_of_size(ctx: OpContext, arg: Any, dim: Dim) -> bool:
             and len(lay) == 1 and _keeps_size(ctx, lay[0], dim, k))
 
 
+def _tie_equal_sizes(ctx: OpContext, a: Dim, b: Dim) -> bool:
+    """Make dim ``a`` keep the size of dim ``b`` under every resize, where both are one group
+    of equal size: the two groups form a same-size class (their entries stay independent;
+    their unit counts become equal, so each unit has as many entries in both). A reshape of
+    ``b`` by the size of ``a`` (``out.reshape(B, N, x.shape[-1])`` merging heads back into a
+    dim read from the attention's input) then stays valid after every resize."""
+    if len(a) != 1 or len(b) != 1 or a[0].group is None or b[0].group is None:
+        return False
+    if dim_size(a) != dim_size(b):
+        return False
+    table = ctx.table
+    ra, rb = table.find(a[0].group), table.find(b[0].group)
+    if ra in table.children or rb in table.children:
+        return False
+    table.tie_sizes(ra, rb)
+    return _keeps_size(ctx, a, b)
+
+
 def view(ctx: OpContext) -> Layout:
     """``view``/``reshape`` (method or function) to an explicit shape."""
     x = ctx.arg(0, "input")
@@ -979,6 +997,8 @@ def view(ctx: OpContext) -> Layout:
                 continue
             item = ctx.table.resolve_layout(item)
             if _share_of_size(ctx, raws[i], dims[i]):
+                continue
+            if not item.derived and len(item) == 1 and _tie_equal_sizes(ctx, item[0], dims[i]):
                 continue
             if item.derived or len(item) != 1 or not _keeps_size(ctx, item[0], dims[i]):
                 ctx.fix(item, "a size read from one dim reshapes another")
@@ -1167,7 +1187,7 @@ def getitem(ctx: OpContext) -> Layout:
     shape_only = _read_for_shape_only(ctx.node)
     items = index if isinstance(index, tuple) else (index,)
     if any(isinstance(i, (torch.Tensor, list)) for i in items):
-        ctx.unsupported("advanced (tensor or list) indexing")
+        return _take_by_index(ctx, lay, items)
     n_consuming = sum(1 for i in items if i is not None and i is not Ellipsis)
     raw = ctx.arg(1)
     raw_items = raw if isinstance(raw, tuple) else (raw,)
@@ -1208,6 +1228,38 @@ def getitem(ctx: OpContext) -> Layout:
             ctx.unsupported(f"index {item!r}")
     out.extend(lay[d:])
     return TensorLayout(out)
+
+
+def _take_by_index(ctx: OpContext, lay: TensorLayout, items: tuple[Any, ...]) -> Layout:
+    """``x[idx]``, ``x[:, idx]``, ``x[..., idx, :]``: one integer tensor (or list) of positions
+    along one dim, every other dim taken whole. The indexed dim is read by position (pinned);
+    the index's own dims take its place (a relative-position table ``t[index]``: its other
+    dims pass through and may belong to a group, such as the heads a bias is added to).
+    Several index tensors, boolean masks and other indices mixed in are not mapped."""
+    raw = ctx.arg(1)
+    raw_items = raw if isinstance(raw, tuple) else (raw,)
+    tensors = [k for k, i in enumerate(items) if isinstance(i, (torch.Tensor, list))]
+    whole = all(i is Ellipsis or (isinstance(i, slice) and i == slice(None))
+                for k, i in enumerate(items) if k != tensors[0])
+    if len(tensors) != 1 or not whole or sum(i is Ellipsis for i in items) > 1:
+        ctx.unsupported("advanced (tensor or list) indexing")
+    k = tensors[0]
+    index = items[k]
+    if isinstance(index, list):
+        index = torch.tensor(index) if all(type(v) is int for v in index) else None
+    if not isinstance(index, torch.Tensor) or index.dtype in (torch.bool, torch.uint8) or (
+            index.is_floating_point() or index.is_complex()):
+        ctx.unsupported("advanced indexing by a mask or a non-integer index")
+    if Ellipsis in items[:k]:
+        d = len(lay) - (len(items) - k)
+    else:
+        d = k
+    source = raw_items[k] if k < len(raw_items) else None
+    index_lay = ctx.layout(source) if isinstance(source, torch.fx.Node) else None
+    index_dims = list(index_lay) if isinstance(index_lay, TensorLayout) else [
+        fixed_dim(n) for n in index.shape]
+    _pin(ctx, lay[d], BY_POSITION)
+    return _checked(ctx, [*lay[:d], *index_dims, *lay[d + 1:]], ctx.value)
 
 
 def slice_dim(ctx: OpContext, dim: Dim, start: int | None, stop: int | None, n: int,

@@ -227,7 +227,7 @@ class GroupTable:
         if isinstance(layout, TensorLayout):
             return TensorLayout(self.resolve(d) for d in layout)
         if isinstance(layout, SizeLayout):
-            return SizeLayout((self.resolve(d) for d in layout), derived=layout.derived)
+            return layout.with_dims(self.resolve(d) for d in layout)
         if isinstance(layout, tuple) and layout and isinstance(layout[0], Seg):
             return self.resolve(layout)
         if isinstance(layout, (tuple, list)):

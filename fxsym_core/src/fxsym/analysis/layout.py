@@ -61,6 +61,13 @@ class SizeLayout(tuple):  # type: ignore[type-arg]
         obj.uses = set()
         return obj
 
+    def with_dims(self, dims: Any) -> SizeLayout:
+        """The same size (its kind and :attr:`uses` shared) following ``dims`` instead: a
+        split group read as its blocks."""
+        obj = type(self)(dims, self.derived)
+        obj.uses = self.uses
+        return obj
+
     def __repr__(self) -> str:
         return f"SizeLayout({tuple.__repr__(self)}, derived={self.derived})"
 
