@@ -30,6 +30,13 @@ SUBSET = {
 }
 
 
+#: coverage floors checked by ``pytest -m zoo`` only (models too slow for the default subset)
+ZOO_FLOORS = {
+    # heads from attributes, a relative-position bias table, width tied to whole heads
+    "maxvit_t": 0.95,
+}
+
+
 #: models allowed to have no group at all, each with the reason (none known today)
 NO_GROUP: dict[str, str] = {}
 
@@ -58,4 +65,4 @@ def test_zoo_subset(name: str) -> None:
 @pytest.mark.zoo
 @pytest.mark.parametrize("name", ALL)
 def test_zoo_all(name: str) -> None:
-    _check(name, SUBSET.get(name, 0.0))
+    _check(name, SUBSET.get(name, ZOO_FLOORS.get(name, 0.0)))
