@@ -23,6 +23,7 @@ import torch.fx
 from ..errors import PluginError
 from ..naming import qualname
 from ..symbols import Symbol, SymMap
+from ..tracer.configs import CONFIG_META
 from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
 from ..tracer.report import TraceReport
 from .attributes import ATTRIBUTE_PREFIX, check_uses
@@ -76,6 +77,10 @@ class Analyzer:
         #: layout of each int attribute read as a size, by target, and the groups they start
         self.attribute_reads: dict[str, Layout] = {}
         self.attribute_groups: set[int] = set()
+        #: layout of each config field read as a size, by ``(id(config), field)``
+        self.config_reads: dict[tuple[int, str], Layout] = {}
+        #: the modules that read each config field, by ``(id(config), field)``
+        self.config_readers: dict[tuple[int, str], set[str]] = {}
         #: (group id, where, reason) of every fix that made a group constant, in order
         self.pin_sites: list[tuple[int, str, str]] = []
         self.registry = symmap.registry
@@ -93,6 +98,8 @@ class Analyzer:
                 self._fix_outputs(node)
             else:
                 self.env[node] = self._visit(node)
+        if self.config_reads:
+            self._hidden_config_readers()
         resolve = self.table.resolve_layout  # read groups split since as their blocks
         self.symbol_dims = {k: resolve(d) for k, d in self.symbol_dims.items()}
         self.param_reads = {k: resolve(v) for k, v in self.param_reads.items()}
@@ -160,26 +167,26 @@ class Analyzer:
         value at trace time. Every read of one attribute has the same layout."""
         target = str(node.target)
         known = self.attribute_reads.get(target)
+        shared = node.meta.get(CONFIG_META)  # one field of one config object: one group
+        if shared is not None:
+            self.config_readers.setdefault(shared, set()).add(node.meta[ATTRIBUTE_META][0])
+        if known is None and shared in self.config_reads:
+            known = self.attribute_reads[target] = self.config_reads[shared]
+            if isinstance(known, AttributeSize):
+                self._attribute_member(node, known[0])
         if known is None:
-            owner, name = node.meta[ATTRIBUTE_META]
             value = node.meta.get("val")
             if not isinstance(value, int) or value <= 1:
                 known = SizeLayout((fixed_dim(int(value or 0)),))
             else:
-                try:
-                    mod = self.gm.get_submodule(owner) if owner else self.gm
-                except AttributeError:
-                    mod = None
-                owner_name = self.symmap.name_of(mod) if mod is not None and (
-                    mod in self.symmap) else owner
                 g = self.table.new(value)
                 dim = group_dim(g, value)
-                key = (owner_name, f"{ATTRIBUTE_PREFIX}{name}")
-                self.symbol_dims[key] = dim
-                self.param_members.add(key)
+                self._attribute_member(node, dim)
                 self.attribute_groups.add(g)
                 known = AttributeSize((dim,))
             self.attribute_reads[target] = known
+            if shared is not None:
+                self.config_reads[shared] = known
         question = node.meta.get(CONCRETE_META)
         if question is not None:  # pinned without a report line: alone, it sizes nothing yet
             for dim in known:
@@ -188,6 +195,47 @@ class Analyzer:
                         self.table.fix(seg.group, f"the trace depends on the value of {target} "
                                        f"({question})")
         return known
+
+    def _hidden_config_readers(self) -> None:
+        """Pin the config fields read as sizes whose config object a module called as a leaf
+        (or a module inside one) also holds: its forward, which fxsym does not see, would read
+        the resized value too. A field read by several modules is one group; say so where it
+        is pinned."""
+        ids = {key[0] for key in self.config_reads}
+        hidden: dict[int, str] = {}
+        for node in self.gm.graph.nodes:
+            if node.op != "call_module":
+                continue
+            for sub_name, sub in self.gm.get_submodule(str(node.target)).named_modules():
+                for value in vars(sub).values():
+                    if id(value) in ids:
+                        hidden.setdefault(id(value), f"{node.target}.{sub_name}".rstrip("."))
+        for (cid, field), layout in self.config_reads.items():
+            readers = ", ".join(sorted(self.config_readers.get((cid, field), ())) or ["<root>"])
+            groups = [seg.group for d in iter_dims(layout) for seg in d if seg.group is not None]
+            if cid in hidden:
+                reason = (f"config field {field} (read as a size by {readers}) is held by "
+                          f"{hidden[cid]}, a leaf whose forward fxsym does not see")
+                if any([self.table.fix(g, reason) for g in groups]):
+                    self.report.add("config", field, reason)
+            elif len(self.config_readers.get((cid, field), ())) > 1:
+                why = next((r for g in groups if (r := self.table.reason(g))), None)
+                if why is not None:
+                    self.report.add("config", field, f"config field {field} is shared by "
+                                    f"{readers}; pinned for all of them: {why}")
+
+    def _attribute_member(self, node: torch.fx.Node, dim: Dim) -> None:
+        """Record the attribute ``node`` reads as a member ``(owner, "attr:name")`` of ``dim``."""
+        owner, name = node.meta[ATTRIBUTE_META]
+        try:
+            mod = self.gm.get_submodule(owner) if owner else self.gm
+        except AttributeError:
+            mod = None
+        owner_name = self.symmap.name_of(mod) if mod is not None and (
+            mod in self.symmap) else owner
+        key = (owner_name, f"{ATTRIBUTE_PREFIX}{name}")
+        self.symbol_dims[key] = dim
+        self.param_members.add(key)
 
     def drop_parameter_member(self, target: str) -> None:
         """The tensor read at ``target`` is sliced by a module's resize rule, not directly."""

@@ -15,6 +15,7 @@ recomputed with :func:`fxsym.analyze`.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import warnings
 from collections.abc import Mapping, Sequence
@@ -27,7 +28,7 @@ from ..errors import ResizeError
 from ..modstate import ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
-from ..symbols import GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
+from ..symbols import ATTRIBUTE_PREFIX, GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
 from .declared import plan_declared
 from .helpers import keep_entries, l1_scores
 
@@ -67,6 +68,8 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
     analysis = symmap.analysis
     work = [] if analysis is None else _work(model, symmap.registry, analysis, plans)
     declared = plan_declared(symmap, {(q, s): len(index) for _, q, s, index, _ in work})
+    fields = _object_fields(work)
+    work = [step for step in work if not _is_object_field(step)]
     ties = _tied_parameters(model)
     saved = _snapshot(model)
     where = ""
@@ -77,6 +80,8 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             entry.resize(mod, sname, index)
             if qualname in declared:
                 declared[qualname].follow(sname, len(index))
+        where = "config fields"
+        _set_object_fields(model, fields)
         where = "tied parameters"
         _retie(ties)
         where = "the model (fxsym_after_resize)"
@@ -187,6 +192,47 @@ def _retie(ties: list[tuple[nn.Parameter, list[tuple[nn.Module, str]]]]) -> None
         for mod, pname in places:
             if getattr(mod, pname) is not new:
                 setattr(mod, pname, new)
+
+
+def _is_object_field(step: _Step) -> bool:
+    """A member ``(owner, "attr:config.hidden_size")``: a field of an object the owner holds."""
+    _, _, sname, _, entry = step
+    return entry is _PARAMETER and sname.startswith(ATTRIBUTE_PREFIX) and "." in sname
+
+
+def _object_fields(work: list[_Step]) -> dict[int, tuple[Any, dict[str, int]]]:
+    """The int fields of objects held by modules (a ``config``) that ``work`` sets: by the
+    object's id, the object and each field's new value. Several modules sharing one config
+    share its fields' groups; raises ResizeError if they would set one field to two values."""
+    out: dict[int, tuple[Any, dict[str, int]]] = {}
+    for step in filter(_is_object_field, work):
+        mod, qualname, sname, index, _ = step
+        attr, _, field = sname.removeprefix(ATTRIBUTE_PREFIX).partition(".")
+        obj = getattr(mod, attr, None)
+        if obj is None or not isinstance(vars(obj).get(field), int):
+            raise ResizeError(f"{qualname}.{attr}.{field} is no longer an int field")
+        values = out.setdefault(id(obj), (obj, {}))[1]
+        if values.setdefault(field, len(index)) != len(index):
+            raise ResizeError(f"{qualname}.{attr}.{field} is shared by modules that would set "
+                              f"it to {values[field]} and {len(index)}; analyze again")
+    return out
+
+
+def _set_object_fields(model: nn.Module, fields: dict[int, tuple[Any, dict[str, int]]]
+                       ) -> None:
+    """Give every module holding one of the objects a shallow copy with the new field values
+    (the object itself is never changed, so the transaction's restore puts it back)."""
+    copies: dict[int, Any] = {}
+    for key, (obj, values) in fields.items():
+        new = copy.copy(obj)
+        for field, value in values.items():
+            setattr(new, field, value)
+        copies[key] = new
+    for mod in model.modules():
+        state = vars(mod)
+        for name, value in list(state.items()):
+            if id(value) in copies and value is fields[id(value)][0]:
+                state[name] = copies[id(value)]
 
 
 def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) -> None:

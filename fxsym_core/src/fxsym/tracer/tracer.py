@@ -47,6 +47,7 @@ from ..errors import ModelError, PluginError, TraceError
 from ..plugins import calls as plugin_calls
 from ..plugins.manager import active_plugins
 from ..registry import get_registry
+from .configs import config_sizes
 from .guard import TRACE_LOCK, ModuleGuard, tracing_here, tracing_thread
 from .proxy import ATTRIBUTE_META, ShapeProxy, value_of
 from .report import TraceReport
@@ -96,6 +97,8 @@ class FxsymTracer(torch.fx.Tracer):
         self._attribute_values: dict[str, int] = {}
         #: ids of the modules whose int attributes are proxies at the moment
         self._sizing: set[int] = set()
+        #: whether a node's value is being computed (the model's code is run, not traced)
+        self._evaluating = False
 
     # -- leaf policy -----------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
@@ -141,7 +144,7 @@ class FxsymTracer(torch.fx.Tracer):
         stack = self.module_stack.copy()  # torch.fx does not unwind it on an exception
 
         def traced_forward(*a: Any, **k: Any) -> Any:
-            with self._attribute_sizes(m, path):
+            with self._attribute_sizes(m, path), config_sizes(self, m, path):
                 return forward(*a, **k)
 
         try:
@@ -189,7 +192,7 @@ class FxsymTracer(torch.fx.Tracer):
             return fn, args
 
         def root_forward(*a: Any, **k: Any) -> Any:  # the root's int attributes read as sizes
-            with self._attribute_sizes(self.root, ""):
+            with self._attribute_sizes(self.root, ""), config_sizes(self, self.root, ""):
                 return fn(*a, **k)
 
         return root_forward, args
@@ -224,6 +227,17 @@ class FxsymTracer(torch.fx.Tracer):
         return graph
 
     # -- sizes read from attributes ----------------------------------------------------------
+    @property
+    def attribute_values(self) -> dict[str, int]:
+        """The value of each int read as a ``get_attr`` node (an attribute, a config field),
+        by target; what such a node's value is computed from."""
+        return self._attribute_values
+
+    def reading_sizes(self) -> bool:
+        """Whether a size read now is the traced model's own code (not a node's value being
+        computed, nor a module run quietly, nor another thread)."""
+        return not (self._quiet or self._evaluating) and tracing_here()
+
     @contextlib.contextmanager
     def _attribute_sizes(self, m: nn.Module, path: str) -> Any:
         """While ``m``'s forward is traced, its int attributes read as graph values.
@@ -272,7 +286,11 @@ class FxsymTracer(torch.fx.Tracer):
     ) -> torch.fx.Node:
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
         if self.with_values and kind != "output":
-            value = self._compute(node)
+            self._evaluating, was = True, self._evaluating
+            try:
+                value = self._compute(node)
+            finally:
+                self._evaluating = was
             if value is not _FAILED:
                 node.meta["val"] = value
         return node
