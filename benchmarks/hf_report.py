@@ -8,7 +8,9 @@ modules whose output dim (``out_features``, ``out_channels``, ``embedding_dim``)
 of a searchable group, counting every member (the projections inside attention leaves
 too). A task head whose output is the model's contract (``lm_head``, a classifier) always
 counts against it. ``oracle cov.`` is :func:`fxsym.oracles.coverage` (every module with an
-OUTGOING symbol, attention leaves included).
+OUTGOING symbol, attention leaves included, and every module traced into whose parameter
+is the weight of a functional projection, such as ``FalconLinear``: the same projections the
+first column counts through their ``weight:<dim>`` member).
 """
 
 from __future__ import annotations

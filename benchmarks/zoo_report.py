@@ -2,9 +2,10 @@
 
     python benchmarks/zoo_report.py [--models resnet50,vit_b_16]
 
-Coverage is the share of modules with an output size (Conv, Linear, ...) whose output
-belongs to a searchable group; the classifier head, which feeds the model output, always
-counts against it.
+Coverage is :func:`fxsym.oracles.coverage`: the share of producing modules (an OUTGOING
+symbol such as a Conv's or Linear's, or a parameter used as the weight of a functional
+linear/conv in a module traced into) whose output belongs to a searchable group; the
+classifier head, which feeds the model output, always counts against it.
 """
 
 from __future__ import annotations

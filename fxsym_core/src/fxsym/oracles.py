@@ -463,13 +463,25 @@ def _stale_attributes(mod: nn.Module, before: dict[str, tuple[int, ...]],
 
 
 def coverage(symmap: SymMap) -> float:
-    """The share of modules with an OUTGOING symbol whose output belongs to a searchable group.
+    """The share of *producing* modules whose output belongs to a searchable group.
 
-    For a CNN this is the share of convs and linears that can be pruned; the head (whose
-    output is the model's output) always counts against it.
+    A module produces a dimension when it creates that dimension's entries from its own
+    weights: it has an OUTGOING symbol in its SymInfo (a conv's ``out_channels``), or it is
+    traced into and owns a parameter that an op rule made the producer of a dim
+    (``GroupAnalysis.param_producers``: the weight of a functional ``linear``, ``conv``,
+    ``embedding`` or ``matmul``, as in a ``Linear`` subclass with its own ``forward``). It
+    counts as covered when one of those symbols or parameters is a member of a searchable
+    group. Parameters that only follow a dimension something else produces (a class token
+    concatenated to it, a position embedding or a layer scale applied to it) are members of
+    its groups but not producers, so they count neither way. For a CNN this is the share of
+    convs and linears that can be pruned; the head (whose output is the model's output)
+    always counts against it.
     """
     producers = {(name, s) for name, syms in symmap.named_sym_dicts()
                  for s, sym in syms.items() if sym.is_outgoing}
+    analysis = symmap.analysis
+    if analysis is not None:
+        producers |= analysis.param_producers
     if not producers:
         return 0.0
     modules = {name for name, _ in producers}

@@ -438,6 +438,10 @@ class GroupAnalysis:
     param_members: frozenset[SymbolKey]
     table: GroupIndex
     producers: Mapping[int, tuple[SymbolKey, ...]]
+    #: the parameter members an op rule made the producer of a dim (the weight of a
+    #: functional ``linear``/``conv``/``embedding``/``matmul`` in a module traced into), in
+    #: searchable groups or not
+    param_producers: frozenset[SymbolKey] = frozenset()
 
 
 class SymMap:

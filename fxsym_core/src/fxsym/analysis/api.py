@@ -164,6 +164,8 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         table=table,
         producers={r: tuple((q, s) for _, q, s, _ in table.producers.get(r, [])
                             if _whole(an, table, (q, s), r)) for r in roots},
+        param_producers=frozenset((q, s) for found in table.producers.values()
+                                  for _, q, s, _ in found if (q, s) in an.param_members),
     ))
 
 
