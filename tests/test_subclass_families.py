@@ -196,3 +196,50 @@ def test_a_joined_shape_with_literal_heads_pins_them() -> None:
     sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 5, 8),))
     assert not any(("q", "out_features") in g.members for g in sm.groups())
     assert sm.why_constant("q", "out_features")
+
+
+class MultiQuery(nn.Module):
+    """Falcon's multi-query attention, small: one fused projection (a Linear with its own
+    forward) viewed as ``(num_heads + 2, head_dim)``: query heads, then one key and one value
+    head picked by list indices."""
+
+    def __init__(self, pick: int = -2) -> None:
+        super().__init__()
+        self.num_heads, self.head_dim, self.pick = 4, 3, pick
+        self.qkv = MatmulLinear(8, (4 + 2) * 3, bias=False)
+        self.dense = MatmulLinear(12, 8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        fused = self.qkv(x).view(b, s, self.num_heads + 2, self.head_dim)
+        q, k, v = fused[..., :-2, :], fused[..., [self.pick], :], fused[..., [-1], :]
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+        a = a.permute(0, 2, 1, 3).reshape(b, s, self.num_heads * self.head_dim)
+        return self.dense(a)
+
+
+def test_a_fused_view_with_a_fixed_part_makes_query_heads_a_group() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 8)
+    model = MultiQuery().eval()
+    sm = assert_oracles(model, (x,), min_groups=1)
+    (heads,) = [g for g in sm.groups() if ("qkv", "weight:0") in g.members]
+    assert heads.size == 4
+    assert set(heads.members) == {("qkv", "weight:0"), ("", "attr:num_heads"),
+                                  ("dense", "weight:1")}
+    small, small_sm = copy.deepcopy((model, sm))
+    fxsym.resize(small, small_sm, {heads.name: [2, 0]})
+    assert small.num_heads == 2 and small.qkv.weight.shape == (12, 8)
+    w = model.qkv.weight
+    torch.testing.assert_close(small.qkv.weight, torch.cat([w[6:9], w[0:3], w[12:]]))
+    assert small(x).shape == x.shape
+
+
+def test_a_list_index_into_the_heads_pins_them() -> None:
+    """``fused[..., [0], :]`` picks the first query head: which entry that is depends on the
+    order of the heads, so they cannot be a group."""
+    model = MultiQuery(pick=0).eval()
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 5, 8),))
+    assert not any(("qkv", "weight:0") in g.members for g in sm.groups())
+    assert "addresses an elastic dim by position" in str(sm.trace_report)

@@ -36,9 +36,10 @@ def coverage(model: nn.Module, sm: fxsym.SymMap) -> tuple[int, int]:
 
 def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
     model = build("falcon")
-    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    inputs = resolve_example_inputs(model, None)
+    sm = assert_oracles(model, inputs, min_groups=5)
     live, total = coverage(model, sm)
-    assert (live, total) == (7, 10)  # not yet: the fused query_key_value and lm_head
+    assert (live, total) == (9, 10)  # all but lm_head, the output contract
     groups = {g.name: g for g in sm.groups()}
     for i in (0, 1):
         mlp = f"transformer.h.{i}.mlp"
@@ -46,9 +47,25 @@ def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
         assert g.size == 256 and g.is_sortable
         assert set(g.members) == {(f"{mlp}.dense_h_to_4h", "weight:0"),
                                   (f"{mlp}.dense_4h_to_h", "weight:1")}
+        # multi-query: the fused projection is query heads, then one key and one value head
+        attn = f"transformer.h.{i}.self_attention"
+        heads = groups[f"{attn}.query_key_value.weight:0#0"]
+        assert heads.size == 4 and heads.is_sortable
+        assert set(heads.members) == {(f"{attn}.query_key_value", "weight:0"),
+                                      (attn, "attr:num_heads"), (f"{attn}.dense", "weight:1")}
     hidden = next(g for g in sm.groups() if ("transformer.word_embeddings", "embedding_dim")
                   in g.members)
     assert ("transformer.h.0.self_attention.dense", "weight:0") in hidden.members
+    name = "transformer.h.0.self_attention.query_key_value.weight:0#0"
+    small, small_sm = copy.deepcopy((model, sm))
+    fxsym.resize(small, small_sm, {name: [3, 1]})
+    attn = small.transformer.h[0].self_attention
+    assert attn.num_heads == 2 and attn.query_key_value.weight.shape == (2 * 16 + 2 * 16, 64)
+    original = model.transformer.h[0].self_attention.query_key_value.weight
+    torch.testing.assert_close(attn.query_key_value.weight[:16], original[48:64])
+    torch.testing.assert_close(attn.query_key_value.weight[32:], original[64:])
+    out = small(**inputs).logits
+    assert out.shape == model(**inputs).logits.shape and torch.isfinite(out).all()
 
 
 def test_gptj_heads_follow_the_attribute_that_splits_them() -> None:

@@ -984,12 +984,16 @@ def view(ctx: OpContext) -> Layout:
             items.append(a if al is None else al)
             raws.append(a)
     literal = [isinstance(a, int) and not isinstance(a, bool) and a != -1 for a in items]
-    out = reshape_layout(ctx, lay, ctx.shape(x), ctx.out_shape(), literal)
+    fused = _split_fixed_part(ctx, lay, ctx.shape(x), ctx.out_shape(), items, raws)
+    if fused is not None:
+        out, done = fused
+    else:
+        out, done = reshape_layout(ctx, lay, ctx.shape(x), ctx.out_shape(), literal), -1
     if len(items) != len(out):
         return out
     dims = [ctx.table.resolve(d) for d in out]  # groups the reshape cut into blocks
     for i, item in enumerate(items):
-        if isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
+        if i != done and isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
             if tie_size(ctx, item, dims[i]):  # an int read from a module attribute
                 continue
             if item.derived and _product_follows(ctx, raws[i], dims[i]):
@@ -1005,6 +1009,65 @@ def view(ctx: OpContext) -> Layout:
                 ctx.fix(dims[i], "a size read from one dim reshapes another")
                 dims[i] = fixed_dim(ctx.out_shape()[i])
     return TensorLayout(dims)
+
+
+def _split_fixed_part(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
+                      out_shape: Sequence[int], items: Sequence[Any], raws: Sequence[Any]
+                      ) -> tuple[TensorLayout, int] | None:
+    """One elastic dim split into ``(n + c, *inner)`` with ``n`` a traced size and ``c`` a
+    number: Falcon's multi-query ``fused_qkv.view(b, s, self.num_heads + 2, self.head_dim)``,
+    query heads then one key and one value head.
+
+    The dim is cut (:func:`cut_dim`) after ``n * inner`` entries: the tail's size is the
+    number ``c`` times the inner sizes, so it is pinned; the head's group splits into ``n``
+    units along the outer dim, and ``n`` is tied to them (an attribute becomes a member) or
+    must keep their size. Returns the layout and the position of the outer dim (checked here),
+    or ``None`` where the reshape is not of this form (the general rule then applies)."""
+    chunks = _chunks(in_shape, out_shape)
+    if len(items) != len(out_shape) or chunks is None:
+        return None
+    elastic = [(ca, cb) for ca, cb in chunks if any(not is_fixed(lay[i]) for i in ca)]
+    if len(elastic) != 1 or len(elastic[0][0]) != 1 or len(elastic[0][1]) < 2:
+        return None
+    (a,), cb = elastic[0]
+    o, raw = cb[0], raws[cb[0]]
+    if not (isinstance(raw, torch.fx.Node) and raw.op == "call_function"
+            and raw.target is operator.add and len(raw.args) == 2 and not raw.kwargs):
+        return None
+    n_arg, c = raw.args if type(raw.args[1]) is int else raw.args[::-1]
+    n_lay = ctx.layout(n_arg)
+    if type(c) is not int or c < 1 or not isinstance(n_lay, SizeLayout) or len(n_lay) != 1:
+        return None
+    n, inner = out_shape[o] - c, math.prod(out_shape[i] for i in cb[1:])
+    dim = lay[a]
+    if n < 1 or len(dim) != 1 or dim[0].group is None:
+        return None
+    try:
+        head, tail = cut_dim(ctx, dim, [n * inner, c * inner])
+    except Unsupported:
+        return None
+    ctx.fix(tail, "a size written as a number (the + in a fused view) fixes this part")
+    head = ctx.table.resolve(head)
+    if len(head) != 1 or head[0].group is None or head[0].units % n:
+        ctx.fix(head, "a fused view cuts inside a unit")
+        return None
+    g = head[0].group
+    ctx.table.constrain(g, n)
+    outer: Dim = (Seg(g, n, 1), Seg(None, c, 1))
+    if tie_size(ctx, n_lay, outer[:1]) or (
+            not n_lay.derived and _keeps_size(ctx, n_lay[0], outer[:1])):
+        if isinstance(items[o], SizeLayout):
+            size_checked(ctx, items[o])
+    else:
+        ctx.fix(n_lay, "a size read from one dim reshapes another")
+        ctx.fix(outer, "a size read from one dim reshapes another")
+        outer = fixed_dim(out_shape[o])
+    dims = [fixed_dim(k) for k in out_shape]
+    for ca, cbx in chunks:
+        if len(ca) == 1 and len(cbx) == 1:
+            dims[cbx[0]] = lay[ca[0]]
+    dims[o] = outer
+    return TensorLayout(dims), o
 
 
 def _joined_raws(ctx: OpContext, node: torch.fx.Node) -> list[Any] | None:
@@ -1258,8 +1321,24 @@ def _take_by_index(ctx: OpContext, lay: TensorLayout, items: tuple[Any, ...]) ->
     index_lay = ctx.layout(source) if isinstance(source, torch.fx.Node) else None
     index_dims = list(index_lay) if isinstance(index_lay, TensorLayout) else [
         fixed_dim(n) for n in index.shape]
-    _pin(ctx, lay[d], BY_POSITION)
+    if not (isinstance(items[k], list) and _picks_fixed_entries(
+            lay[d], items[k], ctx.shape(ctx.arg(0))[d])):
+        _pin(ctx, lay[d], BY_POSITION)
     return _checked(ctx, [*lay[:d], *index_dims, *lay[d + 1:]], ctx.value)
+
+
+def _picks_fixed_entries(dim: Dim, index: list[Any], n: int) -> bool:
+    """Whether a list of numbers indexes only entries of fixed size that keep their position
+    under every resize: counted from the end within the dim's trailing fixed part
+    (``qkv[..., [-2], :]``, Falcon's key head after the query heads), or from the start within
+    its leading fixed part."""
+    if not index or any(type(i) is not int or not -n <= i < n for i in index):
+        return False
+    if is_fixed(dim):
+        return True
+    lead = dim[0].length if dim[0].group is None else 0
+    trail = dim[-1].length if dim[-1].group is None else 0
+    return all(0 <= i < lead for i in index) or all(-trail <= i < 0 for i in index)
 
 
 def slice_dim(ctx: OpContext, dim: Dim, start: int | None, stop: int | None, n: int,
