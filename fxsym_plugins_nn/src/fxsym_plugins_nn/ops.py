@@ -1295,7 +1295,8 @@ def getitem(ctx: OpContext) -> Layout:
 
 def _take_by_index(ctx: OpContext, lay: TensorLayout, items: tuple[Any, ...]) -> Layout:
     """``x[idx]``, ``x[:, idx]``, ``x[..., idx, :]``: one integer tensor (or list) of positions
-    along one dim, every other dim taken whole. The indexed dim is read by position (pinned);
+    along one dim, every other dim taken whole. The indexed dim is read by position (pinned,
+    unless a list of numbers picks only entries of a fixed part: :func:`_picks_fixed_entries`);
     the index's own dims take its place (a relative-position table ``t[index]``: its other
     dims pass through and may belong to a group, such as the heads a bias is added to).
     Several index tensors, boolean masks and other indices mixed in are not mapped."""
