@@ -233,3 +233,19 @@ def test_nn_multihead_attention_declares_its_widths_and_head_count() -> None:
     assert (attn.embed_dim, attn.kdim, attn.vdim, attn.num_heads, attn.head_dim) == (
         8, 8, 8, 2, 4)
     assert model(*x).shape == (2, 5, 3)
+
+
+def test_a_declaration_that_does_not_describe_the_module_pins_and_is_reported() -> None:
+    def wrong(mod: TinyAttention) -> SymInfo:
+        info = attention_info(mod, declare=False)
+        return info.declare(head_dim="heads")  # 2, but head_dim is 3
+
+    fxsym.SymMap.register(TinyAttention, resize=attention_resize)(wrong)
+    try:
+        sm = fxsym.analyze(_model(), example_inputs=X)
+    finally:
+        fxsym.SymMap.unregister(TinyAttention)
+    names = {g.name for g in sm.groups()}
+    assert "attn.heads" not in names and "inp.out_features" in names  # the rest stays
+    (line,) = [e.message for e in sm.trace_report if e.kind == "declared"]
+    assert "attn.head_dim = heads" in line and "head_dim is 3" in line, line

@@ -347,6 +347,38 @@ class SymInfo:
             self.attributes[name] = parsed
         return self
 
+    def sizes(self, entries: Mapping[str, int]) -> dict[str, int]:
+        """Each symbol's size in its own units, as a :class:`SizeExpr` reads it: ``entries``
+        (the entries of the dimension it sizes, by symbol name) over its ``block``, else its
+        :attr:`Symbol.size`; symbols with neither are left out."""
+        out: dict[str, int] = {}
+        for name, sym in self.symbols.items():
+            if name in entries:
+                out[name] = entries[name] // sym.block
+            elif sym.size is not None:
+                out[name] = sym.size
+        return out
+
+    def attribute_mismatches(self, module: object, sizes: Mapping[str, int]
+                             ) -> dict[str, str]:
+        """The declared attributes of ``module`` that do not equal their expression over
+        ``sizes`` (see :meth:`sizes`), each with what is wrong (an attribute reading a
+        symbol missing from ``sizes`` is not judged)."""
+        state = vars(module)
+        out: dict[str, str] = {}
+        for attr, expr in self.attributes.items():
+            if any(s not in sizes for s in expr.symbols):
+                continue
+            current = state.get(attr)
+            if type(current) is not int:
+                out[attr] = f"the module holds no int {attr!r} (it has {current!r})"
+                continue
+            value = expr.evaluate(sizes)[0]
+            if value != current:
+                shown = ", ".join(f"{s}={sizes[s]}" for s in expr.symbols)
+                out[attr] = f"{attr} is {current}, {expr} gives {value} with {shown}"
+        return out
+
     @property
     def is_shape_preserving(self) -> bool:
         return self._is_shape_preserving

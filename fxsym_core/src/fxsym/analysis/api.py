@@ -74,6 +74,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     """Build the SymGroups, set every symbol's state from the group table and attach the
     result to ``symmap``."""
     table = an.table
+    _check_declared(symmap, an)
     members: dict[int, list[SymbolKey]] = {}
     declared = _declared(symmap, an)
     for key, dim in an.symbol_dims.items():
@@ -174,6 +175,26 @@ def _whole(an: Analyzer, table: GroupTable, key: SymbolKey, root: int) -> bool:
     block of the group came from, whose weights do not rank the block's entries alone)."""
     dim = an.symbol_dims.get(key, ())
     return len(dim) == 1 and dim[0].group is not None and table.find(dim[0].group) == root
+
+
+def _check_declared(symmap: SymMap, an: Analyzer) -> None:
+    """Pin the groups of the symbols a declared attribute reads where the declaration does
+    not describe the module (:meth:`SymInfo.attribute_mismatches`), with a report line: a
+    resize could not keep it right."""
+    for name, mod in symmap.named_modules():
+        info = symmap.sym_info(mod)
+        if not info.attributes:
+            continue
+        entries = {s: sum(seg.units * seg.block for seg in an.symbol_dims[(name, s)])
+                   for s in info.symbols if (name, s) in an.symbol_dims}
+        for attr, problem in info.attribute_mismatches(mod, info.sizes(entries)).items():
+            reason = f"declared attribute {name}.{attr} = {info.attributes[attr]} is wrong: " \
+                     f"{problem}"
+            an.report.add("declared", name, reason)
+            for sname in info.attributes[attr].symbols:
+                for seg in an.symbol_dims.get((name, sname), ()):
+                    if seg.group is not None:
+                        an.table.fix(seg.group, reason)
 
 
 def _declared(symmap: SymMap, an: Analyzer) -> dict[SymbolKey, list[SymbolKey]]:

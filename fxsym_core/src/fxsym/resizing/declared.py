@@ -43,20 +43,20 @@ class Declared:
 
 
 def symbol_sizes(symmap: SymMap, module: nn.Module,
-                 lengths: Mapping[SymbolKey, int] | None = None) -> dict[str, int | None]:
-    """Each symbol of ``module``'s SymInfo: its size in its own units, the entries of the
-    dimension it sizes (``lengths``, else as analyzed) over its :attr:`Symbol.block`, or its
-    :attr:`Symbol.size` if the analysis did not reach it; ``None`` if neither is known."""
+                 lengths: Mapping[SymbolKey, int] | None = None) -> dict[str, int]:
+    """Each symbol of ``module``'s SymInfo: its size in its own units
+    (:meth:`SymInfo.sizes`), from the entries of the dimension it sizes as ``lengths`` gives
+    them, else as analyzed; symbols of unknown size are left out."""
     name = symmap.name_of(module)
     dims = symmap.analysis.symbol_dims if symmap.analysis is not None else {}
-    out: dict[str, int | None] = {}
-    for sname, sym in symmap.sym_info(module).symbols.items():
+    entries: dict[str, int] = {}
+    for sname in symmap.sym_info(module).symbols:
         key = (name, sname)
-        entries = (lengths or {}).get(key)
-        if entries is None and key in dims:
-            entries = sum(seg.units * seg.block for seg in dims[key])
-        out[sname] = entries // sym.block if entries is not None else sym.size
-    return out
+        if lengths is not None and key in lengths:
+            entries[sname] = lengths[key]
+        elif key in dims:
+            entries[sname] = sum(seg.units * seg.block for seg in dims[key])
+    return symmap.sym_info(module).sizes(entries)
 
 
 def plan_declared(symmap: SymMap, lengths: Mapping[SymbolKey, int]) -> dict[str, Declared]:
@@ -72,27 +72,22 @@ def plan_declared(symmap: SymMap, lengths: Mapping[SymbolKey, int]) -> dict[str,
         before, after = symbol_sizes(symmap, mod), symbol_sizes(symmap, mod, lengths)
         for attr, expr in attrs.items():
             where = f"{name}.{attr} = {expr}"
-            unknown = [s for s in expr.symbols if before[s] is None]
+            unknown = [s for s in expr.symbols if s not in before]
             if unknown:
                 raise ResizeError(f"{where}: the size of {', '.join(unknown)} is unknown (not "
                                   "reached by the analysis, no Symbol.size)")
-            current = vars(mod).get(attr)
-            if not isinstance(current, int) or isinstance(current, bool):
-                raise ResizeError(f"{where}: {type(mod).__name__} holds no int attribute "
-                                  f"{attr!r} (it has {current!r}); fix the declaration")
-            known = {s: v for s, v in before.items() if v is not None}
-            value = expr.evaluate(known)[0]
-            if value != current:
-                raise ResizeError(f"{where}: the declaration does not hold before the resize "
-                                  f"({attr} is {current}, the expression gives {value} with "
-                                  f"{_show(expr, known)}); fix the declaration")
-            new = {s: v for s, v in after.items() if v is not None}
-            value, remainder = expr.evaluate(new)
+        for attr, problem in info.attribute_mismatches(mod, before).items():
+            if attr in attrs:
+                raise ResizeError(f"{name}.{attr} = {info.attributes[attr]}: the declaration "
+                                  f"does not hold before the resize ({problem}); fix it")
+        for attr, expr in attrs.items():
+            value, remainder = expr.evaluate(after)
             if remainder or value < 1:
-                raise ResizeError(f"{where}: the choice gives {_show(expr, new)}, which leaves "
+                raise ResizeError(f"{name}.{attr} = {expr}: the choice gives "
+                                  f"{_show(expr, after)}, which leaves "
                                   f"{'a remainder' if remainder else 'no entry'}; choose sizes "
                                   "that keep it whole")
-        out[name] = Declared(mod, name, info, {s: v for s, v in before.items() if v is not None})
+        out[name] = Declared(mod, name, info, before)
     return out
 
 
