@@ -9,6 +9,8 @@ could read it where fxsym does not see.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from helpers import assert_oracles
@@ -126,3 +128,53 @@ def test_a_fault_after_the_config_was_set_restores_it(monkeypatch: pytest.Monkey
         fxsym.resize(model, sm, {group.name: 5})
     assert model.config is config and model.a.config is config and model.b.config is config
     assert config.hidden_size == 8 and model.a.inp.out_features == 8
+
+
+class Recursive(nn.Module):
+    """Calls itself once more from its own forward: the config is shadowed once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = Config()
+        self.inp = nn.Linear(6, 8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor, again: bool = True) -> torch.Tensor:
+        if again:
+            return self(x, again=False)
+        b = x.shape[0]
+        return self.out(self.inp(x).reshape(b, -1, self.config.hidden_size)).reshape(b, -1)
+
+
+def test_a_forward_that_calls_itself_shadows_the_config_once() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(Recursive()).eval()
+    sm = assert_oracles(model, X)
+    assert ("0", "attr:config.hidden_size") in sm.groups()[0].members
+    assert type(model[0].config) is Config
+
+
+SEEN: list[object] = []
+
+
+class Keeper(Block):
+    """Lets its config escape the forward (as a mask builder's bound argument does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        SEEN.append(self.config)
+        return super().forward(x)
+
+
+def test_a_shadow_kept_elsewhere_copies_and_pickles_as_the_config() -> None:
+    import copy
+    import pickle
+
+    torch.manual_seed(0)
+    model = nn.Sequential(Keeper(Config())).eval()
+    SEEN.clear()
+    fxsym.analyze(model, example_inputs=X)
+    kept: Any = SEEN[0]
+    assert type(kept) is not Config and isinstance(kept, Config)  # the shadow
+    assert kept.hidden_size == 8  # a plain int once the forward returned
+    for clone in (copy.deepcopy(kept), pickle.loads(pickle.dumps(kept))):
+        assert type(clone) is Config and vars(clone) == vars(model[0].config)

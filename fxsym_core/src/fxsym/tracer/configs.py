@@ -33,8 +33,10 @@ from .proxy import ATTRIBUTE_META
 CONFIG_ATTRIBUTES = ("config",)
 #: ``node.meta`` key of a config field read: ``(id(config object), field)``
 CONFIG_META = "fxsym_config"
-_READ = "_fxsym_read"
 _SHADOWS: dict[type, type] = {}
+#: the reader of each live shadow, by ``id`` (kept out of the shadow's ``__dict__``, which the
+#: model's code may serialise or copy)
+_READERS: dict[int, Callable[[str, int], Any]] = {}
 
 
 def _shadow_getattribute(self: Any, name: str) -> Any:
@@ -43,7 +45,7 @@ def _shadow_getattribute(self: Any, name: str) -> Any:
     value = base.__getattribute__(self, name)
     if type(value) is not int or name.startswith("_"):
         return value
-    read: Callable[[str, int], Any] | None = object.__getattribute__(self, "__dict__").get(_READ)
+    read = _READERS.get(id(self))
     if read is None:
         return value
     aliases = getattr(cls, "attribute_map", None)
@@ -51,10 +53,23 @@ def _shadow_getattribute(self: Any, name: str) -> Any:
     return read(field, value)
 
 
+def _rebuild(cls: type, state: dict[str, Any]) -> Any:
+    obj: Any = object.__new__(cls)
+    vars(obj).update(state)
+    return obj
+
+
+def _shadow_reduce(self: Any, protocol: Any) -> tuple[Any, ...]:
+    """A shadow kept somewhere (a mask builder's bound config) copies and pickles as an
+    instance of the config's own class."""
+    return _rebuild, (type(self).__mro__[1], dict(vars(self)))
+
+
 def _shadow_class(cls: type) -> type:
     shadow: type | None = _SHADOWS.get(cls)
     if shadow is None:
         shadow = type(cls.__name__, (cls,), {"__getattribute__": _shadow_getattribute,
+                                             "__reduce_ex__": _shadow_reduce,
                                              "__module__": cls.__module__,
                                              "__qualname__": cls.__qualname__})
         _SHADOWS[cls] = shadow
@@ -62,8 +77,11 @@ def _shadow_class(cls: type) -> type:
 
 
 def _is_config(value: Any) -> bool:
+    """An object whose fields may be shadowed: not a module, class or callable, not a shadow
+    already (the module's forward re-entered)."""
     return (hasattr(value, "__dict__") and not isinstance(value, (nn.Module, type))
-            and not callable(value))
+            and not callable(value)
+            and vars(type(value)).get("__getattribute__") is not _shadow_getattribute)
 
 
 @contextlib.contextmanager
@@ -86,14 +104,14 @@ def config_sizes(tracer: Any, m: nn.Module, path: str) -> Iterator[None]:
         except Exception:  # a class that cannot be subclassed or built so: reads stay ints
             continue
         vars(shadow).update(vars(config))
-        vars(shadow)[_READ] = _reader(tracer, path, name, config, fields)
+        _READERS[id(shadow)] = _reader(tracer, path, name, config, fields)
         shadows[name] = shadow
     state.update(shadows)
     try:
         yield
     finally:
         for name, shadow in shadows.items():
-            vars(shadow)[_READ] = None  # a shadow bound somewhere reads as plain ints now
+            _READERS.pop(id(shadow), None)  # a shadow bound somewhere reads as plain ints now
             if state.get(name) is shadow:
                 state[name] = configs[name]
 
