@@ -62,6 +62,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     "mixtral": (LM, dict(_DECODER, num_local_experts=4)),
     "gptj": (LM, dict(n_embd=64, n_inner=128, n_layer=2, n_head=4, rotary_dim=8,
                       vocab_size=100, n_positions=64, bos_token_id=0, eos_token_id=0)),
+    "bloom": (LM, dict(hidden_size=64, n_layer=2, n_head=4, vocab_size=100)),
 }
 
 

@@ -823,8 +823,9 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
                    out_shape: Sequence[int], literal: Sequence[bool] | None = None) -> TensorLayout:
     """The layout after a view/reshape/flatten, where provable.
 
-    A run of dims merged into one keeps its groups only if they sit in the outermost dim of
-    the run (their blocks grow by the inner sizes); one dim split into several keeps its
+    A run of dims merged into one keeps its groups if they sit in the outermost dim of the
+    run (their blocks grow by the inner sizes), or in one dim whose outer dims are fixed (a
+    copy of it per outer entry); one dim split into several keeps its
     group on the outermost piece when that piece is exactly the group's units. ``literal``
     marks output dims whose size the model wrote as a number: a group landing there becomes
     constant, since the model would not follow a resize.
@@ -843,6 +844,13 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
             continue
         if len(ca) == 1 and len(cb) == 1:
             out[cb[0]] = dims[0]
+        elif len(cb) == 1 and is_fixed(dims[0]) and sum(not is_fixed(d) for d in dims) == 1:
+            # fixed outer dims, one elastic dim: the merged dim holds a copy of it per entry
+            # of the outer dims (heads of head_dim features merged into one feature dim)
+            j = next(k for k, d in enumerate(dims) if not is_fixed(d))
+            outer = math.prod(in_shape[i] for i in ca[:j])
+            inner = math.prod(in_shape[i] for i in ca[j + 1:])
+            out[cb[0]] = concat_dims([scale_block(dims[j], inner)] * outer)
         elif len(cb) == 1:  # merge: groups only in the outermost dim of the run
             if any(not is_fixed(d) for d in dims[1:]):
                 if not all(_producerless(ctx, d) for d in dims[1:]):
@@ -875,7 +883,10 @@ def _split_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequence
     number of heads is written as a number). Otherwise the dim is read as ``sizes[0]`` equal
     *blocks* (``(3*C,)`` into ``(3, C)``, two concatenated branches into ``(2, C)`` before a
     channel shuffle): it is cut there (:func:`cut_dim`), the blocks are tied entry by entry
-    (the inner dims are one layout for all of them) and the outer dim is fixed.
+    (the inner dims are one layout for all of them) and the outer dim is fixed. Where both
+    readings hold (BLOOM's fused ``(heads, 3, head_dim)``), heads come first and the blocks
+    are the alternative (:meth:`OpContext.offer_alternative`) taken if the heads end constant:
+    then every head keeps the same ``head_dim`` entries of its query, key and value.
     """
     first = sizes[0]
     out = [fixed_dim(s) for s in sizes]
@@ -885,13 +896,16 @@ def _split_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequence
         out[0] = (Seg(seg.group, seg.units, first // seg.units),)
         return out
     heads = single and seg.units % first == 0
-    if heads and not literal[0]:  # e.g. channels into (heads, head_dim)
-        assert seg.group is not None
+    size = dim_size(dim)
+    blocks = first > 1 and size % first == 0
+    if heads and not literal[0] and not (blocks and ctx.alternative):
+        assert seg.group is not None  # e.g. channels into (heads, head_dim)
         ctx.table.constrain(seg.group, first)
         out[0] = (Seg(seg.group, first, 1),)
+        if blocks and len(sizes) > 1:
+            ctx.offer_alternative(out[0])
         return out
-    size = dim_size(dim)
-    if first > 1 and size % first == 0:
+    if blocks:
         pieces = cut_dim(ctx, dim, [size // first] * first)
         piece = ctx.table.resolve(ctx.unify(*pieces))
         if len(sizes) == 2:
@@ -1278,7 +1292,7 @@ def getitem(ctx: OpContext) -> Layout:
             else:
                 r = raw_items[k] if k < len(raw_items) else None
                 literal = isinstance(r, slice) and all(
-                    v is None or type(v) is int for v in (r.start, r.stop))
+                    _constant_bound(ctx, v) for v in (r.start, r.stop))
                 if step != 1 or not literal or start >= stop:
                     ctx.fix(lay[d], "an elastic dim is sliced")
                     out.append(fixed_dim(len(range(start, stop, step))))
@@ -1342,11 +1356,51 @@ def _picks_fixed_entries(dim: Dim, index: list[Any], n: int) -> bool:
     return all(0 <= i < lead for i in index) or all(-trail <= i < 0 for i in index)
 
 
+def _constant_bound(ctx: OpContext, bound: Any) -> bool:
+    """Whether a slice bound keeps its trace-time value under every resize: a number, or an
+    int computed from sizes only (``cos.shape[-1]``, ``4 * self.head_dim``), whose elastic
+    sources are pinned here (a resize of them would move the bound)."""
+    if bound is None or type(bound) is int:
+        return True
+    if not isinstance(bound, torch.fx.Node) or type(ctx.val(bound)) is not int:
+        return False
+    if not _from_sizes(bound):
+        return False
+    lay = ctx.layout(bound)
+    if isinstance(lay, SizeLayout):
+        for d in lay:
+            if not is_fixed(d):
+                ctx.fix(d, "a slice bound is computed from this size")
+    return True
+
+
+def _from_sizes(node: torch.fx.Node, depth: int = 0) -> bool:
+    """Whether the int ``node`` is computed from numbers, attribute reads and tensor sizes
+    only (never from a tensor's entries)."""
+    if depth > 32:
+        return False
+    if node.op == "get_attr":
+        return not isinstance(node.meta.get("val"), torch.Tensor)
+    if (node.op == "call_method" and node.target == "size") or (
+            node.op == "call_function" and node.target is getattr
+            and len(node.args) > 1 and node.args[1] == "shape"):
+        return True
+    if node.op != "call_function" or isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    if node.target not in _SIZE_ARITHMETIC:
+        return False
+    return all(_from_sizes(n, depth + 1) for n in node.all_input_nodes)
+
+
+_SIZE_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv,
+                              operator.neg, operator.getitem})
+
+
 def slice_dim(ctx: OpContext, dim: Dim, start: int | None, stop: int | None, n: int,
-              why: str = "a slice bound written as a number fixes the size of this part"
+              why: str = "a slice bound of constant value fixes the size of this part"
               ) -> Dim:
-    """The part ``[start:stop]`` (step 1, bounds written as numbers or left out) of an elastic
-    dim of ``n`` entries.
+    """The part ``[start:stop]`` (step 1, bounds of constant value or left out: see
+    :func:`_constant_bound`) of an elastic dim of ``n`` entries.
 
     The dim is cut at the slice's ends (:func:`cut_dim`) into a head, the part kept and a
     tail; only the parts whose sizes the numbers fix are pinned, so the rest can still

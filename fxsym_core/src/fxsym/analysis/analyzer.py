@@ -56,8 +56,13 @@ class Analyzer:
     """Propagates layouts through a GraphModule and collects symbol dims for a SymMap."""
 
     def __init__(self, gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
-                 contract: Contract | None = None, strict_contract: bool = True) -> None:
+                 contract: Contract | None = None, strict_contract: bool = True,
+                 alternatives: frozenset[str] = frozenset()) -> None:
         self.gm = gm
+        #: nodes taking their alternative mapping (:meth:`OpContext.offer_alternative`), and
+        #: the alternatives offered in this run: (node name, the dim the first mapping keeps)
+        self.alternatives = alternatives
+        self.offers: list[tuple[str, Dim]] = []
         #: the outputs whose sizes must stay (``None``: every output), and whether a name
         #: missing from the output is an error (a user's contract) or skipped (a plugin's)
         self.contract = contract
@@ -490,9 +495,39 @@ def _where(node: torch.fx.Node) -> str:
 
 def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
                   contract: Contract | None = None, strict_contract: bool = True) -> Analyzer:
+    """Run the analyzer; where a rule offered an alternative mapping whose first choice
+    ended constant (:meth:`OpContext.offer_alternative`), run it once more with those nodes
+    taking their alternative, and keep the run leaving more symbols in searchable groups
+    (each run is sound on its own). ``report`` receives the kept run's entries."""
+    start = list(report.entries)
     analyzer = Analyzer(gm, symmap, report, contract, strict_contract)
     analyzer.run()
+    table = analyzer.table
+    why: dict[str, str] = {}
+    for name, dim in analyzer.offers:
+        reasons = [table.reason(s.group) for s in table.resolve(dim) if s.group is not None]
+        if reasons and all(reasons):
+            why[name] = str(reasons[0])
+    if not why:
+        return analyzer
+    first = list(report.entries)
+    report.entries[:] = start
+    second = Analyzer(gm, symmap, report, contract, strict_contract, frozenset(why))
+    second.run()
+    if _searchable_symbols(second) > _searchable_symbols(analyzer):
+        for name, reason in why.items():
+            report.add("alternative", f"node {name}", "its alternative mapping is used, since "
+                       f"the groups of the first ended constant ({reason})")
+        return second
+    report.entries[:] = first
     return analyzer
+
+
+def _searchable_symbols(an: Analyzer) -> int:
+    """How many symbols and members lie (at least in part) in groups that are not constant."""
+    table = an.table
+    return sum(any(s.group is not None and not table.is_constant(s.group) for s in dim)
+               for dim in an.symbol_dims.values())
 
 
 __all__ = ["Analyzer", "analyze_graph", "resolve_dim"]

@@ -26,6 +26,9 @@ class AnalysisState(Protocol):
 
     table: GroupTable
     env: dict[torch.fx.Node, Layout]
+    #: nodes taking their alternative mapping in this run, and the offers made so far
+    alternatives: frozenset[str]
+    offers: list[tuple[str, Dim]]
 
     def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None: ...
 
@@ -157,6 +160,22 @@ class OpContext:
         if not isinstance(source, torch.fx.Node):
             return False
         return self.analyzer.produce_from_parameter(dim, source, self.node)
+
+    # -- alternatives ----------------------------------------------------------------------
+    @property
+    def alternative(self) -> bool:
+        """Whether this node takes its alternative mapping in this run (see
+        :meth:`offer_alternative`)."""
+        return self.node.name in self.analyzer.alternatives
+
+    def offer_alternative(self, dim: Dim) -> None:
+        """Say that the rule chose one of two sound mappings of this node, the one that keeps
+        ``dim``'s groups (heads, where a split into ``(heads, 3, head_dim)`` could instead keep
+        ``head_dim``). If every group of ``dim`` ends constant, the analysis runs again with
+        :attr:`alternative` true for this node and keeps the run that leaves more symbols in
+        searchable groups."""
+        if not self.alternative:
+            self.analyzer.offers.append((self.node.name, dim))
 
     def unsupported(self, reason: str) -> NoReturn:
         raise Unsupported(reason)

@@ -1,0 +1,49 @@
+"""Families whose attention cuts one fused projection (issue 11, part 2), traced through.
+
+BLOOM views ``query_key_value`` as ``(heads, 3, head_dim)``; its heads are pinned by the
+ALiBi bias, built from the head count, so each layer's ``head_dim`` (the same entries in
+every head's query, key and value) is a group. Phi-3 slices ``qkv_proj`` at
+``config.num_attention_heads * self.head_dim``: the bound pins the sizes it is computed from,
+so the query block's size is pinned, and with it (through the attention and ``repeat_kv``)
+every head and the rotary ``head_dim``; the trace report names each bound.
+"""
+
+from __future__ import annotations
+
+from conftest import build
+from helpers import assert_oracles
+from torch import nn
+
+import fxsym
+from fxsym.tracer import resolve_example_inputs
+
+
+def _coverage(model: nn.Module, sm: fxsym.SymMap) -> float:
+    """The share of Linear and Embedding modules whose output dim is a member of a group."""
+    members = {m for g in sm.groups() for m in g.members}
+    outputs = {nn.Linear: "out_features", nn.Embedding: "embedding_dim"}
+    found = [(name, outputs[type(mod)]) in members for name, mod in model.named_modules()
+             if type(mod) in outputs]
+    return sum(found) / len(found)
+
+
+def test_bloom_keeps_head_dim_of_the_interleaved_projection() -> None:
+    model = build("bloom")
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=5)
+    assert _coverage(model, sm) >= 0.8
+    groups = {g.name: g for g in sm.groups()}
+    for i in (0, 1):
+        attn = f"transformer.h.{i}.self_attention"
+        head_dim = groups[f"{attn}.query_key_value.out_features#0#0"]
+        assert head_dim.size == 16
+        assert set(head_dim.members) == {(f"{attn}.query_key_value", "out_features"),
+                                         (attn, "attr:head_dim"), (f"{attn}.dense", "in_features")}
+    assert any(e.kind == "alternative" for e in sm.trace_report)
+
+
+def test_phi3_reports_the_bounds_that_pin_its_fused_projection() -> None:
+    model = build("phi3")
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    messages = [e.message for e in sm.trace_report]
+    assert "a slice bound is computed from this size" in messages
+    assert "a slice bound of constant value fixes the size of this part" in messages
