@@ -176,3 +176,49 @@ def test_small_vit_hidden_dim_is_a_group_through_both_oracles() -> None:
     assert model.hidden_dim == 8 and model.class_token.shape[-1] == 8
     assert model.encoder.layers[0].self_attention.num_heads == 1
     assert model(*x).shape == (2, 1000)
+
+
+class PlainLayerNorm(nn.Module):
+    """OLMo's LayerNorm: no weight, ``normalized_shape`` a tuple attribute."""
+
+    def __init__(self, hidden: int, *, ask: bool = False) -> None:
+        super().__init__()
+        self.normalized_shape = (hidden,)
+        self.ask = ask
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.ask and self.normalized_shape[0] > 4:  # the trace depends on the value
+            x = x * 2
+        return nn.functional.layer_norm(x, self.normalized_shape, None, None, eps=1e-5)
+
+
+class NormedBlock(nn.Module):
+    def __init__(self, *, ask: bool = False) -> None:
+        super().__init__()
+        self.up = nn.Linear(5, 8)
+        self.norm = PlainLayerNorm(8, ask=ask)
+        self.down = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.norm(self.up(x)))
+
+
+def test_a_tuple_attribute_is_read_element_by_element() -> None:
+    torch.manual_seed(0)
+    model = NormedBlock().eval()
+    x = torch.randn(2, 4, 5)
+    sm = assert_oracles(model, (x,))
+    group = _group(sm, "up.out_features")
+    assert ("norm", "attr:normalized_shape[0]") in group.members
+    assert ("down", "in_features") in group.members
+    fxsym.resize(model, sm, {group.name: [0, 3, 6]})
+    assert model.norm.normalized_shape == (3,) and type(model.norm.normalized_shape) is tuple
+    assert model(x).shape == (2, 4, 3)
+
+
+def test_a_tuple_element_python_reads_pins_its_group() -> None:
+    model = NormedBlock(ask=True).eval()
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 4, 5),))
+    assert "up.out_features" not in [g.name for g in sm.groups()]
+    assert sm.why_constant(model.up, "out_features")
+    assert model.norm.normalized_shape == (8,)

@@ -74,10 +74,11 @@ class OwnLayerNorm(nn.LayerNorm):
 
 
 class LiteralLayerNorm(nn.LayerNorm):
-    """``self.normalized_shape`` is a number in the graph: it cannot follow a resize."""
+    """The normalized shape is a number written in the forward: it cannot follow a resize
+    (``self.normalized_shape`` could: a tuple attribute is read as sizes)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, (6,), self.weight, self.bias, self.eps)
 
 
 class OwnEmbedding(nn.Embedding):
@@ -213,6 +214,26 @@ def test_functional_embedding_produces_its_columns() -> None:
     assert g.size == 8 and ("fc", "in_features") in g.members
     assert sm.why_constant("fc", "out_features") is not None
     _resized_matches(model, sm, [torch.randint(0, 20, (3, 4)), torch.randint(0, 20, (1, 9))])
+
+
+class AttributeLayerNorm(nn.LayerNorm):
+    """The normalized shape is the module's own tuple attribute, read as sizes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+def test_layer_norm_by_its_normalized_shape_attribute_keeps_the_group() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(OwnLinear(4, 6), AttributeLayerNorm(6), nn.Linear(6, 3)).eval()
+    sm = assert_oracles(model, (torch.randn(2, 4),))
+    group = _group_of(sm, ("0", "weight:0"))
+    assert {("1", "attr:normalized_shape[0]"), ("1", "weight:0"), ("1", "bias:0"),
+            ("2", "in_features")} <= set(group.members)
+    _resized_matches(model, sm, [torch.randn(3, 4), torch.randn(2, 5, 4)])
+    small, small_sm = _copy(model, sm)
+    fxsym.resize(small, small_sm, {group.name: 2})
+    assert small[1].normalized_shape == (2,)
 
 
 def test_what_cannot_be_proven_pins_with_a_reason() -> None:

@@ -41,7 +41,7 @@ from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
 from .resizing import resize
 from .resizing.declared import symbol_sizes
-from .symbols import SymMap
+from .symbols import SymMap, attribute_value
 
 Status = Literal["ok", "failed", "not checked"]
 
@@ -300,7 +300,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
         if key in param_members:
             pname, _, dim = sname.rpartition(":")
             if not dim.isdigit():  # an int attribute read as a size: "attr:hidden_dim"
-                value = _attribute(modules.get(qualname), dim)
+                value = attribute_value(modules.get(qualname), dim)
                 got = {value} if isinstance(value, int) else None
                 if got is None:
                     result.details.append(f"{qualname}.{dim}: no longer an int ({value!r})")

@@ -1501,8 +1501,9 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
         x = ctx.arg(0, "input")
         lay = list(ctx.tensor_layout(x))
         if channel_dim is None:
-            # a normalized shape written as numbers (``self.normalized_shape``) cannot follow
-            # a resize; sizes read from the input (``x.shape[-1:]``) can
+            # a normalized shape written as numbers cannot follow a resize; sizes read from
+            # the input (``x.shape[-1:]``) can, and so can module attributes
+            # (``self.normalized_shape``), which are tied to the dims they normalize
             arg = ctx.arg(1, "normalized_shape")
             items = list(arg) if isinstance(arg, (tuple, list)) else [arg]
             shape = ctx.val(arg)
@@ -1511,6 +1512,8 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
                 ctx.layout(a) for a in items)
             traced = _traced_sizes(sizes, len(shape))
             for i, d in enumerate(lay[len(lay) - len(shape):]):
+                if traced and tie_size(ctx, sizes[i], d):
+                    continue
                 if not is_fixed(d) and not (traced and _same_size(ctx, traced[i], d)):
                     ctx.fix(d, "layer_norm's normalized_shape is a literal")
             d = len(lay) - 1

@@ -93,7 +93,7 @@ class Analyzer:
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
         for node in self.gm.graph.nodes:
-            if node.op == "get_attr" and ATTRIBUTE_META in node.meta:
+            if ATTRIBUTE_META in node.meta:  # a get_attr, or an element of a tuple read
                 self.env[node] = self._attribute(node)
             elif node.op == "get_attr":
                 self.env[node] = self._parameter(node)
@@ -168,9 +168,11 @@ class Analyzer:
 
     def _attribute(self, node: torch.fx.Node) -> Layout:
         """An int attribute of a module read as a size (see :mod:`fxsym.analysis.attributes`):
-        a group of its own whose member is ``(owner, "attr:name")``, pinned if Python read its
-        value at trace time. Every read of one attribute has the same layout."""
-        target = str(node.target)
+        a group of its own whose member is ``(owner, "attr:name")`` (``"attr:name[i]"`` for
+        element ``i`` of a tuple of ints), pinned if Python read its value at trace time. Every
+        read of one attribute has the same layout."""
+        owner, name = node.meta[ATTRIBUTE_META]
+        target = f"{owner}.{name}" if owner else name
         known = self.attribute_reads.get(target)
         shared = node.meta.get(CONFIG_META)  # one field of one config object: one group
         if shared is not None:
@@ -181,7 +183,9 @@ class Analyzer:
                 self._attribute_member(node, known[0])
         if known is None:
             value = node.meta.get("val")
-            if not isinstance(value, int) or value <= 1:
+            if isinstance(value, tuple):  # read element by element: each is a size
+                known = fixed_layout(value)
+            elif not isinstance(value, int) or value <= 1:
                 known = SizeLayout((fixed_dim(int(value or 0)),))
             else:
                 g = self.table.new(value)
@@ -193,7 +197,8 @@ class Analyzer:
             if shared is not None:
                 self.config_reads[shared] = known
         question = node.meta.get(CONCRETE_META)
-        if question is not None:  # pinned without a report line: alone, it sizes nothing yet
+        if question is not None and isinstance(known, SizeLayout):  # pinned without a report
+            # line: alone, it sizes nothing yet
             for dim in known:
                 for seg in dim:
                     if seg.group is not None:

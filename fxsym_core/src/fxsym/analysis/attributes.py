@@ -3,7 +3,9 @@
 During tracing, an int attribute of a module the tracer traces into is read as a ``get_attr``
 node whose value is the int (:mod:`fxsym.tracer.tracer`, ``ATTRIBUTE_META``). The analyzer
 gives it an :class:`~fxsym.analysis.layout.AttributeSize`: a group of its own, with the
-attribute as its one member ``(owner, "attr:name")``. Three things can happen to it:
+attribute as its one member ``(owner, "attr:name")``; a tuple of ints
+(``self.normalized_shape = (hidden,)``) is read element by element, ``(owner, "attr:name[i]")``.
+Three things can happen to it:
 
 * an op rule proves which tensor dim the int sizes and calls :func:`tie_size`: the attribute's
   group is unified with that dim's (a member of G; ``fxsym.resize`` sets the attribute to the

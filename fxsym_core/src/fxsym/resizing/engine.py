@@ -28,7 +28,15 @@ from ..errors import ResizeError
 from ..modstate import ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
-from ..symbols import ATTRIBUTE_PREFIX, GroupAnalysis, GroupIndex, Segment, SymGroup, SymMap
+from ..symbols import (
+    ATTRIBUTE_PREFIX,
+    GroupAnalysis,
+    GroupIndex,
+    Segment,
+    SymGroup,
+    SymMap,
+    set_attribute,
+)
 from .declared import plan_declared
 from .helpers import keep_entries, l1_scores
 
@@ -237,10 +245,11 @@ def _set_object_fields(model: nn.Module, fields: dict[int, tuple[Any, dict[str, 
 
 def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) -> None:
     """A member that is not a symbol: a tensor ``"name:dim"`` keeps ``index`` along ``dim``;
-    an int attribute ``"attr:name"`` read as a size becomes the number of entries kept."""
+    an int attribute ``"attr:name"`` read as a size (or an element, ``"attr:name[i]"``)
+    becomes the number of entries kept."""
     pname, _, dim = member.rpartition(":")
     if not dim.isdigit():  # "attr:hidden_dim"
-        setattr(mod, dim, len(index))
+        set_attribute(mod, dim, len(index))
         return
     keep_entries(mod, pname, int(dim), index)
 

@@ -94,7 +94,7 @@ class FxsymTracer(torch.fx.Tracer):
         self._meta_modules: dict[int, nn.Module] = {}
         self._preserving: dict[int, bool] = {}
         #: value of each int attribute read as a ``get_attr`` node, by target
-        self._attribute_values: dict[str, int] = {}
+        self._attribute_values: dict[str, int | tuple[int, ...]] = {}
         #: ids of the modules whose int attributes are proxies at the moment
         self._sizing: set[int] = set()
         #: whether a node's value is being computed (the model's code is run, not traced)
@@ -242,30 +242,42 @@ class FxsymTracer(torch.fx.Tracer):
     def _attribute_sizes(self, m: nn.Module, path: str) -> Any:
         """While ``m``'s forward is traced, its int attributes read as graph values.
 
-        Each public attribute holding an ``int`` (not a ``bool``) is replaced in ``m.__dict__``
-        by the proxy of a ``get_attr`` node carrying the int (``node.meta[ATTRIBUTE_META]`` is
-        ``(path, name)``), so that ``x.reshape(n, self.hidden_dim, -1)`` records where the
-        size came from; the analysis ties the attribute to the dim it sizes. Python questions
-        about its value are answered (:class:`ShapeProxy`) and recorded on the node. The ints
-        are put back when the forward returns or raises; without example inputs nothing is
-        replaced. Reads Python makes of the int elsewhere (a leaf module's own forward, which
-        is not traced into) are untouched.
+        Each public attribute holding an ``int`` (not a ``bool``) is replaced in
+        ``m.__dict__`` by the proxy of a ``get_attr`` node carrying the int
+        (``node.meta[ATTRIBUTE_META]`` is ``(path, name)``); a tuple of ints by a tuple of
+        proxies of ``getitem`` nodes on such a node, element ``i`` marked ``(path,
+        "name[i]")``. So ``x.reshape(n, self.hidden_dim, -1)`` records where the size came
+        from; the analysis ties the attribute to the dim it sizes. Python questions about
+        its value are answered (:class:`ShapeProxy`) and recorded on the node. The ints are
+        put back when the forward returns or raises; without example inputs nothing is
+        replaced. Reads Python makes of the int elsewhere (a leaf module's own forward,
+        which is not traced into) are untouched.
         """
         if not self.with_values or id(m) in self._sizing:
             yield
             return
         state = vars(m)
-        names = [k for k, v in state.items() if type(v) is int and not k.startswith("_")]
+        names = [k for k, v in state.items() if not k.startswith("_") and (
+            type(v) is int or _int_tuple(v))]
         originals = {name: state[name] for name in names}
         proxies: dict[str, Any] = {}
         self._sizing.add(id(m))
         try:
             for name in names:
                 target = f"{path}.{name}" if path else name
-                self._attribute_values[target] = originals[name]
+                value = originals[name]
+                self._attribute_values[target] = value
                 node = self.create_node("get_attr", target, (), {})
                 node.meta[ATTRIBUTE_META] = (path, name)
-                proxies[name] = self.proxy(node)
+                if type(value) is int:
+                    proxies[name] = self.proxy(node)
+                    continue
+                items = []  # a tuple of ints, read element by element (``normalized_shape``)
+                for i in range(len(value)):
+                    item = self.create_node("call_function", operator.getitem, (node, i), {})
+                    item.meta[ATTRIBUTE_META] = (path, f"{name}[{i}]")
+                    items.append(self.proxy(item))
+                proxies[name] = tuple(items)
             state.update(proxies)
             yield
         finally:
@@ -462,6 +474,11 @@ def _value_unknown_type(exc: Exception) -> bool:
     shapes = sys.modules.get("torch.fx.experimental.symbolic_shapes")
     guard = getattr(shapes, "GuardOnDataDependentSymNode", None)
     return guard is not None and isinstance(exc, guard)
+
+
+def _int_tuple(value: Any) -> bool:
+    """A short tuple of ints (``self.normalized_shape = (hidden,)``): read as sizes."""
+    return type(value) is tuple and 0 < len(value) <= 8 and all(type(v) is int for v in value)
 
 
 def _mixes_devices(value: Any) -> bool:
