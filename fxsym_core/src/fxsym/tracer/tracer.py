@@ -228,9 +228,9 @@ class FxsymTracer(torch.fx.Tracer):
 
     # -- sizes read from attributes ----------------------------------------------------------
     @property
-    def attribute_values(self) -> dict[str, int]:
-        """The value of each int read as a ``get_attr`` node (an attribute, a config field),
-        by target; what such a node's value is computed from."""
+    def attribute_values(self) -> dict[str, int | tuple[int, ...]]:
+        """The value of each int (or tuple of ints) read as a ``get_attr`` node (an attribute,
+        a config field), by target; what such a node's value is computed from."""
         return self._attribute_values
 
     def reading_sizes(self) -> bool:
