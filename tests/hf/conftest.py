@@ -50,6 +50,10 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     # sound, with heads (or more) constant for reasons the trace report gives
     "phi3": (LM, dict(_DECODER, pad_token_id=0)),
     "olmo2": (LM, _DECODER),
+    "olmo": (LM, _DECODER),
+    "deberta-v2": (CLS, dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, vocab_size=100,
+                             max_position_embeddings=64, num_labels=3)),
     "gpt_bigcode": (LM, dict(n_embd=64, n_layer=2, n_head=4, vocab_size=100,
                              multi_query=True)),
     "falcon": (LM, dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
