@@ -17,6 +17,8 @@ Imports from fxsym: nothing (every room may use it).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
+from operator import is_
 from typing import Any
 
 from torch import nn
@@ -30,65 +32,68 @@ class ModuleTreeState:
 
     def __init__(self, root: nn.Module) -> None:
         self.attrs: list[tuple[nn.Module, dict[str, Any]]] = []
-        self._contents: list[tuple[Any, Any]] = []
-        seen: set[int] = set()
+        #: (dict, its keys, its values), (list, its items), (set, its items), and the
+        #: containers that were empty (most of a module's hook tables)
+        self._dicts: list[tuple[dict[Any, Any], tuple[Any, ...], tuple[Any, ...]]] = []
+        self._lists: list[tuple[list[Any], tuple[Any, ...]]] = []
+        self._sets: list[tuple[set[Any], frozenset[Any]]] = []
+        self._empty: list[Any] = []
+        todo: list[Any] = []
         for mod in root.modules():
             state = vars(mod)
             self.attrs.append((mod, dict(state)))
             for value in state.values():
-                if _fresh(value, seen):
-                    _record(value, seen, self._contents)
+                if isinstance(value, _CONTAINERS) and not isinstance(value, nn.Module):
+                    (todo if value else self._empty).append(value)
+        seen: set[int] = set()
+        while todo:  # shared or cyclic containers are recorded once
+            value = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, dict):
+                values = tuple(value.values())
+                self._dicts.append((value, tuple(value), values))
+            elif isinstance(value, list):
+                values = tuple(value)
+                self._lists.append((value, values))
+            else:
+                self._sets.append((value, frozenset(value)))
+                continue
+            for item in values:
+                if isinstance(item, _CONTAINERS) and not isinstance(item, nn.Module):
+                    (todo if item else self._empty).append(item)
 
     def restore(self) -> None:
         """Put back every attribute and container content recorded at construction."""
         for mod, saved in self.attrs:
             state = vars(mod)
-            for key in [k for k in state if k not in saved]:
-                del state[key]
-            for key, value in saved.items():
-                if state.get(key, _MISSING) is not value:
-                    state[key] = value
-        for container, items in self._contents:
-            _put_back(container, items)
-
-
-def _fresh(value: Any, seen: set[int]) -> bool:
-    """A container not recorded yet (shared or cyclic containers are recorded once)."""
-    if not isinstance(value, _CONTAINERS) or isinstance(value, nn.Module) or id(value) in seen:
-        return False
-    seen.add(id(value))
-    return True
-
-
-def _record(container: Any, seen: set[int], out: list[tuple[Any, Any]]) -> None:
-    """Append ``(container, its items)`` to ``out``, then the same for nested containers."""
-    if isinstance(container, dict):
-        items: Any = tuple(container.items())
-        values: Any = container.values()
-    elif isinstance(container, list):
-        items = values = tuple(container)
-    else:
-        items, values = frozenset(container), ()
-    out.append((container, items))
-    for value in values:
-        if _fresh(value, seen):
-            _record(value, seen, out)
-
-
-def _put_back(container: Any, items: Any) -> None:
-    """Put ``items`` back into ``container`` in place, if they changed."""
-    if isinstance(container, dict):
-        if len(container) != len(items) or any(
-            container.get(k, _MISSING) is not v for k, v in items
-        ):
+            if not _same_dict(state, saved, saved.values()):
+                for key in [k for k in state if k not in saved]:
+                    del state[key]
+                for key, value in saved.items():
+                    if state.get(key, _MISSING) is not value:
+                        state[key] = value
+        for container, keys, values in self._dicts:
+            if not _same_dict(container, keys, values):
+                container.clear()
+                container.update(zip(keys, values))
+        for items_list, items in self._lists:
+            if len(items_list) != len(items) or not all(map(is_, items_list, items)):
+                items_list[:] = items
+        for items_set, members in self._sets:
+            if items_set != members:
+                items_set.clear()
+                items_set.update(members)
+        for container in filter(None, self._empty):
             container.clear()
-            container.update(items)
-    elif isinstance(container, list):
-        if len(container) != len(items) or any(a is not b for a, b in zip(container, items)):
-            container[:] = items
-    elif container != items:
-        container.clear()
-        container.update(items)
+
+
+def _same_dict(container: dict[Any, Any], keys: Collection[Any], values: Iterable[Any]) -> bool:
+    """Whether ``container`` holds the same key and value objects, in the same order (a
+    mismatch found here may be a harmless reordering: the caller then rebuilds)."""
+    return (len(container) == len(keys) and all(map(is_, container, keys))
+            and all(map(is_, container.values(), values)))
 
 
 __all__ = ["ModuleTreeState"]

@@ -31,6 +31,7 @@ import functools
 import inspect
 import operator
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,14 +60,44 @@ _FAILED = object()
 
 def to_meta(value: Any) -> Any:
     """``value`` with every tensor moved to the meta device (parameters become plain tensors)."""
+    if isinstance(value, torch.Tensor):
+        return _tensor_to_meta(value)
+    return pytree.tree_map(_tensor_to_meta, value)
 
-    def conv(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            t = x.detach() if x.requires_grad else x
-            return t if t.is_meta else t.to("meta")
-        return x
 
-    return pytree.tree_map(conv, value)
+def _tensor_to_meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        t = x.detach() if x.requires_grad else x
+        return t if t.is_meta else t.to("meta")
+    return x
+
+
+#: what :func:`_tensor_kinds` finds: meta tensors, other tensors, tensors requiring grad
+_META, _REAL, _GRAD = 1, 2, 4
+_SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device})
+
+
+def _tensor_kinds(value: Any) -> int:
+    """The kinds of tensors inside ``value`` (or-ed :data:`_META`, :data:`_REAL`,
+    :data:`_GRAD`), walking tuples, lists and dicts directly and anything else that pytree
+    opens through pytree. Every tensor pytree reaches is reached, so "no ``_REAL``" means
+    :func:`to_meta` would change nothing."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return 0
+    if isinstance(value, torch.Tensor):
+        return (_META if value.is_meta else _REAL) | (_GRAD if value.requires_grad else 0)
+    found = 0
+    if isinstance(value, (tuple, list)):
+        for item in value:
+            found |= _tensor_kinds(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            found |= _tensor_kinds(item)
+    elif not pytree.tree_is_leaf(value):
+        for item in pytree.tree_leaves(value):
+            found |= _tensor_kinds(item)
+    return found
 
 
 class FxsymTracer(torch.fx.Tracer):
@@ -92,6 +123,7 @@ class FxsymTracer(torch.fx.Tracer):
         self.defaults: set[str] = set(defaults or ())
         self._quiet = False
         self._meta_modules: dict[int, nn.Module] = {}
+        self._modules_by_path: dict[str, nn.Module] | None = None
         self._preserving: dict[int, bool] = {}
         #: value of each int attribute read as a ``get_attr`` node, by target
         self._attribute_values: dict[str, int | tuple[int, ...]] = {}
@@ -325,7 +357,9 @@ class FxsymTracer(torch.fx.Tracer):
             args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), self._arg_value)
         except _UnknownValue:
             return _FAILED
-        if node.op == "call_module" or _mixes_devices((args, kwargs)):
+        kinds = _tensor_kinds((args, kwargs))
+        if (kinds & (_REAL | _GRAD) and node.op == "call_module") or (
+                kinds & _META and kinds & _REAL):
             # a factory given traced sizes ran for real (``torch.arange(n)``): its value stays
             # real while only real values meet it, and meets meta ones on the meta device
             args, kwargs = to_meta((args, kwargs))
@@ -399,7 +433,7 @@ class FxsymTracer(torch.fx.Tracer):
     def _run_leaf(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         """A leaf's value: its input's for a shape-preserving family (no need to run it),
         else the module run on a shallow copy whose tensors are on the meta device."""
-        mod = self.root.get_submodule(str(node.target))
+        mod = self._submodule(str(node.target))
         if self._shape_preserving(mod) and args and isinstance(args[0], torch.Tensor):
             return args[0]
         clone = self._meta_modules.get(id(mod))
@@ -407,6 +441,17 @@ class FxsymTracer(torch.fx.Tracer):
             clone = self._meta_modules[id(mod)] = meta_copy(mod)
         with self._quietly():
             return clone(*args, **kwargs)
+
+    def _submodule(self, path: str) -> nn.Module:
+        """The submodule at ``path``: the one :meth:`path_of_module` named so, looked up in a
+        table rather than through the attribute reads torch.fx patches while it traces."""
+        if self._modules_by_path is None:
+            self._modules_by_path = {p: m for m, p in (self.submodule_paths or {}).items()}
+        found = self._modules_by_path.get(path)
+        if found is not None:
+            return found
+        with self._quietly():
+            return self.root.get_submodule(path)
 
     def _shape_preserving(self, mod: nn.Module) -> bool:
         known = self._preserving.get(id(mod))
@@ -481,15 +526,6 @@ def _int_tuple(value: Any) -> bool:
     return type(value) is tuple and 0 < len(value) <= 8 and all(type(v) is int for v in value)
 
 
-def _mixes_devices(value: Any) -> bool:
-    """Whether ``value`` holds both meta and real tensors."""
-    meta = real = False
-    for leaf in pytree.tree_leaves(value):
-        if isinstance(leaf, torch.Tensor):
-            meta, real = meta or leaf.is_meta, real or not leaf.is_meta
-    return meta and real
-
-
 def _needs_keyword_call(fn: Callable[..., Any]) -> bool:
     """torch.fx patches the code of the outer function but reads the signature of the inner
     one: a decorated ``forward``, or one with ``*args``/``**kwargs``, is called by keyword."""
@@ -541,6 +577,10 @@ def _plain_output(out: Any) -> Any:
     return out
 
 
+#: containers whose ``copy()`` is ``copy.copy`` (without its ``__reduce_ex__`` detour)
+_PLAIN_CONTAINERS = frozenset({dict, list, set, OrderedDict})
+
+
 def meta_copy(mod: nn.Module) -> nn.Module:
     """A copy of ``mod`` and its submodules whose parameters and buffers are meta tensors
     (parameters stay ``Parameter``s) and whose attribute containers are copies: running it, or
@@ -549,7 +589,11 @@ def meta_copy(mod: nn.Module) -> nn.Module:
     clone = object.__new__(type(mod))
     state = vars(clone)
     for key, value in vars(mod).items():
-        state[key] = copy.copy(value) if isinstance(value, (list, dict, set)) else value
+        if type(value) in _PLAIN_CONTAINERS:
+            value = value.copy()
+        elif isinstance(value, (list, dict, set)):
+            value = copy.copy(value)
+        state[key] = value
     state["_parameters"] = {
         k: None if v is None else nn.Parameter(to_meta(v), requires_grad=False)
         for k, v in mod._parameters.items()}
