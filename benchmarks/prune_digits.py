@@ -6,7 +6,21 @@ Torch-Pruning at the same parameter count and the same importance — then fine-
 same number of epochs. One table: accuracy before, right after pruning and after fine-tuning,
 with parameters and MACs, per tool. Nothing is downloaded (the digits ship with scikit-learn).
 
-    python benchmarks/prune_digits.py [--epochs 20] [--finetune 5] [--seed 0]
+Equal size: fxsym plans to half the parameters; Torch-Pruning's global ratio is bisected to
+the largest model not above fxsym's count; fxsym then plans again to Torch-Pruning's count. Both
+tools undershoot a target by less than one of their own pruning steps, so fxsym ends at most one
+of its steps below Torch-Pruning (never above: any size advantage is Torch-Pruning's).
+
+Torch-Pruning is set up as its own examples set up torchvision's ViT: the class token and the
+position embedding are declared as unwrapped parameters (pruned on their last dimension) and
+widths are rounded to the number of heads, so the embedding width shrinks with the MLPs. Given
+the heads through ``num_heads`` instead, it skips the embedding-width group of
+``nn.MultiheadAttention`` (it looks for a ``qkv`` linear layer) and can only prune the MLPs,
+which cannot remove half of the parameters.
+
+    python benchmarks/prune_digits.py [--epochs 20] [--finetune 5] [--seed 0] [--cache DIR]
+
+``--cache DIR`` keeps the trained unpruned models (weights only) so a second run skips training.
 """
 
 from __future__ import annotations
@@ -15,6 +29,7 @@ import argparse
 import copy
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -113,8 +128,13 @@ def counts(model: nn.Module, example: torch.Tensor) -> tuple[int, int]:
 
 
 # -- the tools ------------------------------------------------------------------------------
+def n_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
 def prune_fxsym(model: nn.Module, example: torch.Tensor, target: int, kind: str,
                 calib: list[Batch]) -> nn.Module:
+    """fxsym, global scope: the smallest cut reaching ``target`` parameters."""
     sm = fxsym.analyze(model, example_inputs=(example,))
     crit: Any = "l2" if kind == "l2" else importance.taylor(loss_fn, calib)
     plan = fxsym.plan(model, sm, target_params=target, importance=crit, scope="global")
@@ -124,7 +144,8 @@ def prune_fxsym(model: nn.Module, example: torch.Tensor, target: int, kind: str,
 
 def prune_tp(model: nn.Module, example: torch.Tensor, target: int, kind: str,
              calib: list[Batch]) -> nn.Module:
-    """Torch-Pruning, global, its pruning ratio bisected to the same parameter count."""
+    """Torch-Pruning, global, its pruning ratio bisected to the largest model of at most
+    ``target`` parameters."""
     import torch_pruning as tp
 
     def run(ratio: float) -> nn.Module:
@@ -132,27 +153,38 @@ def prune_tp(model: nn.Module, example: torch.Tensor, target: int, kind: str,
         imp = (tp.importance.GroupMagnitudeImportance(p=2) if kind == "l2"
                else tp.importance.GroupTaylorImportance())
         last = [mod for mod in m.modules() if isinstance(mod, nn.Linear)][-1]
-        heads = {mod: mod.num_heads for mod in m.modules()
-                 if isinstance(mod, nn.MultiheadAttention)}
+        attention = [mod for mod in m.modules() if isinstance(mod, nn.MultiheadAttention)]
+        vit = getattr(m, "vit", None)
+        extra: dict[str, Any] = {}
+        if vit is not None:
+            extra["unwrapped_parameters"] = [(vit.class_token, 2),
+                                             (vit.encoder.pos_embedding, 2)]
+        if attention:
+            extra["round_to"] = attention[0].num_heads
         pruner = tp.pruner.MetaPruner(m, example, importance=imp, global_pruning=True,
-                                      pruning_ratio=ratio, ignored_layers=[last],
-                                      num_heads=heads)
+                                      pruning_ratio=ratio, ignored_layers=[last], **extra)
         if kind == "taylor":
             m.zero_grad()
             for batch in calib:
                 loss_fn(m, batch).backward()
         pruner.step()
         m.zero_grad()
+        for mod in attention:  # what torchvision reads back from the module
+            mod.head_dim = mod.embed_dim // mod.num_heads
+        if vit is not None:
+            vit.hidden_dim = vit.class_token.shape[-1]
         return m
 
     lo, hi = 0.0, 0.95
-    for _ in range(12):
+    best = None
+    for _ in range(14):
         mid = (lo + hi) / 2
-        if sum(p.numel() for p in run(mid).parameters()) <= target:
-            hi = mid
+        m = run(mid)
+        if n_params(m) <= target:
+            hi, best = mid, m
         else:
             lo = mid
-    return run(hi)
+    return best if best is not None else run(hi)
 
 
 TOOLS: dict[str, Callable[[nn.Module, torch.Tensor, int, str, list[Batch]], nn.Module]] = {
@@ -161,11 +193,37 @@ TOOLS: dict[str, Callable[[nn.Module, torch.Tensor, int, str, list[Batch]], nn.M
 }
 
 
+def equal_size(base: nn.Module, example: torch.Tensor, target: int, kind: str,
+               calib: list[Batch], tools: list[str]) -> dict[str, Any]:
+    """Each tool's pruned copy of ``base`` and the seconds its last pruning took, at one
+    parameter count: fxsym to ``target``, Torch-Pruning to fxsym's count, fxsym again to
+    Torch-Pruning's (a tool that fails gives its error message instead)."""
+    out: dict[str, Any] = {}
+
+    def prune(tool: str, goal: int) -> None:
+        start = time.perf_counter()
+        try:
+            model = TOOLS[tool](copy.deepcopy(base), example, goal, kind, calib)
+        except Exception as exc:
+            out[tool] = f"{type(exc).__name__}: {str(exc)[:60]}"
+            return
+        out[tool] = (model, time.perf_counter() - start)
+
+    prune("fxsym", target)
+    if "torch-pruning" in tools and not isinstance(out["fxsym"], str):
+        prune("torch-pruning", n_params(out["fxsym"][0]))
+        if not isinstance(out["torch-pruning"], str):
+            prune("fxsym", n_params(out["torch-pruning"][0]))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--finetune", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="directory keeping the trained unpruned models")
     args = parser.parse_args()
     try:
         import torch_pruning  # noqa: F401
@@ -182,22 +240,27 @@ def main() -> None:
         torch.manual_seed(args.seed)
         base = build()
         start = time.perf_counter()
-        train(base, train_set, args.epochs, lr, args.seed, f"training {name}")
+        cached = (args.cache / f"{name}-e{args.epochs}-s{args.seed}.pt"
+                  if args.cache is not None else None)
+        if cached is not None and cached.is_file():
+            base.load_state_dict(torch.load(cached, weights_only=True))
+            base.eval()
+        else:
+            train(base, train_set, args.epochs, lr, args.seed, f"training {name}")
+            if cached is not None:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(base.state_dict(), cached)
         params, macs = counts(base, example)
         acc = accuracy(base, test_set)
         rows.append([name, "-", "unpruned", f"{params:,}", f"{macs:,}", f"{acc:.1f}", "", "",
                      f"{time.perf_counter() - start:.1f}"])
-        for tool in tools:
-            for kind in ("l2", "taylor"):
-                model = copy.deepcopy(base)
-                start = time.perf_counter()
-                try:
-                    model = TOOLS[tool](model, example, params // 2, kind, calib)
-                except Exception as exc:  # a tool that cannot prune this model: say so
-                    rows.append([name, tool, kind, "failed", "", "", "", "",
-                                 f"{type(exc).__name__}: {str(exc)[:60]}"])
+        for kind in ("l2", "taylor"):
+            pruned = equal_size(base, example, params // 2, kind, calib, tools)
+            for tool in tools:
+                if isinstance(pruned[tool], str):  # a tool that cannot prune this model
+                    rows.append([name, tool, kind, "failed", "", "", "", "", str(pruned[tool])])
                     continue
-                seconds = time.perf_counter() - start
+                model, seconds = pruned[tool]
                 p, m = counts(model, example)
                 after = accuracy(model, test_set)
                 train(model, train_set, args.finetune, lr / 3, args.seed + 1,
