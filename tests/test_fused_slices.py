@@ -1,8 +1,10 @@
 """Fused projections cut by sizes, and interleaved (heads, 3, head_dim) views (issue 11, 2).
 
-A slice whose bounds are computed from sizes (``qkv[..., :self.n_q * self.head_dim]``,
-``x[..., :cos.shape[-1]]``) cuts the dim into blocks like a slice written with numbers: only
-the parts whose size the bound fixes are pinned, with the sizes the bound was computed from.
+A slice whose bounds are computed from sizes cuts the dim into blocks. Where a bound follows
+a resize (``qkv[..., :self.n_q * self.head_dim]``: linear in the kept heads once
+``head_dim`` is pinned) the part before it is tied to the size it is computed from, so the
+attributes become members; where it is constant (``x[..., :cos.shape[-1]]``) only the parts
+whose size it fixes are pinned, as for a slice written with numbers.
 A view into ``(heads, 3, head_dim)`` whose heads end constant (BLOOM: a per-head bias built
 from the head count) is read instead as equal blocks: every head keeps the same ``head_dim``
 entries of its query, key and value, and ``head_dim`` is a group. Each model is checked with
@@ -174,3 +176,52 @@ def test_interleaved_heads_view_keeps_heads_when_they_are_free() -> None:
     assert not any(e.kind == "alternative" for e in sm.trace_report), str(sm.trace_report)
     assert "qkv.out_features" in _groups(sm) and _groups(sm)["qkv.out_features"].size == 2
     assert_oracles(model, inputs)
+
+
+def _repeat_kv(t: torch.Tensor, rep: int) -> torch.Tensor:
+    """transformers' ``repeat_kv``: each key/value head repeated for its query heads."""
+    b, kv, s, d = t.shape
+    return t[:, :, None].expand(b, kv, rep, s, d).reshape(b, kv * rep, s, d)
+
+
+class GQASliced(nn.Module):
+    """Phi-3's attention in small: one ``qkv`` projection sliced at
+    ``n_q * head_dim`` and ``n_q * head_dim + n_kv * head_dim`` (attribute sizes), heads split
+    by ``view(..., -1, head_dim)``, key/value heads repeated for their query heads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n_q, self.n_kv, self.head_dim, self.rep = 4, 2, 3, 2
+        self.qkv = nn.Linear(8, (4 + 2 * 2) * 3)
+        self.out = nn.Linear(4 * 3, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        h = self.qkv(x)
+        q_end = self.n_q * self.head_dim
+        k_end = q_end + self.n_kv * self.head_dim
+        q, k, v = h[..., :q_end], h[..., q_end:k_end], h[..., k_end:]
+        q, k, v = (t.view(b, s, -1, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        k, v = (_repeat_kv(t, self.rep) for t in (k, v))
+        att = torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+        return self.out(att.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_gqa_projection_sliced_by_attribute_sizes_keeps_its_heads() -> None:
+    torch.manual_seed(0)
+    model = GQASliced().eval()
+    inputs = (torch.randn(2, 5, 8),)
+    sm = assert_oracles(model, inputs)
+    groups = _groups(sm)
+    heads = [g for g in groups.values() if g.name.startswith("qkv.out_features#")]
+    assert len(heads) == 1 and heads[0].size == 2, set(groups)  # key/value heads
+    assert {("", "attr:n_q"), ("", "attr:n_kv"), ("out", "in_features")} <= set(heads[0].members)
+
+    resized = _resized(model, inputs, {heads[0].name: [1]})
+    assert (resized.n_q, resized.n_kv, resized.qkv.out_features) == (2, 1, 12)
+    drop = [*range(0, 6), *range(12, 15), *range(18, 21)]  # query heads 0-1, kv head 0
+    reference = _zeroed(model, "qkv", drop)  # a zero value head adds nothing to `out`
+    for shape in [(2, 5, 8), (1, 7, 8)]:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            torch.testing.assert_close(resized(x), reference(x), rtol=1e-5, atol=1e-5)

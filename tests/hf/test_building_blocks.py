@@ -62,7 +62,7 @@ def test_more_families_find_their_heads(family: str) -> None:
 
 #: family -> a construct the trace report names (why some sizes stay constant)
 REPORTED = {
-    "phi3": "a slice bound is computed from this size",  # qkv_proj sliced at config sizes
+    "phi3": "a factor of a product of sizes bounding a slice",  # head_dim of qkv_proj
     "olmo2": "",  # q_norm over all heads: attention traced through
     "gpt_bigcode": "split cuts an elastic dim",  # multi-query fused c_attn
     "falcon": "overrides forward of Linear",  # FalconLinear

@@ -3,9 +3,11 @@
 BLOOM views ``query_key_value`` as ``(heads, 3, head_dim)``; its heads are pinned by the
 ALiBi bias, built from the head count, so each layer's ``head_dim`` (the same entries in
 every head's query, key and value) is a group. Phi-3 slices ``qkv_proj`` at
-``config.num_attention_heads * self.head_dim``: the bound pins the sizes it is computed from,
-so the query block's size is pinned, and with it (through the attention and ``repeat_kv``)
-every head and the rotary ``head_dim``; the trace report names each bound.
+``config.num_attention_heads * self.head_dim`` and ``+ self.num_key_value_heads *
+self.head_dim``: with ``head_dim`` pinned (rotary), the bounds are linear in the head counts,
+so the query and key blocks are tied to those attributes, and each layer's key/value heads
+(with their query heads) are a group; the config field is shared, so both layers keep as
+many heads.
 """
 
 from __future__ import annotations
@@ -41,9 +43,19 @@ def test_bloom_keeps_head_dim_of_the_interleaved_projection() -> None:
     assert any(e.kind == "alternative" for e in sm.trace_report)
 
 
-def test_phi3_reports_the_bounds_that_pin_its_fused_projection() -> None:
+def test_phi3_keeps_the_heads_of_its_sliced_projection() -> None:
     model = build("phi3")
-    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=5)
+    assert _coverage(model, sm) >= 0.8
+    groups = {g.name: g for g in sm.groups()}
+    first, second = (groups[f"model.layers.{i}.self_attn.qkv_proj.out_features#0"] for i in (0, 1))
+    assert first.size == second.size == 2  # key/value heads, each with its query heads
+    for i, group in enumerate((first, second)):
+        attn = f"model.layers.{i}.self_attn"
+        assert {(f"{attn}.qkv_proj", "out_features"), (f"{attn}.o_proj", "in_features"),
+                (attn, "attr:num_key_value_heads")} <= set(group.members)
+    # config.num_attention_heads is read by both layers: their head counts stay equal
+    assert (("model.layers.0.self_attn", "attr:config.num_attention_heads") in first.members)
+    assert first.same_size == (second.name,)
     messages = [e.message for e in sm.trace_report]
-    assert "a slice bound is computed from this size" in messages
-    assert "a slice bound of constant value fixes the size of this part" in messages
+    assert "a factor of a product of sizes bounding a slice" in messages  # head_dim

@@ -1291,9 +1291,16 @@ def getitem(ctx: OpContext) -> Layout:
                 out.append(fixed_dim(len(range(start, stop, step))))
             else:
                 r = raw_items[k] if k < len(raw_items) else None
-                literal = isinstance(r, slice) and all(
-                    _constant_bound(ctx, v) for v in (r.start, r.stop))
-                if step != 1 or not literal or start >= stop:
+                traced = None
+                if isinstance(r, slice) and step == 1 and 0 <= start < stop:
+                    traced = _traced_slice(ctx, lay[d], r, start, stop, shape[d])
+                literal = traced is not None or (isinstance(r, slice) and all(
+                    _constant_bound(ctx, v) for v in (r.start, r.stop)))
+                if traced is not None:
+                    out.append(traced)
+                    lay = ctx.table.resolve_layout(lay)
+                    out = [ctx.table.resolve(o) for o in out]
+                elif step != 1 or not literal or start >= stop:
                     ctx.fix(lay[d], "an elastic dim is sliced")
                     out.append(fixed_dim(len(range(start, stop, step))))
                 else:
@@ -1354,6 +1361,142 @@ def _picks_fixed_entries(dim: Dim, index: list[Any], n: int) -> bool:
     lead = dim[0].length if dim[0].group is None else 0
     trail = dim[-1].length if dim[-1].group is None else 0
     return all(0 <= i < lead for i in index) or all(-trail <= i < 0 for i in index)
+
+
+#: a size as a linear function of the kept units of groups: (fixed entries, {same-size class
+#: key: entries per kept unit}), as :func:`_size_form` with constant groups as fixed entries
+Form = tuple[int, dict[int, int]]
+
+
+def _constant_form(ctx: OpContext, dim: Dim) -> Form:
+    fixed = 0
+    per: dict[int, int] = {}
+    table = ctx.table
+    for seg in dim:
+        if seg.group is None or table.is_constant(seg.group):
+            fixed += seg.length
+            continue
+        root = table.find(seg.group)
+        key = min(table.same_size(root))
+        per[key] = per.get(key, 0) + seg.length // table.units[root]
+    return fixed, {k: v for k, v in per.items() if v}
+
+
+def _linear_form(ctx: OpContext, a: Any, depth: int = 0) -> Form | None:
+    """The int ``a`` (a number, a size read from a dim or an attribute, or ``+ - *`` of them)
+    as a :data:`Form`, where it is linear in the kept units. In a product of two elastic
+    sizes (``config.num_attention_heads * self.head_dim``) the second factor is pinned, so
+    the product stays linear in the first."""
+    if type(a) is int:
+        return a, {}
+    if not isinstance(a, torch.fx.Node) or depth > 32:
+        return None
+    if a.op == "call_function" and a.target in _FORM_OPS and not a.kwargs and len(a.args) == 2:
+        first = _linear_form(ctx, a.args[0], depth + 1)
+        second = _linear_form(ctx, a.args[1], depth + 1)
+        if first is None or second is None:
+            return None
+        (c1, p1), (c2, p2) = first, second
+        if a.target is operator.mul:
+            if p1 and p2:
+                ctx.fix(ctx.layout(a.args[1]), "a factor of a product of sizes bounding a slice")
+                first = _linear_form(ctx, a.args[0], depth + 1)
+                second = _linear_form(ctx, a.args[1], depth + 1)
+                if first is None or second is None or second[1]:
+                    return None
+                (c1, p1), (c2, p2) = first, second
+            (c, per), k = ((c1, p1), c2) if not p2 else ((c2, p2), c1)
+            return c * k, {g: v * k for g, v in per.items() if v * k}
+        sign = 1 if a.target is operator.add else -1
+        merged = dict(p1)
+        for g, v in p2.items():
+            merged[g] = merged.get(g, 0) + sign * v
+        return c1 + sign * c2, {g: v for g, v in merged.items() if v}
+    lay = ctx.layout(a)
+    if isinstance(lay, SizeLayout) and not lay.derived and len(lay) == 1:
+        return _constant_form(ctx, lay[0])
+    return None
+
+
+_FORM_OPS = frozenset({operator.add, operator.sub, operator.mul})
+
+
+def _holds(ctx: OpContext, part: Dim, bound: Any, base: Form) -> bool:
+    """Make ``part`` keep the size ``bound`` minus ``base`` under every resize, where it can:
+    a part of one elastic block against a bound linear in one group's kept units is tied to
+    that group (its units coarsened to match): the same group where the bound's group has no
+    producer (an attribute such as ``config.num_attention_heads``, which becomes a member and
+    is updated by resize), a same-size class where it has one (a size read from another
+    producer's dim)."""
+    form = _linear_form(ctx, bound)
+    if form is None:
+        return False
+
+    def target() -> Form | None:
+        now = _linear_form(ctx, bound)
+        if now is None:
+            return None
+        per = dict(now[1])
+        for g, v in base[1].items():
+            per[g] = per.get(g, 0) - v
+        return now[0] - base[0], {g: v for g, v in per.items() if v}
+
+    want = target()
+    if want is None:
+        return False
+    if _constant_form(ctx, part) == want:
+        return True
+    table = ctx.table
+    elastic = [s for s in part if s.group is not None and not table.is_constant(s.group)]
+    fixed = sum(s.length for s in part) - sum(s.length for s in elastic)
+    if len(elastic) != 1 or len(want[1]) != 1 or fixed != want[0]:
+        return False
+    ((key, per_unit),) = want[1].items()
+    seg, other = elastic[0], table.find(key)
+    units = table.units[other]
+    root = table.find(seg.group)  # type: ignore[arg-type]
+    if root == other or root in table.children or seg.length != per_unit * units or (
+            table.units[root] % units):
+        return False
+    table.constrain(root, units)
+    if table.producers.get(other):  # a size read from another producer's dim: counts only
+        table.tie_sizes(root, other)
+    else:  # an attribute (or a parameter dim) sizing the part: a member of its group
+        table.union(root, other)
+    return _constant_form(ctx, part) == target()
+
+
+def _traced_slice(ctx: OpContext, dim: Dim, raw: slice, start: int, stop: int,
+                  n: int) -> Dim | None:
+    """``x[..., a:b]`` of an elastic dim, ``a`` and ``b`` computed from sizes that follow a
+    resize (``qkv[..., q:q + self.num_key_value_heads * self.head_dim]``): the dim is cut at
+    both ends, and the part before ``a`` and the parts before ``b`` are made to keep the
+    bounds' sizes (:func:`_holds`). ``None`` where a bound is constant, or not linear in the
+    kept units, or a part cannot be made to follow it (the caller then pins)."""
+    bounds = [v for v in (raw.start, raw.stop) if v is not None]
+    if not bounds or not all(isinstance(v, torch.fx.Node) or type(v) is int for v in bounds):
+        return None
+    if not all(type(v) is int or _from_sizes(v) for v in bounds):
+        return None
+    forms = [_linear_form(ctx, v) for v in bounds]
+    if any(f is None for f in forms) or not any(f[1] for f in forms if f is not None):
+        return None
+    try:
+        head, mid, _tail = cut_dim(ctx, dim, [start, stop - start, n - stop])
+    except Unsupported:
+        return None
+    zero: Form = (0, {})
+    if raw.start is not None and not _holds(ctx, head, raw.start, zero):
+        return None
+    if raw.stop is not None:
+        base = _constant_form(ctx, head) if raw.start is not None else zero
+        if not _holds(ctx, ctx.table.resolve(mid), raw.stop, base):
+            return None
+    for v in bounds:
+        lay = ctx.layout(v) if isinstance(v, torch.fx.Node) else None
+        if isinstance(lay, SizeLayout):
+            size_checked(ctx, lay)
+    return ctx.table.resolve(mid)
 
 
 def _constant_bound(ctx: OpContext, bound: Any) -> bool:
