@@ -77,6 +77,47 @@ def test_two_block_shuffle_groups_pass_both_oracles() -> None:
         assert _live(sm, conv), [g.name for g in sm.groups()]
 
 
+@pytest.mark.parametrize(("c", "blocks"), [(10, 3), (20, 4)])
+def test_a_cut_inside_a_unit_pins_that_unit_only(c: int, blocks: int) -> None:
+    """After two shuffles a tied unit holds 4 channels; ``chunk`` cuts 10 = 2.5 units: the unit
+    it cuts is kept whole (constant), the units on each side keep equal counts, and the next
+    shuffle ties the branch to the pass-through half around that unit."""
+    torch.manual_seed(0)
+    model = ShuffleStage(c, blocks).eval()
+    sm = assert_oracles(model, (torch.randn(2, 3, 6, 6),))
+    for conv in ("a.5", "b.5", "rest.0.5", "rest.1.5"):
+        assert _live(sm, conv), [g.name for g in sm.groups()]
+    pinned = [g for g in sm.groups() if g.name.startswith("a.5.out_channels#")]
+    assert pinned and all(g.same_size for g in pinned)
+    table = sm.analysis.table
+    dim = sm.analysis.symbol_dims[("a.5", "out_channels")]
+    constant = [s.length for s in dim if table.is_constant(s.group)]
+    assert constant and sum(constant) < c  # a's channels in the cut units only
+
+
+class DepthwiseOverConcat(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 1)
+        self.b = nn.Conv2d(3, 6, 1)
+        self.dw = nn.Conv2d(10, 10, 3, padding=1, groups=10)
+        self.head = nn.Conv2d(10, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.dw(torch.cat([self.a(x), self.b(x)], 1)))
+
+
+def test_a_depthwise_conv_over_a_concatenation_keeps_both_groups() -> None:
+    """One channel per conv group: every channel is a whole group, whatever the layout."""
+    torch.manual_seed(0)
+    model = DepthwiseOverConcat().eval()
+    sm = assert_oracles(model, (torch.randn(2, 3, 5, 5),))
+    assert {"a.out_channels", "b.out_channels"} <= {g.name for g in sm.groups()}
+    fxsym.resize(model, sm, {"a.out_channels": [0, 3], "b.out_channels": [1, 2, 5]})
+    assert model.dw.groups == model.dw.in_channels == model.dw.out_channels == 5
+    assert model(torch.randn(1, 3, 4, 4)).shape == (1, 2, 4, 4)
+
+
 @pytest.mark.parametrize(("c", "blocks"), [(6, 3), (4, 4)])
 def test_deeper_shuffles_pin_only_what_they_cannot_cut(c: int, blocks: int) -> None:
     """Each shuffle doubles the channels a tied unit holds; once a ``chunk`` would cut a unit

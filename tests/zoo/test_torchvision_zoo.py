@@ -23,7 +23,7 @@ ALL = torchvision.models.list_models(module=torchvision.models)
 SUBSET = {
     "resnet18": 0.9, "resnet50": 0.95, "vgg11_bn": 0.85, "mobilenet_v2": 0.95,
     "densenet121": 0.95, "efficientnet_b0": 0.95, "mobilenet_v3_small": 0.95,
-    "convnext_tiny": 0.95, "shufflenet_v2_x0_5": 0.6, "squeezenet1_1": 0.9,
+    "convnext_tiny": 0.95, "shufflenet_v2_x0_5": 0.8, "squeezenet1_1": 0.9,
     "regnet_x_400mf": 0.95, "googlenet": 0.85, "swin_t": 0.95,
     # ViT reshapes by its hidden_dim attribute, tied to the residual width (issue 11)
     "vit_b_16": 0.95,
@@ -34,6 +34,8 @@ SUBSET = {
 ZOO_FLOORS = {
     # heads from attributes, a relative-position bias table, width tied to whole heads
     "maxvit_t": 0.95,
+    # the 4-block stages; the 8-block stage cannot be exact groups (tests/test_channel_shuffle)
+    "shufflenet_v2_x1_0": 0.8,
 }
 
 

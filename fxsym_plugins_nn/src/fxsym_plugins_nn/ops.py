@@ -716,34 +716,82 @@ def split(ctx: OpContext) -> Layout:
 
 
 def _equal_blocks(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim] | None:
-    """``dim`` cut into pieces of ``sizes`` entries whose groups keep equal numbers of units;
-    ``None`` (and the dim pinned) where the cut or the equal sizes cannot be proven."""
+    """``dim`` cut into pieces of ``sizes`` entries whose sizes stay equal under every resize;
+    ``None`` (and the dim pinned) where the cut or the equal sizes cannot be proven.
+
+    A unit a cut falls inside becomes a constant block of its own (``chunk`` after a channel
+    shuffle whose units hold several channels); the pieces' free segments are then paired in
+    order and keep equal numbers of units (a same-size class), and their fixed entries must
+    match. Where one piece has a single free segment longer than the other's by whole units,
+    its last units are made constant to balance them."""
     try:
-        pieces = cut_dim(ctx, dim, sizes)
+        pieces = cut_dim(ctx, dim, sizes, pin_straddled=True)
     except Unsupported as exc:
         ctx.fix(dim, str(exc))
         return None
-    first = pieces[0]
-    for other in pieces[1:]:
-        if [(s.length, s.group is None) for s in other] != [
-                (s.length, s.group is None) for s in first]:
-            ctx.fix(dim, "chunk pieces with different group structure")
-            return None
-    for other in pieces[1:]:
-        for a, b in zip(first, other):
-            if a.group is not None and b.group is not None:
-                ctx.table.tie_sizes(a.group, b.group)
-    return [ctx.table.resolve(p) for p in pieces]
+    if not _balance(ctx, pieces):
+        ctx.fix(dim, "chunk pieces with different group structure")
+        return None
+    pieces = [ctx.table.resolve(p) for p in pieces]
+    free = [_free_segments(ctx, p) for p in pieces]
+    for other in free[1:]:
+        for a, b in zip(free[0], other, strict=True):
+            ctx.table.tie_sizes(a.group, b.group)  # type: ignore[arg-type]
+    return pieces
 
 
-def cut_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim]:
+def _free_segments(ctx: OpContext, dim: Dim) -> list[Seg]:
+    return [s for s in ctx.table.resolve(dim)
+            if s.group is not None and not ctx.table.is_constant(s.group)]
+
+
+def _balance(ctx: OpContext, pieces: list[Dim]) -> bool:
+    """Whether ``pieces`` (of equal sizes now) keep equal sizes under every resize once their
+    free segments, paired in order, keep equal numbers of units; a single free segment per
+    piece longer than the shortest by whole units gives up its last units (made constant)."""
+    table = ctx.table
+    free = [_free_segments(ctx, p) for p in pieces]
+    if any(len(f) != len(free[0]) for f in free):
+        return False
+    if len(free[0]) == 1:
+        shortest = min(f[0].length for f in free)
+        for f in free:
+            seg = f[0]
+            root = table.find(seg.group)  # type: ignore[arg-type]
+            per = seg.length // table.units[root]
+            extra = seg.length - shortest
+            if extra % per:
+                return False
+            if extra:
+                n = table.units[root]
+                try:
+                    blocks = table.split(root, [n - extra // per, extra // per])
+                except ValueError:
+                    return False
+                ctx.fix((Seg(blocks[1], extra // per, per),),
+                        "given up to keep the halves of a chunk equal")
+        free = [_free_segments(ctx, p) for p in pieces]
+    for other in free[1:]:
+        for a, b in zip(free[0], other, strict=True):
+            ra, rb = table.find(a.group), table.find(b.group)  # type: ignore[arg-type]
+            if a.length != b.length or a.length // table.units[ra] != b.length // table.units[rb]:
+                return False
+    return True
+
+
+def cut_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], *,
+            pin_straddled: bool = False) -> list[Dim]:
     """``dim`` cut into consecutive pieces of ``sizes`` entries.
 
     A group segment crossing a piece boundary is split there into blocks
     (:meth:`GroupTable.split <fxsym.analysis.GroupTable.split>`), so every dim that refers to
-    the group sees the same blocks; fixed segments are cut locally. Unsupported where a
-    boundary falls inside a unit of a group (whole heads, whole conv groups) or the group is
-    tied so that it cannot be cut (its size must equal another's that is not cut alike).
+    the group sees the same blocks; fixed segments (with ``pin_straddled``, constant groups
+    too) are cut locally.
+    Unsupported where a boundary falls inside a unit of a group (whole heads, whole conv
+    groups) or the group is tied so that it cannot be cut (its size must equal another's that
+    is not cut alike). With ``pin_straddled``, a unit a boundary falls inside becomes a block
+    of its own, constant, instead: the caller must then prove that the boundary stays at the
+    same place inside it under every resize (equal pieces whose sizes are tied).
     """
     table = ctx.table
     if sum(sizes) != dim_size(dim):
@@ -755,7 +803,8 @@ def cut_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim]:
         for seg in dim:
             end = offset + seg.length
             inside = sorted({b - offset for b in bounds if offset < b < end})
-            if seg.group is not None and inside:
+            if seg.group is not None and inside and not (
+                    pin_straddled and table.is_constant(seg.group)):
                 break
             offset = end
         else:
@@ -764,7 +813,10 @@ def cut_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim]:
         root = table.find(seg.group)
         per = seg.length // table.units[root]
         if any(b % per for b in inside):
-            raise Unsupported(f"a cut falls inside a unit of {per} entries")
+            if not pin_straddled:
+                raise Unsupported(f"a cut falls inside a unit of {per} entries")
+            _pin_straddled_unit(ctx, root, next(b for b in inside if b % per) // per, per)
+            continue
         cuts = [0, *(b // per for b in inside), table.units[root]]
         try:
             table.split(root, [hi - lo for lo, hi in itertools.pairwise(cuts)])
@@ -781,12 +833,29 @@ def cut_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim]:
             lo, hi = max(offset, start), min(end, stop)
             if lo >= hi:
                 continue
-            if seg.group is None:
+            if seg.group is None or (hi - lo < seg.length and table.is_constant(seg.group)):
                 pieces[i].append(Seg(None, hi - lo, 1))
             else:  # a cut group segment lies within one piece
                 pieces[i].append(seg)
         offset = end
     return [concat_dims([tuple(p)]) for p in pieces]
+
+
+def _pin_straddled_unit(ctx: OpContext, root: int, unit: int, per: int) -> None:
+    """Make unit ``unit`` of group ``root`` a constant block of its own (the blocks before and
+    after it stay free)."""
+    table = ctx.table
+    n = table.units[root]
+    parts = [p for p in (unit, 1, n - unit - 1) if p]
+    why = f"a cut falls inside a unit of {per} entries"
+    if len(parts) < 2:
+        table.fix(root, why)
+        return
+    try:
+        blocks = table.split(root, parts)
+    except ValueError as exc:
+        raise Unsupported(str(exc)) from exc
+    ctx.fix((Seg(blocks[1 if unit else 0], 1, per),), why)
 
 
 def _chunks(a: Sequence[int], b: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
@@ -905,9 +974,11 @@ def _split_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequence
         if blocks and len(sizes) > 1:
             ctx.offer_alternative(out[0])
         return out
-    if blocks:
-        pieces = cut_dim(ctx, dim, [size // first] * first)
-        piece = ctx.table.resolve(ctx.unify(*pieces))
+    if blocks:  # a concatenation (a shuffle's branches) may keep a unit it cuts whole
+        pieces = cut_dim(ctx, dim, [size // first] * first, pin_straddled=not single)
+        if not single:
+            pieces = _aligned(ctx, pieces)
+        piece = concat_dims([ctx.table.resolve(ctx.unify(*pieces))])
         if len(sizes) == 2:
             out[1] = piece
         elif not is_fixed(piece):
@@ -921,6 +992,20 @@ def _split_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequence
     ctx.unsupported(f"splitting an elastic dim of {size} entries into {list(sizes)}")
 
 
+def _aligned(ctx: OpContext, pieces: list[Dim]) -> list[Dim]:
+    """Equal pieces cut at every segment boundary any of them has (:func:`cut_dim`, a unit a
+    boundary falls inside made constant), so they can be tied segment by segment."""
+    for _ in range(8):
+        pieces = [ctx.table.resolve(p) for p in pieces]
+        bounds = sorted({b for p in pieces for b in itertools.accumulate(s.length for s in p)})
+        if all(set(itertools.accumulate(s.length for s in p)) == set(bounds) for p in pieces):
+            return pieces
+        sizes = [hi - lo for lo, hi in itertools.pairwise([0, *bounds])]
+        pieces = [tuple(itertools.chain.from_iterable(cut_dim(ctx, p, sizes, pin_straddled=True)))
+                  for p in pieces]
+    return pieces
+
+
 def _size_form(ctx: OpContext, dim: Dim) -> tuple[int, dict[int, int]]:
     """A dim's size as a function of its groups' kept units: fixed entries, and entries per
     kept unit of each group (groups that keep equal numbers of units counted as one)."""
@@ -928,7 +1013,7 @@ def _size_form(ctx: OpContext, dim: Dim) -> tuple[int, dict[int, int]]:
     per: dict[int, int] = {}
     table = ctx.table
     for seg in dim:
-        if seg.group is None:
+        if seg.group is None or table.is_constant(seg.group):
             fixed += seg.length
             continue
         root = table.find(seg.group)

@@ -402,7 +402,8 @@ class Analyzer:
             if sym.is_constant:
                 self.fix(x[d], f"{name}.{sname} cannot change", node)
             units = sym.units
-            if units and not sym.is_constant:  # e.g. conv groups: whole groups only
+            if units and not sym.is_constant and units != dim_size(x[d]):
+                # e.g. conv groups: whole groups only (one entry each: any layout is whole)
                 if len(x[d]) != 1:
                     self.fix(x[d], f"{name}.{sname}: groups over concatenated inputs", node)
                 elif x[d][0].group is not None:
