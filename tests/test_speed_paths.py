@@ -94,3 +94,39 @@ def test_leaves_are_looked_up_without_get_submodule(monkeypatch: pytest.MonkeyPa
     assert calls == []
     assert [tuple(n.meta["val"].shape) for n in gm.graph.nodes if n.op == "call_module"] == [
         (1, 8, 6, 6), (1, 8, 6, 6), (1, 4, 4, 4)]
+
+
+class _Blocks(nn.Module):
+    """Four Linear layers of one configuration and one of another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.same = nn.ModuleList(nn.Linear(6, 6) for _ in range(4))
+        self.other = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.same:
+            x = torch.relu(layer(x))
+        return self.other(x.transpose(0, 1).contiguous().transpose(0, 1))
+
+
+def test_torch_nn_leaves_of_one_key_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaves of torch.nn with equal attributes, tensor metadata and input metadata give
+    values of equal metadata: the first is run on the meta device, the others reuse it
+    (fresh tensors, not shared). Before, every leaf ran."""
+    runs: list[tuple[int, ...]] = []
+    original = nn.Linear.forward
+
+    def spy(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        runs.append(tuple(x.shape))
+        return original(self, x)
+
+    monkeypatch.setattr(nn.Linear, "forward", spy)
+    fxsym.load_plugins()
+    x = torch.randn(5, 6)
+    gm = fxsym.trace(_Blocks(), example_inputs=(x,))
+    assert runs.count((5, 6)) == 2  # one of the four ``same``, and ``other``
+    values = [n.meta["val"] for n in gm.graph.nodes if n.op == "call_module"]
+    assert [tuple(v.shape) for v in values] == [(5, 6)] * 4 + [(5, 3)]
+    assert len({id(v) for v in values}) == len(values)
+    assert values[-1].stride() == (3, 1) and values[-1].dtype == torch.float32

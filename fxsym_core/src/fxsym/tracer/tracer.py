@@ -124,6 +124,9 @@ class FxsymTracer(torch.fx.Tracer):
         self._quiet = False
         self._meta_modules: dict[int, nn.Module] = {}
         self._modules_by_path: dict[str, nn.Module] | None = None
+        #: key of each torch.nn leaf (:func:`_module_key`) and the values computed by key
+        self._module_keys: dict[int, Any] = {}
+        self._leaf_values: dict[Any, Any] = {}
         self._preserving: dict[int, bool] = {}
         #: value of each int attribute read as a ``get_attr`` node, by target
         self._attribute_values: dict[str, int | tuple[int, ...]] = {}
@@ -436,11 +439,31 @@ class FxsymTracer(torch.fx.Tracer):
         mod = self._submodule(str(node.target))
         if self._shape_preserving(mod) and args and isinstance(args[0], torch.Tensor):
             return args[0]
+        key = self._leaf_key(mod, args, kwargs)
+        if key is not None and key in self._leaf_values:
+            return _fresh_copy(self._leaf_values[key], args)
         clone = self._meta_modules.get(id(mod))
         if clone is None:
             clone = self._meta_modules[id(mod)] = meta_copy(mod)
         with self._quietly():
-            return clone(*args, **kwargs)
+            value = clone(*args, **kwargs)
+        if key is not None:
+            recorded = _recorded(value, args)
+            if recorded is not None:
+                self._leaf_values[key] = recorded
+        return value
+
+    def _leaf_key(self, mod: nn.Module, args: Any, kwargs: Any) -> Any:
+        """What the value of torch.nn leaf ``mod`` on these inputs depends on: its class, its
+        plain attributes, its tensors' and its inputs' metadata (``None``: something else may
+        matter, run it). Two modules with one key give values of the same metadata."""
+        if id(mod) not in self._module_keys:
+            self._module_keys[id(mod)] = _module_key(mod)
+        module = self._module_keys[id(mod)]
+        if module is None:
+            return None
+        inputs = _plain_key((args, kwargs))
+        return None if inputs is None else (module, inputs, _global_key())
 
     def _submodule(self, path: str) -> nn.Module:
         """The submodule at ``path``: the one :meth:`path_of_module` named so, looked up in a
@@ -473,6 +496,124 @@ class FxsymTracer(torch.fx.Tracer):
                                       f"values, {found!r}, is not a ShapeProxy subclass")
                 cls = found
         return cls(node, self)
+
+
+#: hook tables and the like: a module holding anything in them is not keyed
+_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+
+
+def _module_key(mod: nn.Module) -> Any:
+    """A key that determines the metadata of what ``mod``'s forward returns on given inputs,
+    or ``None``. Only modules of torch.nn itself (their forward reads nothing but their
+    attributes, tensors and submodules), whose attributes are all plain values (ints,
+    floats, strings, tuples and lists of them, ...) and whose hook tables are empty."""
+    cls = type(mod)
+    if not cls.__module__.startswith("torch.nn."):
+        return None
+    parts: list[Any] = [cls]
+    for name, value in vars(mod).items():
+        if name in _TABLES:
+            continue
+        if type(value) in _HOOK_TABLES:
+            if value:
+                return None
+            continue
+        plain = _plain_key(value)
+        if plain is None:
+            return None
+        parts.append((name, plain))
+    for name, tensor in (*mod._parameters.items(), *mod._buffers.items()):
+        parts.append((name, None if tensor is None else _tensor_key(tensor)))
+    for name, child in mod._modules.items():
+        sub = None if child is None else _module_key(child)
+        if child is not None and sub is None:
+            return None
+        parts.append((name, sub))
+    return tuple(parts)
+
+
+#: the types of a module's hook tables (``OrderedDict``) and its set of non-persistent
+#: buffer names
+_HOOK_TABLES = frozenset({OrderedDict, set, dict})
+
+
+def _tensor_key(t: torch.Tensor) -> Any:
+    return (type(t), tuple(t.shape), t.stride(), t.dtype, t.device, t.storage_offset(),
+            t.requires_grad)
+
+
+_SEQUENCES = frozenset({tuple, list, torch.Size, torch.fx.immutable_collections.immutable_list})
+_MAPPINGS = frozenset({dict, torch.fx.immutable_collections.immutable_dict})
+
+
+def _plain_key(value: Any) -> Any:
+    """A hashable key equal for equal plain values (with their types, so ``2`` and ``2.0``
+    differ), tensors by metadata; ``None`` if ``value`` holds anything else."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind, value)
+    if isinstance(value, torch.Tensor):
+        return _tensor_key(value)
+    if kind in _SEQUENCES:
+        items = [_plain_key(v) for v in value]
+        return None if any(i is None for i in items) else (kind, tuple(items))
+    if kind in _MAPPINGS:
+        pairs = [(k, _plain_key(v)) for k, v in value.items()]
+        if any(type(k) is not str or v is None for k, v in pairs):
+            return None
+        return (kind, tuple(pairs))
+    return None
+
+
+def _global_key() -> Any:
+    """The process state a torch.nn forward may read: default dtype, grad and autocast."""
+    return (torch.get_default_dtype(), torch.is_grad_enabled(),
+            torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu"))
+
+
+def _recorded(value: Any, args: tuple[Any, ...]) -> Any:
+    """How to give ``value`` again for other inputs with the same key: its tensors as
+    ``(shape, stride, dtype)``, a view of a tensor made inside the module as that tensor and
+    the view's geometry, an input given back as its position; ``None`` if it holds anything
+    else (a view of an input, a tensor not of plain type)."""
+    if isinstance(value, torch.Tensor):
+        for i, a in enumerate(args):
+            if value is a:
+                return ("arg", i)
+        if type(value) is not torch.Tensor or not value.is_meta or value.requires_grad:
+            return None
+        base = value._base
+        if base is None:
+            if value.storage_offset() != 0:
+                return None
+            return ("tensor", tuple(value.shape), value.stride(), value.dtype)
+        if any(base is a or base is getattr(a, "_base", None) for a in args):
+            return None  # a view of an input
+        whole = _recorded(base, ())
+        if whole is None or whole[0] != "tensor":
+            return None
+        return ("view", whole, tuple(value.shape), value.stride(), value.storage_offset())
+    if type(value) is tuple:
+        items = [_recorded(v, args) for v in value]
+        return None if any(i is None for i in items) else ("tuple", tuple(items))
+    if value is None:
+        return ("none",)
+    return None
+
+
+def _fresh_copy(recorded: Any, args: tuple[Any, ...]) -> Any:
+    """A value like the one :func:`_recorded` described, sharing no tensor with it."""
+    kind = recorded[0]
+    if kind == "tensor":
+        return torch.empty_strided(recorded[1], recorded[2], dtype=recorded[3], device="meta")
+    if kind == "view":  # of a tensor made inside the module, as a fresh one
+        return _fresh_copy(recorded[1], args).as_strided(recorded[2], recorded[3], recorded[4])
+    if kind == "arg":
+        return args[recorded[1]]
+    if kind == "tuple":
+        return tuple(_fresh_copy(r, args) for r in recorded[1])
+    return None
+
 
 
 class _UnknownValue(Exception):
