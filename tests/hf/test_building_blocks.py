@@ -66,11 +66,13 @@ REPORTED = {
     "olmo2": "",  # q_norm over all heads: attention traced through
     "gpt_bigcode": "split cuts an elastic dim",  # multi-query fused c_attn
     "falcon": "overrides forward of Linear",  # FalconLinear
-    "swin": "advanced (tensor or list) indexing",  # relative position bias table
+    # relative position bias table: the index addresses its rows by position
+    "swin": "getitem addresses an elastic dim by position",
     # one embedding weight read by encoder and decoder: one hidden size, which the encoder's
     # last hidden state (a model output) pins
     "bart": "reaches the model output",
-    "mixtral": "advanced (tensor or list) indexing",  # experts picked by the router
+    # experts picked by the router: their positions index the expert dim
+    "mixtral": "getitem addresses an elastic dim by position",
 }
 
 
