@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import build
+from conftest import CONFIGS, build
 
 import fxsym
 from fxsym.oracles import coverage
 from fxsym.plugins import get_plugin_manager
 from fxsym.tracer import resolve_example_inputs
+from fxsym_plugins_hf.configs import is_guarded
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
@@ -216,3 +217,35 @@ def test_a_config_warning_made_an_error_rolls_back_without_disabling_the_plugin(
             fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64})
     assert model.config is config and model.model.layers[0].mlp.gate_proj.out_features == 128
     assert get_plugin_manager().has_plugin("hf")
+
+
+# -- a config either describes the pruned model or refuses to load it ------------------------
+@pytest.mark.parametrize("family", sorted(CONFIGS))
+def test_after_a_uniform_plan_the_config_rebuilds_the_model_or_is_guarded(family: str) -> None:
+    """Never a silent mis-load: after any uniform plan, a model built from the new config
+    either loads the pruned weights and computes the same outputs, or the config carries the
+    guard that stops plain transformers (T5 once claimed to describe a model whose output
+    scale, ``model_dim ** -0.5``, still read the old hidden size)."""
+    model = build(family)
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fxsym.plan(model, sm, ratio=0.5, scope="uniform").apply(model, sm)
+    if is_guarded(model.config):
+        assert model.config.fxsym_nonuniform
+        return
+    fresh = _rebuilt(model)
+    with torch.no_grad():
+        ours, theirs = model(**inputs), fresh(**inputs)
+    key = "logits" if "logits" in ours else "last_hidden_state"
+    torch.testing.assert_close(theirs[key], ours[key], rtol=0, atol=0)
+
+
+def test_t5_hidden_shrink_is_guarded_because_its_output_scale_reads_the_old_size() -> None:
+    model = build("t5")
+    sm = fxsym.analyze(model)
+    with pytest.warns(fxsym.ResizeWarning, match="model_dim"):
+        fxsym.resize(model, sm, _groups(sm, embed_tokens__embedding_dim=32))
+    assert is_guarded(model.config)
+    assert model.config.fxsym_nonuniform["model_dim"] == {"": 64}

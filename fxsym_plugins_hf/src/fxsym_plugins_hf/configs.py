@@ -70,9 +70,10 @@ _ATTENTION = {"hidden_size": 0, "num_attention_heads": 1, "num_key_value_heads":
 Sizes = Mapping[tuple[str, str], tuple[int, int]]
 
 
-def update_config(model: nn.Module, sizes: Sizes) -> None:
+def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozenset()) -> None:
     """Give ``model`` (and every module sharing its config) a copy of its config describing
-    the resized model; ``sizes`` is the ``fxsym_after_resize`` argument."""
+    the resized model; ``sizes`` is the ``fxsym_after_resize`` argument, ``read`` the
+    qualified names of the attributes the traced ``forward`` reads (:func:`attributes_read`)."""
     config = getattr(model, "config", None)
     if not sizes or config is None or not hasattr(config, "to_dict"):
         return
@@ -99,7 +100,7 @@ def update_config(model: nn.Module, sizes: Sizes) -> None:
                 changed.append(field)
     nonuniform.update(_derived_mismatches(new, attention))
     if not nonuniform:  # the config claims to describe the model: check the claim
-        nonuniform.update(_differences(model, new))
+        nonuniform.update(_differences(model, new, read))
     if nonuniform:
         setattr(new, NONUNIFORM, nonuniform)
         setattr(new, GUARD, [f"config.{guard_message(type(config).__name__)}.json"])
@@ -235,14 +236,24 @@ def _derived_mismatches(config: Any, attention: Mapping[str, tuple[int, int, int
     return out
 
 
-def _differences(model: nn.Module, config: Any) -> dict[str, dict[str, Any]]:
+def attributes_read(graph_module: Any) -> frozenset[str]:
+    """The qualified names of the module attributes a traced graph reads (its ``get_attr``
+    targets: parameters, buffers, and the int attributes the tracer reads as sizes)."""
+    graph = getattr(graph_module, "graph", None)
+    if graph is None:
+        return frozenset()
+    return frozenset(str(n.target) for n in graph.nodes if n.op == "get_attr")
+
+
+def _differences(model: nn.Module, config: Any, read: frozenset[str] = frozenset()
+                 ) -> dict[str, dict[str, Any]]:
     """What a model of ``model``'s class built from ``config`` (on the meta device, no
     weights) holds differently from ``model``: ``{name: {module qualname: value in model}}``
     for float attributes (a ``scaling`` of ``1/sqrt(head_dim)`` computed from the old
-    ``head_dim``) and for parameter and buffer shapes (``"<name>.shape"``); empty if it
-    cannot be built. Int attributes are not compared: those a resize leaves stale
-    (``mlp.intermediate_size``) are not read by ``forward``, and those that are size its
-    weights."""
+    ``head_dim``), for int and int-tuple attributes the traced ``forward`` reads (``read``:
+    T5's ``model_dim`` in its output scale; one a resize leaves stale and nothing reads, such
+    as ``mlp.intermediate_size``, does not count), and for parameter and buffer shapes
+    (``"<name>.shape"``); empty if it cannot be built."""
     try:
         with torch.device("meta"):
             fresh = type(model)(config)
@@ -256,10 +267,14 @@ def _differences(model: nn.Module, config: Any) -> dict[str, dict[str, Any]]:
             continue
         theirs = vars(other)
         for attr, value in vars(mod).items():
-            if attr.startswith("_") or not isinstance(value, float):
+            if attr.startswith("_"):
                 continue
-            if not isinstance(theirs.get(attr), float) or abs(theirs[attr] - value) > (
-                    1e-6 * max(1.0, abs(value))):
+            if isinstance(value, float):
+                if not isinstance(theirs.get(attr), float) or abs(theirs[attr] - value) > (
+                        1e-6 * max(1.0, abs(value))):
+                    out.setdefault(attr, {})[name] = value
+            elif (isinstance(value, (int, tuple)) and f"{name}.{attr}".lstrip(".") in read
+                  and theirs.get(attr) != value):
                 out.setdefault(attr, {})[name] = value
         tensors = dict(other.named_parameters(recurse=False))
         tensors.update(other.named_buffers(recurse=False))
