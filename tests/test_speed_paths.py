@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxsym
 from fxsym.modstate import ModuleTreeState
@@ -130,3 +131,39 @@ def test_torch_nn_leaves_of_one_key_run_once(monkeypatch: pytest.MonkeyPatch) ->
     assert [tuple(v.shape) for v in values] == [(5, 6)] * 4 + [(5, 3)]
     assert len({id(v) for v in values}) == len(values)
     assert values[-1].stride() == (3, 1) and values[-1].dtype == torch.float32
+
+
+class _Counter(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts the aten ops run while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _Sums(nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = x + y
+        b = x + y
+        c = torch.add(x, y)
+        d = x.transpose(0, 1) + y.transpose(0, 1)  # other strides: computed
+        return a * b * c + d.transpose(0, 1)
+
+
+def test_torch_ops_of_one_key_run_once() -> None:
+    """A torch function or method on meta tensors of equal metadata and equal other
+    arguments is computed once per trace; the others get fresh tensors alike. Before,
+    ``aten.add`` ran for each of the four sums."""
+    fxsym.load_plugins()
+    counter = _Counter()
+    with counter:
+        gm = fxsym.trace(_Sums(), example_inputs=(torch.randn(3, 4), torch.randn(3, 4)))
+    adds = [n.meta["val"] for n in gm.graph.nodes if n.name.startswith("add")]
+    assert counter.ops.count("aten.add.Tensor") == 3  # x + y, the transposed sum, the last
+    assert len(adds) == 5 and len({id(v) for v in adds}) == 5
+    assert [v.stride() for v in adds[:3]] == [(4, 1)] * 3
+    assert adds[3].stride() == (1, 4) and adds[3].shape == (4, 3)

@@ -392,15 +392,24 @@ class FxsymTracer(torch.fx.Tracer):
     def _evaluate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
         with torch.no_grad():
             target = node.target
-            if node.op == "call_function":
-                assert callable(target)
-                return target(*args, **kwargs)
-            if node.op == "call_method":
-                assert isinstance(target, str)
-                return getattr(args[0], target)(*args[1:], **kwargs)
             if node.op == "call_module":
                 return self._run_leaf(node, args, kwargs)
-        return _FAILED
+            if node.op not in ("call_function", "call_method"):
+                return _FAILED
+            key = _op_key(node.op, target, args, kwargs)
+            if key is not None and key in self._leaf_values:
+                return _fresh_copy(self._leaf_values[key], args)
+            if node.op == "call_function":
+                assert callable(target)
+                value = target(*args, **kwargs)
+            else:
+                assert isinstance(target, str)
+                value = getattr(args[0], target)(*args[1:], **kwargs)
+            if key is not None:
+                recorded = _recorded(value, args)
+                if recorded is not None:
+                    self._leaf_values[key] = recorded
+            return value
 
     def _needs_data(self, node: torch.fx.Node, args: Any, kwargs: Any, exc: Exception) -> bool:
         """Whether ``exc`` means "the value cannot be known without data" rather than "the
@@ -496,6 +505,33 @@ class FxsymTracer(torch.fx.Tracer):
                                       f"values, {found!r}, is not a ShapeProxy subclass")
                 cls = found
         return cls(node, self)
+
+
+#: operators whose result on tensors is a new tensor computed from their metadata alone
+_PURE_OPERATORS = frozenset({operator.add, operator.sub, operator.mul, operator.truediv,
+                             operator.matmul, operator.neg})
+#: modules of torch's own functions (``torch.relu``, ``F.adaptive_avg_pool2d``, ...)
+_TORCH_MODULES = frozenset({"torch", "torch.nn.functional", "torch._C._nn",
+                            "torch._C._VariableFunctions", "torch.functional"})
+
+
+def _op_key(op: str, target: Any, args: Any, kwargs: Any) -> Any:
+    """What the value of a torch function or ``Tensor`` method on meta tensors depends on,
+    like :meth:`FxsymTracer._leaf_key`; ``None`` for anything else (in-place ops, other
+    functions, no meta tensor among the arguments)."""
+    if op == "call_method":
+        if (not isinstance(target, str) or target.endswith("_") or not args
+                or type(args[0]) is not torch.Tensor or not args[0].is_meta):
+            return None
+    elif target not in _PURE_OPERATORS:
+        name = getattr(target, "__name__", "")
+        if (getattr(target, "__module__", None) not in _TORCH_MODULES or name.endswith("_")
+                or name.startswith("_")):
+            return None
+        if not _tensor_kinds((args, kwargs)) & _META:
+            return None
+    inputs = _plain_key((args, kwargs))
+    return None if inputs is None else (op, target, inputs, _global_key())
 
 
 #: hook tables and the like: a module holding anything in them is not keyed
