@@ -7,9 +7,11 @@ same number of epochs. One table: accuracy before, right after pruning and after
 with parameters and MACs, per tool. Nothing is downloaded (the digits ship with scikit-learn).
 
 Equal size: fxsym plans to half the parameters; Torch-Pruning's global ratio is bisected to
-the largest model not above fxsym's count; fxsym then plans again to Torch-Pruning's count. Both
-tools undershoot a target by less than one of their own pruning steps, so fxsym ends at most one
-of its steps below Torch-Pruning (never above: any size advantage is Torch-Pruning's).
+the model nearest fxsym's count (above or below); fxsym then plans again to Torch-Pruning's
+count and keeps whichever of its two plans is nearer it. The tools move in different steps: on
+the ViT, fxsym removes embedding width only by whole heads (``nn.MultiheadAttention`` ties the
+residual width to ``heads * head_dim``), roughly 25,000 parameters a step, where Torch-Pruning
+removes 4 channels at a time and lets the remaining channels regroup into heads.
 
 Torch-Pruning is set up as its own examples set up torchvision's ViT: the class token and the
 position embedding are declared as unwrapped parameters (pruned on their last dimension) and
@@ -144,8 +146,8 @@ def prune_fxsym(model: nn.Module, example: torch.Tensor, target: int, kind: str,
 
 def prune_tp(model: nn.Module, example: torch.Tensor, target: int, kind: str,
              calib: list[Batch]) -> nn.Module:
-    """Torch-Pruning, global, its pruning ratio bisected to the largest model of at most
-    ``target`` parameters."""
+    """Torch-Pruning, global, its pruning ratio bisected to the model nearest ``target``
+    parameters (the largest not above it, or the smallest above it if nearer)."""
     import torch_pruning as tp
 
     def run(ratio: float) -> nn.Module:
@@ -176,15 +178,18 @@ def prune_tp(model: nn.Module, example: torch.Tensor, target: int, kind: str,
         return m
 
     lo, hi = 0.0, 0.95
-    best = None
+    below = above = None
     for _ in range(14):
         mid = (lo + hi) / 2
         m = run(mid)
         if n_params(m) <= target:
-            hi, best = mid, m
+            hi, below = mid, m
         else:
-            lo = mid
-    return best if best is not None else run(hi)
+            lo, above = mid, m
+    below = below if below is not None else run(hi)
+    if above is not None and n_params(above) - target < target - n_params(below):
+        return above
+    return below
 
 
 TOOLS: dict[str, Callable[[nn.Module, torch.Tensor, int, str, list[Batch]], nn.Module]] = {
@@ -211,9 +216,16 @@ def equal_size(base: nn.Module, example: torch.Tensor, target: int, kind: str,
 
     prune("fxsym", target)
     if "torch-pruning" in tools and not isinstance(out["fxsym"], str):
-        prune("torch-pruning", n_params(out["fxsym"][0]))
+        first = out["fxsym"]
+        prune("torch-pruning", n_params(first[0]))
         if not isinstance(out["torch-pruning"], str):
-            prune("fxsym", n_params(out["torch-pruning"][0]))
+            goal = n_params(out["torch-pruning"][0])
+            prune("fxsym", goal)
+            # a step of fxsym can be large (a ViT's width goes by whole heads): keep the
+            # plan nearer Torch-Pruning's count
+            if (not isinstance(out["fxsym"], str)
+                    and abs(n_params(out["fxsym"][0]) - goal) > abs(n_params(first[0]) - goal)):
+                out["fxsym"] = first
     return out
 
 
