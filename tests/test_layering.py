@@ -213,6 +213,8 @@ FOREIGN_PRIVATE: dict[str, str] = {
     "_replace": "a NamedTuple's copy with fields replaced (public API despite the underscore)",
     "_version": "torch.Tensor's version counter: the only way to see a write in place "
                 "(the resize transaction)",
+    "_base": "torch.Tensor's base of a view: the only way to see that an op's value is a view "
+             "(of an input, or of a tensor made inside a module) before reusing it (tracer)",
 }
 
 #: ``(file, private name)`` used where the file does not define it -> reason
