@@ -153,8 +153,8 @@ def test_nonuniform_shrink_marks_the_config() -> None:
     assert cfg.fxsym_nonuniform == {
         "num_attention_heads": {"model.layers.0.self_attn": 4, "model.layers.1.self_attn": 2},
         "num_key_value_heads": {"model.layers.0.self_attn": 2, "model.layers.1.self_attn": 1},
-        "intermediate_size": {mlp.format(0, "gate_proj"): 64, mlp.format(0, "up_proj"): 64,
-                              mlp.format(1, "gate_proj"): 128, mlp.format(1, "up_proj"): 128},
+        "intermediate_size": {mlp.format(i, p): n for i, n in ((0, 64), (1, 128))
+                              for p in ("gate_proj", "up_proj", "down_proj")},
     }
     # the fields hold the largest size; a uniform resize afterwards clears the mark
     assert (cfg.intermediate_size, cfg.num_attention_heads) == (128, 4)
@@ -249,3 +249,23 @@ def test_t5_hidden_shrink_is_guarded_because_its_output_scale_reads_the_old_size
         fxsym.resize(model, sm, _groups(sm, embed_tokens__embedding_dim=32))
     assert is_guarded(model.config)
     assert model.config.fxsym_nonuniform["model_dim"] == {"": 64}
+
+
+@pytest.mark.parametrize("family", ["qwen2", "olmo", "opt", "electra"])
+def test_uniform_shrink_the_config_can_express_rebuilds_without_a_guard(family: str) -> None:
+    """Hidden size, heads and intermediate size halved (``head_dim`` kept): the config is
+    updated (a ``head_dim`` the family reads, ``word_embed_proj_dim``, ``embedding_size``, the
+    hidden size and heads of attention traced through), not guarded, and rebuilds the model."""
+    model = build(family)
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model)
+    plan = {g.name: g.size // 2 for g in sm.groups()
+            if not g.name.endswith("head_dim") and g.size >= 2
+            and (g.unit > 1 or g.size >= 32 or g.name.endswith(("heads", "queries_per_kv")))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fxsym.ResizeWarning)
+        fxsym.resize(model, sm, plan)
+    assert not is_guarded(model.config)
+    assert not hasattr(model.config, "fxsym_nonuniform")
+    fresh = _rebuilt(model)
+    assert torch.equal(_logits(model, inputs), _logits(fresh, inputs))

@@ -9,7 +9,16 @@ hidden size, MLP) is seen the same way:
   hidden size it reads, its query heads, key/value heads and ``head_dim``
   (:func:`.attention.current_layout`);
 * the MLP: every ``nn.Linear``/``Conv1D`` outside attention whose features were
-  ``(hidden, intermediate)`` before the resize (``sizes`` gives the old lengths).
+  ``(hidden, intermediate)`` or ``(intermediate, hidden)`` before the resize (``sizes`` gives
+  the old lengths);
+* attention traced through: the head counts and ``head_dim`` attributes the resize changed as
+  group members (``(module, "attr:num_heads")``; a field of the shared config written in place,
+  ``"attr:config.num_attention_heads"``, counts with its old value from ``sizes``), else the
+  head count that keeps ``head_dim`` (their head split pins it), checked by building;
+* the input embeddings' width, for a hidden or embedding size field equal to it before.
+
+A family deriving ``head_dim`` from ``hidden // heads`` but reading a ``head_dim`` attribute of
+its config first is given one where the model built from the config then matches.
 
 Each config field that holds one of these sizes (:data:`FIELDS`, through the config's
 ``attribute_map``; a field named ``encoder_*``/``decoder_*`` counts only the modules of that
@@ -46,7 +55,13 @@ from torch import nn
 
 from fxsym import ResizeWarning
 
-from .attention import current_layout, projection_features
+from .attention import (
+    HEAD_COUNT_ATTRS,
+    HEAD_DIM_ATTRS,
+    KV_COUNT_ATTRS,
+    current_layout,
+    projection_features,
+)
 
 #: the config attribute that records sizes the config cannot hold as one value
 NONUNIFORM = "fxsym_nonuniform"
@@ -62,10 +77,15 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "head_dim": ("head_dim", "d_kv", "kv_channels"),
     "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim",
                           "encoder_ffn_dim", "decoder_ffn_dim", "ffn_hidden_size"),
+    "embedding_size": ("embedding_size", "word_embed_proj_dim"),
 }
 #: where a layout is read from attention modules: its position in ``current_layout``
 _ATTENTION = {"hidden_size": 0, "num_attention_heads": 1, "num_key_value_heads": 2,
               "head_dim": 3}
+#: the module attributes (attribute members of groups) that hold a size of attention traced
+#: through
+_ATTRIBUTES = {"num_attention_heads": HEAD_COUNT_ATTRS, "num_key_value_heads": KV_COUNT_ATTRS,
+               "head_dim": HEAD_DIM_ATTRS}
 
 Sizes = Mapping[tuple[str, str], tuple[int, int]]
 
@@ -80,25 +100,26 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     attention = _attention_layouts(model)
     memo: dict[int, Any] = {}
     new = copy.deepcopy(config, memo)
+    before, changed = _before(model, config, sizes)
     nonuniform: dict[str, dict[str, int]] = {}
-    changed: list[str] = []
+    measured: list[str] = []
     for what, names in FIELDS.items():
-        for field in _fields(config, names):
-            scope = _scope(field)
-            if what == "intermediate_size":
-                found = _mlp_sizes(model, config, field, sizes, attention)
-            else:
-                found = {q: lay[_ATTENTION[what]] for q, lay in attention.items()
-                         if scope is None or scope in q.split(".")}
+        for field in _fields(before, names):
+            found = _found(model, before, what, field, sizes, attention)
             if not found:
                 continue
+            measured.append(field)
             if len(set(found.values())) > 1:
                 nonuniform[field] = found
             value = max(found.values())
-            if getattr(config, field) != value:
+            if getattr(before, field) != value and field not in changed:
                 setattr(new, field, value)
                 changed.append(field)
-    nonuniform.update(_derived_mismatches(new, attention))
+    if not nonuniform:
+        changed += _heads_of_pinned_head_dim(before, new, changed, measured + changed)
+    derived = _derived_mismatches(new, attention)
+    if not (derived and not nonuniform and _with_head_dim(model, new, derived, read)):
+        nonuniform.update(derived)
     if not nonuniform:  # the config claims to describe the model: check the claim
         nonuniform.update(_differences(model, new, read))
     if nonuniform:
@@ -106,7 +127,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         setattr(new, GUARD, [f"config.{guard_message(type(config).__name__)}.json"])
         if not _valid(new):
             for field in changed:
-                setattr(new, field, getattr(config, field))
+                setattr(new, field, getattr(before, field))
         warnings.warn(
             f"{type(model).__name__}.config does not describe the resized model in full "
             f"({', '.join(nonuniform)} differ between modules or from what the config "
@@ -175,6 +196,116 @@ def _scope(field: str) -> str | None:
     return prefix if prefix in ("encoder", "decoder") else None
 
 
+def _before(model: nn.Module, config: Any, sizes: Sizes) -> tuple[Any, list[str]]:
+    """A copy of ``config`` as it was before the resize, and the fields the resize wrote in
+    place (an attribute member ``(module, "attr:config.num_attention_heads")`` of a module
+    holding ``config``)."""
+    before = copy.deepcopy(config)
+    written: list[str] = []
+    for (qualname, member), (old, _) in sizes.items():
+        field = member.removeprefix("attr:config.")
+        if field != member and "." not in field and getattr(
+                model.get_submodule(qualname), "config", None) is config:
+            setattr(before, field, old)
+            if field not in written:
+                written.append(field)
+    return before, written
+
+
+def _found(model: nn.Module, config: Any, what: str, field: str, sizes: Sizes,
+           attention: Mapping[str, tuple[int, int, int, int]]) -> dict[str, int]:
+    """``{module qualname: size now}`` for what ``field`` sizes: from the MLP projections,
+    the attention leaves' layouts, else the attention modules traced through (their
+    attributes) or the input embeddings."""
+    scope = _scope(field)
+    if what == "intermediate_size":
+        return _mlp_sizes(model, config, field, sizes, attention)
+    found: dict[str, int] = {}
+    if what in _ATTENTION:
+        found = {q: lay[_ATTENTION[what]] for q, lay in attention.items()
+                 if scope is None or scope in q.split(".")}
+    if not found and what in _ATTRIBUTES:
+        found = _attribute_sizes(model, _ATTRIBUTES[what], sizes, scope)
+    if not found and what in ("hidden_size", "embedding_size"):
+        found = _embedding_size(model, _old_value(config, field), sizes)
+    return found
+
+
+def _attribute_sizes(model: nn.Module, names: tuple[str, ...], sizes: Sizes,
+                     scope: str | None) -> dict[str, int]:
+    """The values now of the attributes among ``names`` that the resize changed as members
+    of a group (``(module, "attr:num_heads")``), read in every module of the classes that
+    hold them (a layer left alone counts with its unchanged value)."""
+    held: set[tuple[type, str]] = set()
+    for qualname, member in sizes:
+        attr = member.removeprefix("attr:")
+        if attr != member and attr in names:
+            held.add((type(model.get_submodule(qualname)), attr))
+    found: dict[str, int] = {}
+    for name, mod in model.named_modules():
+        if scope is not None and scope not in name.split("."):
+            continue
+        for cls, attr in held:
+            value = vars(mod).get(attr)
+            if type(mod) is cls and isinstance(value, int):
+                found[name] = value
+    return found
+
+
+def _embedding_size(model: nn.Module, old: int | None, sizes: Sizes) -> dict[str, int]:
+    """The input embeddings' width now, if it was ``old`` before the resize (the field is
+    then the embeddings' width)."""
+    get = getattr(model, "get_input_embeddings", None)
+    try:
+        emb = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):
+        return {}
+    if not isinstance(emb, nn.Embedding) or old is None:
+        return {}
+    name = next((n for n, m in model.named_modules() if m is emb), None)
+    if name is None or sizes.get((name, "embedding_dim"), (emb.embedding_dim,))[0] != old:
+        return {}
+    return {name: emb.embedding_dim}
+
+
+def _heads_of_pinned_head_dim(config: Any, new: Any, changed: list[str],
+                              measured: list[str]) -> list[str]:
+    """Where the hidden size changed and nothing measured the query heads (attention traced
+    through that holds no head count: the family derives ``head_dim = hidden // heads``),
+    the head count that keeps ``head_dim``: the head split of attention traced through pins
+    ``head_dim``. Only a candidate: :func:`_differences` checks it."""
+    hidden = _fields(config, FIELDS["hidden_size"])
+    heads = [f for f in _fields(config, FIELDS["num_attention_heads"]) if _scope(f) is None]
+    if (len(hidden) != 1 or len(heads) != 1 or hidden[0] not in changed
+            or heads[0] in measured or _fields(config, FIELDS["head_dim"])):
+        return []
+    old_hidden, old_heads = _old_value(config, hidden[0]), _old_value(config, heads[0])
+    width = _old_value(new, hidden[0])
+    if not old_hidden or not old_heads or not width or old_hidden % old_heads:
+        return []
+    head_dim = old_hidden // old_heads
+    if width % head_dim:
+        return []
+    setattr(new, heads[0], width // head_dim)
+    return [heads[0]]
+
+
+def _with_head_dim(model: nn.Module, new: Any, derived: dict[str, dict[str, int]],
+                   read: frozenset[str]) -> bool:
+    """Where the config has no ``head_dim`` field and derives one the attention does not
+    have: give ``new`` a ``head_dim`` attribute, kept (``True``) if the model built from it
+    then holds what the resized model holds (families that read
+    ``getattr(config, "head_dim", ...)``)."""
+    values = set(derived["head_dim"].values())
+    if len(values) != 1:
+        return False
+    new.head_dim = values.pop()
+    if _differences(model, new, read):
+        delattr(new, "head_dim")
+        return False
+    return True
+
+
 def _attention_layouts(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
     out: dict[str, tuple[int, int, int, int]] = {}
     for name, mod in model.named_modules():
@@ -191,9 +322,10 @@ def _old_value(config: Any, field: str | None) -> int | None:
 
 def _mlp_sizes(model: nn.Module, config: Any, field: str, sizes: Sizes,
                attention: Mapping[str, Any]) -> dict[str, int]:
-    """The output features, now, of every projection outside attention that mapped the
-    hidden size to ``field``'s value before the resize (``None``: four times the hidden
-    size, as GPT-2 and its relatives derive it)."""
+    """The intermediate width, now, of every projection outside attention that mapped the
+    hidden size to ``field``'s value before the resize (its output features) or that value
+    back to the hidden size (its input features); ``None`` stands for four times the hidden
+    size, as GPT-2 and its relatives derive it."""
     hidden_fields = _fields(config, FIELDS["hidden_size"])
     hidden = _old_value(config, hidden_fields[0] if hidden_fields else None)
     if hidden is None:
@@ -201,18 +333,46 @@ def _mlp_sizes(model: nn.Module, config: Any, field: str, sizes: Sizes,
     inter = _old_value(config, field)
     inter = 4 * hidden if inter is None else inter
     scope = _scope(field)
+    heads = _head_splitting(model, attention)
     found: dict[str, int] = {}
     for name, mod in model.named_modules():
         features = projection_features(mod)
-        if features is None or any(name.startswith(f"{a}.") for a in attention):
+        if features is None or any(name.startswith(f"{a}.") for a in heads):
             continue
         if scope is not None and scope not in name.split("."):
             continue
-        old_in = sizes.get((name, "in_features"), features)[0]
-        old_out = sizes.get((name, "out_features"), (features[1],))[0]
-        if (old_in, old_out) == (hidden, inter):
+        old = _old_features(mod, name, features, sizes)
+        if old == (hidden, inter):
             found[name] = features[1]
+        elif old == (inter, hidden):
+            found[name] = features[0]
     return found
+
+
+def _old_features(mod: nn.Module, name: str, features: tuple[int, int], sizes: Sizes
+                  ) -> tuple[int, int]:
+    """A projection's ``(in, out)`` features before the resize, whether the resize named
+    them by feature or by weight dimension (a projection traced through)."""
+    linear = isinstance(mod, nn.Linear)
+    members = (("in_features", "weight:1" if linear else "weight:0"),
+               ("out_features", "weight:0" if linear else "weight:1"))
+    out: list[int] = []
+    for now, names in zip(features, members, strict=True):
+        old = next((sizes[(name, m)][0] for m in names if (name, m) in sizes), now)
+        out.append(old)
+    return out[0], out[1]
+
+
+def _head_splitting(model: nn.Module, attention: Mapping[str, Any]) -> list[str]:
+    """The qualified names of the attention leaves and of the modules traced through that
+    hold a head count or ``head_dim`` (they split heads: their projections are not MLP)."""
+    names = HEAD_COUNT_ATTRS + KV_COUNT_ATTRS + HEAD_DIM_ATTRS
+    out = list(attention)
+    for name, mod in model.named_modules():
+        if name and name not in attention and any(
+                isinstance(vars(mod).get(a), int) for a in names):
+            out.append(name)
+    return out
 
 
 def _derived_mismatches(config: Any, attention: Mapping[str, tuple[int, int, int, int]]
