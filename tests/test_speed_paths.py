@@ -167,3 +167,51 @@ def test_torch_ops_of_one_key_run_once() -> None:
     assert len(adds) == 5 and len({id(v) for v in adds}) == 5
     assert [v.stride() for v in adds[:3]] == [(4, 1)] * 3
     assert adds[3].stride() == (1, 4) and adds[3].shape == (4, 3)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.inner(x)) + x
+
+
+class _Shared(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.block = _Block()
+        self.tail = nn.Linear(6, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.tail(self.block(self.lin(self.lin(x))))
+
+
+class _CountingLeafVote:
+    """Records every leaf question; keeps ``block`` whole and traces into ``tail``."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    @fxsym.hookimpl
+    def fxsym_leaf_module(self, module: nn.Module, qualname: str) -> bool | None:
+        self.asked.append(qualname)
+        return {"block": True, "tail": False}.get(qualname)
+
+
+def test_leaf_question_asked_once_per_module_call() -> None:
+    pm = fxsym.load_plugins()
+    plugin = _CountingLeafVote()
+    pm.register(plugin, name="counting-leaf-vote")
+    try:
+        sm = fxsym.analyze(_Shared(), example_inputs=(torch.randn(2, 6),))
+    finally:
+        pm.unregister(name="counting-leaf-vote")
+    # lin is called twice, so asked twice; torch.fx asking again inside one call is not
+    assert sorted(plugin.asked) == ["block", "lin", "lin", "tail"]
+    modules = [n.target for n in sm.graph_module.graph.nodes if n.op == "call_module"]
+    assert modules == ["lin", "lin", "block"]  # tail traced into: a linear function
+    ops = [n.target for n in sm.graph_module.graph.nodes if n.op == "call_function"]
+    assert torch.nn.functional.linear in ops

@@ -134,11 +134,16 @@ class FxsymTracer(torch.fx.Tracer):
         self._sizing: set[int] = set()
         #: whether a node's value is being computed (the model's code is run, not traced)
         self._evaluating = False
+        #: the decision call_module just took, which torch.fx's call_module asks for again
+        self._decided: tuple[nn.Module, str, bool] | None = None
 
     # -- leaf policy -----------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.fallback_leaves:
             return True
+        decided, self._decided = self._decided, None
+        if decided is not None and decided[0] is m and decided[1] == module_qualified_name:
+            return decided[2]
         vote = self.registry.leaf_vote(m, module_qualified_name)
         if vote is not None:
             return vote
@@ -173,7 +178,11 @@ class FxsymTracer(torch.fx.Tracer):
             path = self.path_of_module(m)
         except NameError:  # built inside forward, not a submodule: trace through it
             return forward(*args, **kwargs)
-        if not path or self.is_leaf_module(m, path):
+        self._decided = None
+        leaf = not path or self.is_leaf_module(m, path)
+        if path:
+            self._decided = (m, path, leaf)
+        if leaf:
             return super().call_module(m, forward, args, kwargs)
         last = self.graph._root.prev  # the newest node before this call
         stack = self.module_stack.copy()  # torch.fx does not unwind it on an exception
