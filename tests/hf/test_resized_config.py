@@ -251,7 +251,7 @@ def test_t5_hidden_shrink_is_guarded_because_its_output_scale_reads_the_old_size
     assert model.config.fxsym_nonuniform["model_dim"] == {"": 64}
 
 
-@pytest.mark.parametrize("family", ["qwen2", "olmo", "opt", "electra"])
+@pytest.mark.parametrize("family", ["qwen2", "olmo", "opt", "electra", "falcon"])
 def test_uniform_shrink_the_config_can_express_rebuilds_without_a_guard(family: str) -> None:
     """Hidden size, heads and intermediate size halved (``head_dim`` kept): the config is
     updated (a ``head_dim`` the family reads, ``word_embed_proj_dim``, ``embedding_size``, the

@@ -339,6 +339,8 @@ def _mlp_sizes(model: nn.Module, config: Any, field: str, sizes: Sizes,
         features = projection_features(mod)
         if features is None or any(name.startswith(f"{a}.") for a in heads):
             continue
+        if isinstance(mod, nn.Linear):  # resized by weight dimension, its attributes may lag
+            features = (mod.weight.shape[1], mod.weight.shape[0])
         if scope is not None and scope not in name.split("."):
             continue
         old = _old_features(mod, name, features, sizes)
@@ -365,12 +367,14 @@ def _old_features(mod: nn.Module, name: str, features: tuple[int, int], sizes: S
 
 def _head_splitting(model: nn.Module, attention: Mapping[str, Any]) -> list[str]:
     """The qualified names of the attention leaves and of the modules traced through that
-    hold a head count or ``head_dim`` (they split heads: their projections are not MLP)."""
+    hold a head count or ``head_dim`` and projections of their own (they split heads: their
+    projections are not MLP; a decoder layer holding a head count is not one)."""
     names = HEAD_COUNT_ATTRS + KV_COUNT_ATTRS + HEAD_DIM_ATTRS
     out = list(attention)
     for name, mod in model.named_modules():
         if name and name not in attention and any(
-                isinstance(vars(mod).get(a), int) for a in names):
+                isinstance(vars(mod).get(a), int) for a in names) and any(
+                projection_features(c) is not None for c in mod.children()):
             out.append(name)
     return out
 
