@@ -14,7 +14,7 @@ import fxsym
 from fxsym.oracles import coverage
 from fxsym.plugins import get_plugin_manager
 from fxsym.tracer import resolve_example_inputs
-from fxsym_plugins_hf.configs import is_guarded
+from fxsym_plugins_hf.configs import attributes_read, is_guarded
 
 
 def _logits(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
@@ -269,3 +269,12 @@ def test_uniform_shrink_the_config_can_express_rebuilds_without_a_guard(family: 
     assert not hasattr(model.config, "fxsym_nonuniform")
     fresh = _rebuilt(model)
     assert torch.equal(_logits(model, inputs), _logits(fresh, inputs))
+
+
+def test_a_leafs_declared_attributes_count_as_read_when_checking_the_config() -> None:
+    """A leaf's forward is not traced, so its int attributes are not ``get_attr`` nodes; its
+    SymInfo's declarations say which it reads, and a config whose fresh model holds other
+    values there (another head split of the same shapes) must be guarded."""
+    sm = fxsym.analyze(build("gpt2"))
+    read = attributes_read(sm)
+    assert {"transformer.h.0.attn.num_heads", "transformer.h.1.attn.head_dim"} <= read

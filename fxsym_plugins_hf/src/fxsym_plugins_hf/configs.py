@@ -400,13 +400,19 @@ def _derived_mismatches(config: Any, attention: Mapping[str, tuple[int, int, int
     return out
 
 
-def attributes_read(graph_module: Any) -> frozenset[str]:
-    """The qualified names of the module attributes a traced graph reads (its ``get_attr``
-    targets: parameters, buffers, and the int attributes the tracer reads as sizes)."""
-    graph = getattr(graph_module, "graph", None)
-    if graph is None:
-        return frozenset()
-    return frozenset(str(n.target) for n in graph.nodes if n.op == "get_attr")
+def attributes_read(symmap: Any) -> frozenset[str]:
+    """The qualified names of the module attributes the model's ``forward`` is known to read:
+    the ``get_attr`` targets of the traced graph (parameters, buffers, the int attributes read
+    as sizes) and the attributes each leaf's SymInfo declares (a leaf's ``num_heads``)."""
+    read: set[str] = set()
+    graph = getattr(getattr(symmap, "graph_module", None), "graph", None)
+    if graph is not None:
+        read.update(str(n.target) for n in graph.nodes if n.op == "get_attr")
+    if hasattr(symmap, "named_modules"):
+        for name, mod in symmap.named_modules():
+            read.update(f"{name}.{attr}".lstrip(".")
+                        for attr in symmap.sym_info(mod).attributes)
+    return frozenset(read)
 
 
 def _differences(model: nn.Module, config: Any, read: frozenset[str] = frozenset()

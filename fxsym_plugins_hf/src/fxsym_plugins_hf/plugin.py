@@ -90,5 +90,4 @@ class HuggingFacePlugin:
     @fxsym.hookimpl
     def fxsym_after_resize(self, model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
         if _transformers_imported() and isinstance(model, nn.Module):
-            configs.update_config(
-                model, sizes, configs.attributes_read(getattr(symmap, "graph_module", None)))
+            configs.update_config(model, sizes, configs.attributes_read(symmap))
