@@ -101,6 +101,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     memo: dict[int, Any] = {}
     new = copy.deepcopy(config, memo)
     before, changed = _before(model, config, sizes)
+    written = frozenset(changed)  # read by the resized model's own forward: never reverted
     nonuniform: dict[str, dict[str, int]] = {}
     measured: list[str] = []
     for what, names in FIELDS.items():
@@ -120,6 +121,9 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     derived = _derived_mismatches(new, attention)
     if not (derived and not nonuniform and _with_head_dim(model, new, derived, read)):
         nonuniform.update(derived)
+    for field in _read_fields(read) - written:  # the resized forward reads it as it is now
+        if getattr(new, field, None) != getattr(config, field, None):
+            setattr(new, field, getattr(config, field))
     if not nonuniform:  # the config claims to describe the model: check the claim
         nonuniform.update(_differences(model, new, read))
     if nonuniform:
@@ -127,7 +131,8 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         setattr(new, GUARD, [f"config.{guard_message(type(config).__name__)}.json"])
         if not _valid(new):
             for field in changed:
-                setattr(new, field, getattr(before, field))
+                if field not in written:
+                    setattr(new, field, getattr(before, field))
         warnings.warn(
             f"{type(model).__name__}.config does not describe the resized model in full "
             f"({', '.join(nonuniform)} differ between modules or from what the config "
@@ -413,6 +418,12 @@ def attributes_read(symmap: Any) -> frozenset[str]:
             read.update(f"{name}.{attr}".lstrip(".")
                         for attr in symmap.sym_info(mod).attributes)
     return frozenset(read)
+
+
+def _read_fields(read: frozenset[str]) -> set[str]:
+    """The config fields a traced ``forward`` reads at run time (``attn.config.num_heads``):
+    changing one changes what the resized model computes, so only the resize itself may."""
+    return {f".{t}".rpartition(".config.")[2] for t in read if f".{t}".count(".config.") == 1}
 
 
 def _differences(model: nn.Module, config: Any, read: frozenset[str] = frozenset()
