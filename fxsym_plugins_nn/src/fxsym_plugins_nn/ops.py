@@ -1454,16 +1454,7 @@ Form = tuple[int, dict[int, int]]
 
 
 def _constant_form(ctx: OpContext, dim: Dim) -> Form:
-    fixed = 0
-    per: dict[int, int] = {}
-    table = ctx.table
-    for seg in dim:
-        if seg.group is None or table.is_constant(seg.group):
-            fixed += seg.length
-            continue
-        root = table.find(seg.group)
-        key = min(table.same_size(root))
-        per[key] = per.get(key, 0) + seg.length // table.units[root]
+    fixed, per = _size_form(ctx, dim)
     return fixed, {k: v for k, v in per.items() if v}
 
 
