@@ -41,7 +41,7 @@ from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
 from .resizing import resize
 from .resizing.declared import symbol_sizes
-from .symbols import SymMap, attribute_value
+from .symbols import ATTRIBUTE_PREFIX, SymMap, attribute_value
 
 Status = Literal["ok", "failed", "not checked"]
 
@@ -315,7 +315,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
             result.details.append(f"{qualname}.{sname}: size {sorted(got)}, expected {length}")
             _blame(result, group_of.get(key, qualname))
     for (qualname, sname), value in declared.items():
-        attr = sname.removeprefix("attr:")
+        attr = sname.removeprefix(ATTRIBUTE_PREFIX)
         got_value = getattr(modules[qualname], attr, None)
         if got_value != value:
             result.details.append(f"{qualname}.{attr}: {got_value!r}, declared {value}")
@@ -344,12 +344,12 @@ def _declared_values(sm: SymMap, modules: dict[str, nn.Module],
     out: dict[tuple[str, str], int] = {}
     for qualname, sname in members:
         mod = modules.get(qualname)
-        if not sname.startswith("attr:") or mod is None or mod not in sm:
+        if not sname.startswith(ATTRIBUTE_PREFIX) or mod is None or mod not in sm:
             continue
-        expr = sm.sym_info(mod).attributes.get(sname.removeprefix("attr:"))
+        expr = sm.sym_info(mod).attributes.get(sname.removeprefix(ATTRIBUTE_PREFIX))
         if expr is None:
             continue
-        sizes = {s: v for s, v in symbol_sizes(sm, mod, lengths).items() if v is not None}
+        sizes = symbol_sizes(sm, mod, lengths)
         if all(s in sizes for s in expr.symbols):
             out[(qualname, sname)] = expr.evaluate(sizes)[0]
     return out

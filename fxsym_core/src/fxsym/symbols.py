@@ -455,8 +455,6 @@ def _element(name: str) -> tuple[str, int | None]:
     return name, None
 
 
-
-
 class Segment(Protocol):
     """A run of entries along one tensor dimension (``fxsym.analysis.Seg``): ``units`` units
     of group ``group`` (``None``: of fixed size), each ``block`` consecutive entries long."""
