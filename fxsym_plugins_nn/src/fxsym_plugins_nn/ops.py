@@ -1186,25 +1186,14 @@ def _joined_raws(ctx: OpContext, node: torch.fx.Node) -> list[Any] | None:
 
 
 def _product_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
-    """Whether ``raw`` is ``a * b`` of sizes, all but one of them constant (a literal, a size
-    of fixed or constant entries), and the product keeps ``dim``'s size under every resize
-    (``self.num_heads * self.head_dim`` merging heads of a constant ``head_dim``)."""
+    """Whether ``raw`` is a product of sizes linear in the kept units (every factor but one
+    constant) that keeps ``dim``'s size under every resize (``self.num_heads *
+    self.head_dim`` merging heads of a constant ``head_dim``). Nothing is pinned."""
     if not (isinstance(raw, torch.fx.Node) and raw.op == "call_function"
-            and raw.target is operator.mul and len(raw.args) == 2):
+            and raw.target is operator.mul):
         return False
-    factor, elastic = 1, []
-    for a in raw.args:
-        if type(a) is int:
-            factor *= a
-            continue
-        lay = ctx.layout(a)
-        if not isinstance(lay, SizeLayout) or lay.derived or len(lay) != 1:
-            return False
-        if all(s.group is None or ctx.table.find(s.group) in ctx.table.reasons for s in lay[0]):
-            factor *= dim_size(lay[0])
-        else:
-            elastic.append(lay[0])
-    return len(elastic) == 1 and _keeps_size(ctx, dim, elastic[0], factor)
+    form = _linear_form(ctx, raw, pin=False)
+    return form is not None and form == _constant_form(ctx, dim)
 
 
 def _same_dim(ctx: OpContext, a: Dim, b: Dim) -> bool:
@@ -1458,22 +1447,24 @@ def _constant_form(ctx: OpContext, dim: Dim) -> Form:
     return fixed, {k: v for k, v in per.items() if v}
 
 
-def _linear_form(ctx: OpContext, a: Any, depth: int = 0) -> Form | None:
+def _linear_form(ctx: OpContext, a: Any, depth: int = 0, *, pin: bool = True) -> Form | None:
     """The int ``a`` (a number, a size read from a dim or an attribute, or ``+ - *`` of them)
     as a :data:`Form`, where it is linear in the kept units. In a product of two elastic
     sizes (``config.num_attention_heads * self.head_dim``) the second factor is pinned, so
-    the product stays linear in the first."""
+    the product stays linear in the first; without ``pin``, such a product has no form."""
     if type(a) is int:
         return a, {}
     if not isinstance(a, torch.fx.Node) or depth > 32:
         return None
     if a.op == "call_function" and a.target in _FORM_OPS and not a.kwargs and len(a.args) == 2:
-        first = _linear_form(ctx, a.args[0], depth + 1)
-        second = _linear_form(ctx, a.args[1], depth + 1)
+        first = _linear_form(ctx, a.args[0], depth + 1, pin=pin)
+        second = _linear_form(ctx, a.args[1], depth + 1, pin=pin)
         if first is None or second is None:
             return None
         (c1, p1), (c2, p2) = first, second
         if a.target is operator.mul:
+            if p1 and p2 and not pin:
+                return None
             if p1 and p2:
                 ctx.fix(ctx.layout(a.args[1]), "a factor of a product of sizes bounding a slice")
                 first = _linear_form(ctx, a.args[0], depth + 1)
