@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 from conftest import CONFIGS, build
 
 import fxsym
@@ -251,11 +252,13 @@ def test_t5_hidden_shrink_is_guarded_because_its_output_scale_reads_the_old_size
     assert model.config.fxsym_nonuniform["model_dim"] == {"": 64}
 
 
-@pytest.mark.parametrize("family", ["qwen2", "olmo", "opt", "electra", "falcon"])
+@pytest.mark.parametrize("family", ["qwen2", "olmo", "opt", "electra", "falcon", "phi3",
+                                    "deberta-v2"])
 def test_uniform_shrink_the_config_can_express_rebuilds_without_a_guard(family: str) -> None:
     """Hidden size, heads and intermediate size halved (``head_dim`` kept): the config is
     updated (a ``head_dim`` the family reads, ``word_embed_proj_dim``, ``embedding_size``, the
-    hidden size and heads of attention traced through), not guarded, and rebuilds the model."""
+    hidden size and heads of attention traced through, phi3's head counts its attention reads
+    from the config, DeBERTa's ``pooler_hidden_size``), not guarded, and rebuilds the model."""
     model = build(family)
     inputs = resolve_example_inputs(model, None)
     sm = fxsym.analyze(model)
@@ -278,3 +281,59 @@ def test_a_leafs_declared_attributes_count_as_read_when_checking_the_config() ->
     sm = fxsym.analyze(build("gpt2"))
     read = attributes_read(sm)
     assert {"transformer.h.0.attn.num_heads", "transformer.h.1.attn.head_dim"} <= read
+
+
+# -- config fields outside the known names: found by building on the meta device ------------
+class _BottleneckConfig(transformers.PretrainedConfig):
+    model_type = "fxsym-test-bottleneck"
+
+    def __init__(self, hidden_size: int = 16, squeeze: int = 24, vocab_size: int = 20,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hidden_size, self.squeeze, self.vocab_size = hidden_size, squeeze, vocab_size
+
+
+class _Bottleneck(torch.nn.Module):
+    """Sizes named by a config field no family table knows (``squeeze``)."""
+
+    def __init__(self, config: _BottleneckConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.down = torch.nn.Linear(config.hidden_size, config.squeeze)
+        self.up = torch.nn.Linear(config.squeeze, config.hidden_size)
+        self.head = torch.nn.Linear(config.hidden_size, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        return self.head(h + self.up(torch.relu(self.down(h))))
+
+
+def test_a_config_field_of_no_known_name_follows_the_dims_it_sizes() -> None:
+    """``squeeze`` sizes ``down``'s output and ``up``'s input: a meta-device build with
+    ``squeeze`` changed shows that, so a shrink of that group sets it and the model rebuilds;
+    the hidden size sizes ``down``'s input too and is left to its own field."""
+    torch.manual_seed(0)
+    model = _Bottleneck(_BottleneckConfig()).eval()
+    ids = torch.randint(0, 20, (2, 5))
+    sm = fxsym.analyze(model, example_inputs=(ids,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fxsym.ResizeWarning)
+        fxsym.resize(model, sm, {"down.out_features": [1, 4, 9, 20, 23]})
+    assert (model.config.squeeze, model.config.hidden_size) == (5, 16)
+    fresh = type(model)(model.config).eval()
+    fresh.load_state_dict(model.state_dict(), strict=True)
+    with torch.no_grad():
+        assert torch.equal(fresh(ids), model(ids))
+
+
+def test_a_field_sizing_dims_that_now_differ_is_marked() -> None:
+    """DeBERTa's pooler is ``Linear(pooler_hidden_size, pooler_hidden_size)`` on the hidden
+    states: shrinking its output alone leaves a pooler no value of the field describes."""
+    model = build("deberta-v2")
+    sm = fxsym.analyze(model)
+    with pytest.warns(fxsym.ResizeWarning, match="pooler_hidden_size"):
+        fxsym.resize(model, sm, {"pooler.dense.out_features": 32})
+    assert is_guarded(model.config)
+    assert model.config.fxsym_nonuniform["pooler_hidden_size"] == {
+        "pooler.dense.weight:0": 32, "pooler.dense.weight:1": 64, "pooler.dense.bias:0": 32}

@@ -17,6 +17,11 @@ hidden size, MLP) is seen the same way:
   head count that keeps ``head_dim`` (their head split pins it), checked by building;
 * the input embeddings' width, for a hidden or embedding size field equal to it before.
 
+Any other int field of the config whose value was the old length of a dimension the resize
+changed (DeBERTa's ``pooler_hidden_size``) is measured where it sizes something: the model is
+built on the meta device from the old config and from one with that field set to another value,
+and the parameter dims that follow the field are read in the resized model.
+
 A family deriving ``head_dim`` from ``hidden // heads`` but reading a ``head_dim`` attribute of
 its config first is given one where the model built from the config then matches.
 
@@ -116,6 +121,15 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
             if getattr(before, field) != value and field not in changed:
                 setattr(new, field, value)
                 changed.append(field)
+    known = {f for names in FIELDS.values() for f in _fields(before, names)}
+    skip = known | set(changed) | _read_fields(read)
+    for field, found in _probed_fields(model, before, sizes, skip).items():
+        measured.append(field)
+        if len(set(found.values())) > 1:
+            nonuniform[field] = found
+        elif getattr(before, field) != (value := next(iter(found.values()))):
+            setattr(new, field, value)
+            changed.append(field)
     if not nonuniform:
         changed += _heads_of_pinned_head_dim(before, new, changed, measured + changed)
     derived = _derived_mismatches(new, attention)
@@ -309,6 +323,72 @@ def _with_head_dim(model: nn.Module, new: Any, derived: dict[str, dict[str, int]
         delattr(new, "head_dim")
         return False
     return True
+
+
+def _probed_fields(model: nn.Module, before: Any, sizes: Sizes, skip: set[str]
+                   ) -> dict[str, dict[str, int]]:
+    """The other int fields of the config (not in :data:`FIELDS`, not in ``skip``) whose value
+    was the old length of a dimension the resize changed (DeBERTa's ``pooler_hidden_size``):
+    ``{field: {where: length now}}`` at each parameter or buffer dim the field sizes, found by
+    building the model on the meta device from ``before`` and from ``before`` with the field
+    set to another value (the dims that follow it are the field's); ``where`` is the owning
+    module, or ``"<tensor>:<dim>"`` where one module's dims differ. Only fields whose dims did
+    change are returned; they are candidates, which :func:`_differences` checks."""
+    olds = {old for old, now in sizes.values() if old != now}
+    candidates = [f for f, v in vars(before).items()
+                  if f not in skip and not f.startswith("_") and isinstance(v, int)
+                  and not isinstance(v, bool) and v in olds]
+    base = _meta_shapes(model, before) if candidates else None
+    if base is None:
+        return {}
+    now = _shapes(model)
+    out: dict[str, dict[str, int]] = {}
+    for field in candidates:
+        old = getattr(before, field)
+        probe = copy.deepcopy(before)
+        setattr(probe, field, 3 * old)
+        shapes = _meta_shapes(model, probe)
+        if shapes is None:
+            continue
+        where: dict[str, dict[str, int]] = {}
+        for name, shape in base.items():
+            other, current = shapes.get(name), now.get(name)
+            if other is None or current is None or not len(other) == len(shape) == len(
+                    current):
+                continue
+            for d, (a, b) in enumerate(zip(shape, other, strict=True)):
+                if a == old and b == 3 * old:
+                    owner = name.rpartition(".")[0]
+                    where.setdefault(owner, {})[f"{name}:{d}"] = current[d]
+        found: dict[str, int] = {}
+        for owner, dims in where.items():
+            if len(set(dims.values())) == 1:
+                found[owner] = next(iter(dims.values()))
+            else:
+                found.update(dims)
+        if any(v != old for v in found.values()):
+            out[field] = found
+    return out
+
+
+def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Every parameter and buffer of ``model`` by qualified name (each place of a shared
+    one): its shape."""
+    named = [*model.named_parameters(remove_duplicate=False),
+             *model.named_buffers(remove_duplicate=False)]
+    return {name: tuple(t.shape) for name, t in named}
+
+
+def _meta_shapes(model: nn.Module, config: Any) -> dict[str, tuple[int, ...]] | None:
+    """:func:`_shapes` of a model of ``model``'s class built from ``config`` on the meta
+    device; ``None`` if it cannot be built."""
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fresh = type(model)(config)
+    except Exception:  # a config the class refuses, or a class that cannot be built on meta
+        return None
+    return _shapes(fresh)
 
 
 def _attention_layouts(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
