@@ -527,8 +527,7 @@ class SymMap:
         self.registry: Registry = get_registry()
         #: what :func:`fxsym.analyze` reported while tracing (fallback leaves, boundaries)
         self.trace_report: TraceReport | None = None
-        #: the graph :func:`fxsym.analyze` traced and analyzed
-        self.graph_module: fx.GraphModule | None = None
+        self._graph_module: fx.GraphModule | None = None
         #: the outputs whose sizes the analysis kept (``None``: every output); see
         #: :mod:`fxsym.analysis.outputs`
         self.output_contract: tuple[str | int, ...] | None = None
@@ -556,6 +555,20 @@ class SymMap:
         # keep the model's own module order
         order = {id(m): i for i, m in enumerate(model.modules())}
         self._map = dict(sorted(self._map.items(), key=lambda kv: order.get(id(kv[0]), 0)))
+
+    @property
+    def graph_module(self) -> fx.GraphModule | None:
+        """The graph :func:`fxsym.analyze` traced and analyzed, as a GraphModule that runs
+        like the model. Its Python code is generated on the first read here (the analysis
+        itself reads only the graph: ``fxsym.tracer.DeferredGraphModule``)."""
+        gm = self._graph_module
+        if gm is not None and getattr(gm, "code_pending", False):
+            gm.recompile()
+        return gm
+
+    @graph_module.setter
+    def graph_module(self, gm: fx.GraphModule | None) -> None:
+        self._graph_module = gm
 
     # -- registration (the in-application way; plugins use hooks) ---------------------------
     @classmethod

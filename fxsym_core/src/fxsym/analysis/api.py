@@ -10,8 +10,8 @@ from torch import nn
 from ..errors import AnalysisError
 from ..plugins.calls import call_hook
 from ..symbols import ATTRIBUTE_PREFIX, GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
-from ..tracer import trace
-from ..tracer.guard import serialised
+from ..tracer import trace_deferred
+from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import TraceReport
 from .analyzer import Analyzer, analyze_graph
 from .groups import GroupTable
@@ -40,24 +40,25 @@ def analyze(
     """
     if not isinstance(model, nn.Module):
         raise AnalysisError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    gm = trace(model, example_inputs=example_inputs, concrete_args=concrete_args)
-    if gm.example_inputs is None:
-        raise AnalysisError(
-            f"analyzing {type(model).__name__} needs example_inputs (a tuple of positional "
-            "arguments or a dict of keyword arguments); no plugin supplies defaults for it"
-        )
-    contract, strict = _contract(model, outputs)
-    symmap = SymMap(model)
-    report = gm.trace_report
-    assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
-    analyzer = analyze_graph(gm, symmap, report, contract, strict)
-    _finish(symmap, analyzer)
-    if not symmap.groups():
-        analyzer.explain_no_group()
-    symmap.trace_report = report
-    symmap.graph_module = gm
-    symmap.output_contract = analyzer.contract
-    return symmap
+    with gc_paused():
+        gm = trace_deferred(model, example_inputs=example_inputs, concrete_args=concrete_args)
+        if gm.example_inputs is None:
+            raise AnalysisError(
+                f"analyzing {type(model).__name__} needs example_inputs (a tuple of positional "
+                "arguments or a dict of keyword arguments); no plugin supplies defaults for it"
+            )
+        contract, strict = _contract(model, outputs)
+        symmap = SymMap(model)
+        report = gm.trace_report
+        assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
+        analyzer = analyze_graph(gm, symmap, report, contract, strict)
+        _finish(symmap, analyzer)
+        if not symmap.groups():
+            analyzer.explain_no_group()
+        symmap.trace_report = report
+        symmap.graph_module = gm
+        symmap.output_contract = analyzer.contract
+        return symmap
 
 
 def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:

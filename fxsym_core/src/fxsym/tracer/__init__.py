@@ -4,13 +4,15 @@ Imports from fxsym: errors, modstate, plugins, registry (room order:
 ``tests/test_layering.py``).
 """
 
+from .deferred import DeferredGraphModule
 from .guard import TRACE_LOCK, ModuleGuard
 from .proxy import ShapeProxy, value_of
 from .report import ReportEntry, TraceReport
-from .tracer import FxsymTracer, resolve_example_inputs, to_meta, trace
+from .tracer import FxsymTracer, resolve_example_inputs, to_meta, trace, trace_deferred
 
 __all__ = [
     "TRACE_LOCK",
+    "DeferredGraphModule",
     "FxsymTracer",
     "ModuleGuard",
     "ReportEntry",
@@ -19,5 +21,6 @@ __all__ = [
     "resolve_example_inputs",
     "to_meta",
     "trace",
+    "trace_deferred",
     "value_of",
 ]

@@ -26,6 +26,7 @@ original (see :func:`tracing_here`), so other threads may keep running models me
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -54,6 +55,24 @@ def serialised(fn: _F) -> _F:
             return fn(*args, **kwargs)
 
     return locked  # type: ignore[return-value]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for the block (it runs as usual afterwards).
+
+    A trace and an analysis allocate several objects per node while the model, torch and the
+    growing graph stay alive, so the collections they trigger traverse those again and again
+    and find next to nothing to free: on a 200-module CNN, next to the ~400k objects a process
+    with torch and torchvision holds, a full collection costs about as much as the analysis.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def tracing_here() -> bool:

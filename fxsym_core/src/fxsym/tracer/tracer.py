@@ -49,7 +49,8 @@ from ..plugins import calls as plugin_calls
 from ..plugins.manager import active_plugins
 from ..registry import get_registry
 from .configs import config_sizes
-from .guard import TRACE_LOCK, ModuleGuard, tracing_here, tracing_thread
+from .deferred import DeferredGraphModule
+from .guard import TRACE_LOCK, ModuleGuard, gc_paused, tracing_here, tracing_thread
 from .proxy import ATTRIBUTE_META, ShapeProxy, value_of
 from .report import TraceReport
 
@@ -871,12 +872,29 @@ def trace(
     """
     if not isinstance(model, nn.Module):
         raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    with TRACE_LOCK, tracing_thread(), ModuleGuard(model):
-        return _trace(model, example_inputs, concrete_args)
+    with TRACE_LOCK, gc_paused(), tracing_thread(), ModuleGuard(model):
+        return _trace(model, example_inputs, concrete_args, torch.fx.GraphModule)
+
+
+def trace_deferred(
+    model: nn.Module,
+    *,
+    example_inputs: Any = None,
+    concrete_args: dict[str, Any] | None = None,
+) -> DeferredGraphModule:
+    """:func:`trace`, returning a :class:`DeferredGraphModule` (its Python code generated on
+    first use) for callers that only read the graph and the module tree."""
+    if not isinstance(model, nn.Module):
+        raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    with TRACE_LOCK, gc_paused(), tracing_thread(), ModuleGuard(model):
+        gm = _trace(model, example_inputs, concrete_args, DeferredGraphModule)
+    assert isinstance(gm, DeferredGraphModule)
+    return gm
 
 
 def _trace(
-    model: nn.Module, example_inputs: Any, concrete_args: dict[str, Any] | None
+    model: nn.Module, example_inputs: Any, concrete_args: dict[str, Any] | None,
+    graph_module_cls: type[torch.fx.GraphModule],
 ) -> torch.fx.GraphModule:
     active_plugins()
     inputs = resolve_example_inputs(model, example_inputs)
@@ -899,7 +917,7 @@ def _trace(
         except Exception as exc:
             raise _trace_error(model, exc, inputs) from exc
         _drop_concretization_checks(graph, auto)  # before the GraphModule compiles its code
-        gm = torch.fx.GraphModule(tracer.root, graph, type(model).__name__)
+        gm = graph_module_cls(tracer.root, graph, type(model).__name__)
     gm.trace_report = report  # type: ignore[assignment]
     gm.example_inputs = inputs  # type: ignore[assignment]
     return gm
