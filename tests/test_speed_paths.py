@@ -157,13 +157,14 @@ class _Sums(nn.Module):
 def test_torch_ops_of_one_key_run_once() -> None:
     """A torch function or method on meta tensors of equal metadata and equal other
     arguments is computed once per trace; the others get fresh tensors alike. Before,
-    ``aten.add`` ran for each of the four sums."""
+    ``aten.add`` ran for each of the four sums. (Sums of row-major tensors are not run at
+    all: :mod:`fxsym.tracer.values` gives their values.)"""
     fxsym.load_plugins()
     counter = _Counter()
     with counter:
         gm = fxsym.trace(_Sums(), example_inputs=(torch.randn(3, 4), torch.randn(3, 4)))
     adds = [n.meta["val"] for n in gm.graph.nodes if n.name.startswith("add")]
-    assert counter.ops.count("aten.add.Tensor") == 3  # x + y, the transposed sum, the last
+    assert counter.ops.count("aten.add.Tensor") == 1  # the transposed sum
     assert len(adds) == 5 and len({id(v) for v in adds}) == 5
     assert [v.stride() for v in adds[:3]] == [(4, 1)] * 3
     assert adds[3].stride() == (1, 4) and adds[3].shape == (4, 3)

@@ -44,6 +44,8 @@ from .plugins.manager import PLUGIN_ERRORS, PluginManager, get_plugin_manager
 T = TypeVar("T")
 ResizeFn = Callable[[nn.Module, str, Any], None]
 ImportanceFn = Callable[[nn.Module, str], Any]
+#: ``value(module, args, kwargs)``: a leaf's output on meta inputs without running it, or None
+ValueFn = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class SymInfoEntry:
     resize: ResizeFn | None = None
     importance: ImportanceFn | None = None
     source: str = "<user>"
+    value: ValueFn | None = None
 
 
 @dataclass
@@ -134,9 +137,10 @@ class Registry:
         leaf: bool = True,
         resize: ResizeFn | None = None,
         importance: ImportanceFn | None = None,
+        value: ValueFn | None = None,
     ) -> None:
         """Register ``cls`` for the whole process (every registry sees it)."""
-        USER.add(SymInfoEntry(cls, factory, leaf, resize, importance, "<user>"))
+        USER.add(SymInfoEntry(cls, factory, leaf, resize, importance, "<user>", value))
 
     def unregister_user(self, cls: type[nn.Module]) -> None:
         USER.remove(cls)
@@ -298,6 +302,7 @@ def _collect(pm: PluginManager) -> Contributions:
             leaf: bool = True,
             resize: ResizeFn | None = None,
             importance: ImportanceFn | None = None,
+            value: ValueFn | None = None,
         ) -> None:
             for cls in nn_cls if isinstance(nn_cls, (tuple, list)) else (nn_cls,):
                 if cls in sym_owner and sym_owner[cls] != src:
@@ -310,7 +315,8 @@ def _collect(pm: PluginManager) -> Contributions:
                         stacklevel=2,
                     )
                 sym_owner[cls] = src
-                contrib.sym_infos[cls] = SymInfoEntry(cls, factory, leaf, resize, importance, src)
+                contrib.sym_infos[cls] = SymInfoEntry(cls, factory, leaf, resize, importance, src,
+                                                      value)
 
         return register
 

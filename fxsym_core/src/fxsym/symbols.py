@@ -579,13 +579,15 @@ class SymMap:
         *,
         resize: Callable[[nn.Module, str, Any], None] | None = None,
         importance: Callable[[nn.Module, str], Any] | None = None,
+        value: Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], Any] | None = None,
     ) -> Callable[[SymInfoFactory], SymInfoFactory]:
         """Decorator registering ``factory(module) -> SymInfo`` for one or more module classes.
 
         A user's registration beats every plugin's. ``is_explicit_leaf`` makes the tracer keep
         such modules as single ``call_module`` nodes. ``resize(module, symbol, index)`` and
-        ``importance(module, symbol)`` are what the ``fxsym_register_sym_infos`` hook takes:
-        without ``resize``, ``fxsym.resize`` refuses groups holding such a module.
+        ``importance(module, symbol)`` and ``value(module, args, kwargs)`` are what the
+        ``fxsym_register_sym_infos`` hook takes: without ``resize``, ``fxsym.resize`` refuses
+        groups holding such a module.
         """
         from .registry import get_registry
 
@@ -594,7 +596,7 @@ class SymMap:
         def decorator(factory: SymInfoFactory) -> SymInfoFactory:
             for c in classes:
                 get_registry().register_user(c, factory, leaf=is_explicit_leaf, resize=resize,
-                                             importance=importance)
+                                             importance=importance, value=value)
             return factory
 
         return decorator

@@ -18,6 +18,8 @@ from torch import nn
 from fxsym import Symbol, SymInfo
 from fxsym.resizing import keep_entries, l1_scores, resize_projection
 
+from . import values
+
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING
 
@@ -296,9 +298,18 @@ def trace_into_functional(module: nn.Module, qualname: str) -> bool | None:
     return False if type(module) in TRACE_INTO else None
 
 
+#: each family's value rule (:mod:`fxsym_plugins_nn.values`), by its SymInfo factory
+VALUE_RULES: dict[Callable[..., SymInfo], Callable[..., Any]] = {
+    linear_info: values.linear_value,
+    conv_info: values.conv_value,
+    swin_attention_info: values.swin_attention_value,
+}
+
+
 def register_sym_infos(register: Callable[..., None]) -> None:
     for classes, factory, resize, importance in FAMILIES:
-        register(classes, factory, resize=resize, importance=importance)
+        register(classes, factory, resize=resize, importance=importance,
+                 value=VALUE_RULES.get(factory))
 
 
 def guess_example_inputs(model: nn.Module) -> tuple[torch.Tensor, ...] | None:

@@ -26,14 +26,20 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def fxsym_register_sym_infos(register: Any) -> None:
     """Describe module families.
 
-    ``register(nn_cls, factory, *, leaf=True, resize=None, importance=None)``:
+    ``register(nn_cls, factory, *, leaf=True, resize=None, importance=None, value=None)``:
 
     * ``factory(module) -> SymInfo`` gives the module's symbols;
     * ``leaf``: trace such modules as one ``call_module`` node;
     * ``resize(module, symbol_name, index)`` keeps the entries ``index`` (a 1-D LongTensor) of
       the symbol's dimension in every parameter, buffer and attribute it sizes;
     * ``importance(module, symbol_name) -> Tensor`` scores each entry of an OUTGOING symbol's
-      dimension (higher is kept first when a resize asks for a size instead of indices).
+      dimension (higher is kept first when a resize asks for a size instead of indices);
+    * ``value(module, args, kwargs)`` gives the leaf's output for meta-device inputs without
+      running it (a speed-up of tracing), or ``None``: run it. It must give exactly what
+      running the module on the meta device gives (shape, dtype, strides) and ``None``
+      wherever it cannot prove that, including wherever running would raise, so that the
+      error the user sees stays the module's own. It reads the module (never writes it) and
+      is not asked while hooks run around the module's forward.
     """
 
 

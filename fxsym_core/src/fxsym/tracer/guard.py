@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from torch import nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from ..modstate import ModuleTreeState
 
@@ -92,6 +93,14 @@ def tracing_thread() -> Iterator[None]:
 
 _FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 _BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
+
+
+def forward_hooked(mod: nn.Module) -> bool:
+    """Whether hooks run around ``mod``'s forward: its own forward and pre-forward hooks
+    (while guarded, torch's own only) or global ones (``register_module_forward_hook``)."""
+    state = vars(mod)
+    return bool(any(state.get(name) for name in _FORWARD_HOOKS)
+                or _global_forward_hooks or _global_forward_pre_hooks)
 
 
 def _is_torch_hook(hook: Any) -> bool:

@@ -47,12 +47,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..errors import ModelError, PluginError, TraceError
 from ..plugins import calls as plugin_calls
 from ..plugins.manager import active_plugins
-from ..registry import get_registry
+from ..registry import ValueFn, get_registry
 from .configs import config_sizes
 from .deferred import DeferredGraphModule
-from .guard import TRACE_LOCK, ModuleGuard, gc_paused, tracing_here, tracing_thread
+from .guard import (
+    TRACE_LOCK,
+    ModuleGuard,
+    forward_hooked,
+    gc_paused,
+    tracing_here,
+    tracing_thread,
+)
 from .proxy import ATTRIBUTE_META, ShapeProxy, value_of
 from .report import TraceReport
+from .values import op_value
 
 ExampleInputs = tuple[Any, ...] | dict[str, Any]
 
@@ -129,6 +137,7 @@ class FxsymTracer(torch.fx.Tracer):
         self._module_keys: dict[int, Any] = {}
         self._leaf_values: dict[Any, Any] = {}
         self._preserving: dict[int, bool] = {}
+        self._value_rules: dict[int, ValueFn | None] = {}
         #: value of each int attribute read as a ``get_attr`` node, by target
         self._attribute_values: dict[str, int | tuple[int, ...]] = {}
         #: ids of the modules whose int attributes are proxies at the moment
@@ -406,6 +415,9 @@ class FxsymTracer(torch.fx.Tracer):
                 return self._run_leaf(node, args, kwargs)
             if node.op not in ("call_function", "call_method"):
                 return _FAILED
+            value = op_value(node.op, target, args, kwargs)
+            if value is not None:
+                return value
             key = _op_key(node.op, target, args, kwargs)
             if key is not None and key in self._leaf_values:
                 return _fresh_copy(self._leaf_values[key], args)
@@ -458,6 +470,15 @@ class FxsymTracer(torch.fx.Tracer):
         mod = self._submodule(str(node.target))
         if self._shape_preserving(mod) and args and isinstance(args[0], torch.Tensor):
             return args[0]
+        rule = self._value_rule(mod)
+        if rule is not None and not forward_hooked(mod) and "forward" not in vars(mod):
+            try:
+                with self._quietly():  # the module's attributes read as they are
+                    value = rule(mod, args, kwargs)
+            except Exception:
+                value = None
+            if value is not None:
+                return value
         key = self._leaf_key(mod, args, kwargs)
         if key is not None and key in self._leaf_values:
             return _fresh_copy(self._leaf_values[key], args)
@@ -494,6 +515,16 @@ class FxsymTracer(torch.fx.Tracer):
             return found
         with self._quietly():
             return self.root.get_submodule(path)
+
+    def _value_rule(self, mod: nn.Module) -> ValueFn | None:
+        """The value rule of ``mod``'s family (``register(..., value=rule)``)."""
+        try:
+            return self._value_rules[id(mod)]
+        except KeyError:
+            pass
+        entry = self.registry.sym_info_entry(type(mod))
+        rule = self._value_rules[id(mod)] = entry.value if entry is not None else None
+        return rule
 
     def _shape_preserving(self, mod: nn.Module) -> bool:
         known = self._preserving.get(id(mod))
