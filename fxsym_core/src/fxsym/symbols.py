@@ -179,7 +179,8 @@ class Symbol:
             raise ValueError(f"only a free or searchable symbol can be linked, not {self!r}")
         if parent.is_constant:
             raise ValueError("cannot link to a constant symbol; disable() this one instead")
-        if self in parent._tree():
+        if (self._parent is not None or self._dependencies) and self in parent._tree():
+            # (a symbol linked to nothing and followed by nothing is in no other's tree)
             raise ValueError("linking would create a cycle")
         self._is_searchable = False
         self._parent = parent

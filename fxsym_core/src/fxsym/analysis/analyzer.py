@@ -44,6 +44,7 @@ from .layout import (
 )
 from .outputs import Contract, output_keys, select_outputs
 from .shared import own_tensor, tie_shared_tensors
+from .submodules import Submodules
 
 
 def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
@@ -89,6 +90,9 @@ class Analyzer:
         #: (group id, where, reason) of every fix that made a group constant, in order
         self.pin_sites: list[tuple[int, str, str]] = []
         self.registry = symmap.registry
+        #: the submodules of the traced GraphModule and of the model, by path
+        self.modules = Submodules(gm)
+        self.model_modules = Submodules(symmap.model)
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -216,7 +220,7 @@ class Analyzer:
         for node in self.gm.graph.nodes:
             if node.op != "call_module":
                 continue
-            for sub_name, sub in self.gm.get_submodule(str(node.target)).named_modules():
+            for sub_name, sub in self.modules(str(node.target)).named_modules():
                 for value in vars(sub).values():
                     if id(value) in ids:
                         hidden.setdefault(id(value), f"{node.target}.{sub_name}".rstrip("."))
@@ -238,7 +242,7 @@ class Analyzer:
         """Record the attribute ``node`` reads as a member ``(owner, "attr:name")`` of ``dim``."""
         owner, name = node.meta[ATTRIBUTE_META]
         try:
-            mod = self.gm.get_submodule(owner) if owner else self.gm
+            mod = self.modules(owner)
         except AttributeError:
             mod = None
         owner_name = self.symmap.name_of(mod) if mod is not None and (
@@ -297,7 +301,7 @@ class Analyzer:
         if not isinstance(value, torch.Tensor) or pname.startswith("_tensor_constant"):
             return fixed_layout(value)
         try:
-            mod = self.gm.get_submodule(owner) if owner else self.gm
+            mod = self.modules(owner)
         except AttributeError:
             return fixed_layout(value)
         if own_tensor(mod, pname) is None:
@@ -337,9 +341,8 @@ class Analyzer:
 
     def _owned_by_family(self, target: str) -> bool:
         owner = target.rpartition(".")[0]
-        model = self.symmap.model
         try:
-            mod = model.get_submodule(owner) if owner else model
+            mod = self.model_modules(owner)
         except AttributeError:
             return False
         return mod in self.symmap
@@ -376,7 +379,7 @@ class Analyzer:
     def _visit_module(self, ctx: OpContext) -> Layout:
         node = ctx.node
         qualname = str(node.target)
-        mod = self.gm.get_submodule(qualname)
+        mod = self.modules(qualname)
         if mod not in self.symmap:
             return self.boundary(node, f"no SymInfo for module {type(mod).__name__}")
         info = self.symmap.sym_info(mod)

@@ -35,6 +35,7 @@ from ..symbols import SymMap
 from ..tracer.tracer import meta_copy
 from .context import AnalysisState, OpContext, Unsupported
 from .layout import Dim, Layout, TensorLayout, dim_size
+from .submodules import Submodules
 
 
 class AnalyzerState(AnalysisState, Protocol):
@@ -46,6 +47,8 @@ class AnalyzerState(AnalysisState, Protocol):
     registry: Registry
     symbol_dims: dict[tuple[str, str], Dim]
     param_reads: dict[str, Layout]
+    #: the model's submodules by path
+    model_modules: Submodules
 
     def drop_parameter_member(self, target: str) -> None: ...
 
@@ -70,12 +73,12 @@ def tie_shared_tensors(an: AnalyzerState) -> None:
     """Unify, dim by dim, what sizes each tensor at each of its places (see the module doc)."""
     places: dict[int, list[_Place]] = {}
     tensors: dict[int, torch.Tensor] = {}
-    model = an.symmap.model
+    model = an.model_modules
     leaves: set[str] = set()
     for node in an.gm.graph.nodes:
         if node.op == "call_module" and str(node.target) not in leaves:
             leaves.add(str(node.target))
-            mod = model.get_submodule(str(node.target))
+            mod = model(str(node.target))
             for rel, t in _named_tensors(mod):
                 tensors[id(t)] = t
                 places.setdefault(id(t), []).append(_Place(node, str(node.target), rel))
@@ -125,10 +128,10 @@ def _named_tensors(mod: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     yield from mod.named_buffers(remove_duplicate=False)
 
 
-def _tensor_at(model: nn.Module, target: str) -> torch.Tensor | None:
+def _tensor_at(model: Submodules, target: str) -> torch.Tensor | None:
     owner, _, name = target.rpartition(".")
     try:
-        mod = model.get_submodule(owner) if owner else model
+        mod = model(owner)
     except AttributeError:
         return None
     return own_tensor(mod, name)
@@ -187,7 +190,7 @@ class _Probes:
         if known is not None:
             return known
         an = self.an
-        mod = an.symmap.model.get_submodule(leaf)
+        mod = an.model_modules(leaf)
         described = mod in an.symmap
         name = an.symmap.name_of(mod) if described else leaf
         entry = an.registry.sym_info_entry(type(mod))
