@@ -17,10 +17,11 @@ hidden size, MLP) is seen the same way:
   head count that keeps ``head_dim`` (their head split pins it), checked by building;
 * the input embeddings' width, for a hidden or embedding size field equal to it before.
 
-Any other int field of the config whose value was the old length of a dimension the resize
-changed (DeBERTa's ``pooler_hidden_size``) is measured where it sizes something: the model is
-built on the meta device from the old config and from one with that field set to another value,
-and the parameter dims that follow the field are read in the resized model.
+Where a model built from the config so updated still holds other parameter shapes, any other
+int field whose value was the old length of a dimension the resize changed (DeBERTa's
+``pooler_hidden_size``) is measured where it sizes something: the model is built on the meta
+device from the old config and from one with that field set to another value, and the
+parameter dims that follow the field are read in the resized model.
 
 A family deriving ``head_dim`` from ``hidden // heads`` but reading a ``head_dim`` attribute of
 its config first is given one where the model built from the config then matches.
@@ -121,15 +122,6 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
             if getattr(before, field) != value and field not in changed:
                 setattr(new, field, value)
                 changed.append(field)
-    known = {f for names in FIELDS.values() for f in _fields(before, names)}
-    skip = known | set(changed) | _read_fields(read)
-    for field, found in _probed_fields(model, before, sizes, skip).items():
-        measured.append(field)
-        if len(set(found.values())) > 1:
-            nonuniform[field] = found
-        elif getattr(before, field) != (value := next(iter(found.values()))):
-            setattr(new, field, value)
-            changed.append(field)
     if not nonuniform:
         changed += _heads_of_pinned_head_dim(before, new, changed, measured + changed)
     derived = _derived_mismatches(new, attention)
@@ -139,7 +131,19 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         if getattr(new, field, None) != getattr(config, field, None):
             setattr(new, field, getattr(config, field))
     if not nonuniform:  # the config claims to describe the model: check the claim
-        nonuniform.update(_differences(model, new, read))
+        differences = _differences(model, new, read)
+        if any(key.endswith(".shape") for key in differences):  # fields of other names?
+            known = {f for names in FIELDS.values() for f in _fields(before, names)}
+            skip = known | set(changed) | _read_fields(read)
+            for field, found in _probed_fields(model, before, sizes, skip).items():
+                if len(set(found.values())) > 1:
+                    nonuniform[field] = found
+                elif getattr(before, field) != (value := next(iter(found.values()))):
+                    setattr(new, field, value)
+                    changed.append(field)
+            if not nonuniform:
+                differences = _differences(model, new, read)
+        nonuniform.update(differences)
     if nonuniform:
         setattr(new, NONUNIFORM, nonuniform)
         setattr(new, GUARD, [f"config.{guard_message(type(config).__name__)}.json"])
