@@ -57,8 +57,8 @@ def _rule(cls: type) -> Callable[..., Any]:
 
 
 def _layouts(x: torch.Tensor, rng: random.Random) -> list[torch.Tensor]:
-    """``x`` row-major and in other layouts of the same shape: channels-last, a permuted
-    copy, a slice of a larger tensor, an expanded size-1 dim, odd strides on size-1 dims."""
+    """``x`` row-major and in other layouts of the same shape: channels-last, permuted
+    copies, a slice of a larger tensor, an expanded size-1 dim, odd strides on size-1 dims."""
     out = [x]
     if x.dim() == 4:
         out.append(x.contiguous(memory_format=torch.channels_last))
@@ -66,6 +66,8 @@ def _layouts(x: torch.Tensor, rng: random.Random) -> list[torch.Tensor]:
         out.append(x.contiguous(memory_format=torch.channels_last_3d))
     if x.dim() >= 2:
         out.append(x.transpose(0, -1).contiguous().transpose(0, -1))
+        last_first = torch.empty((x.shape[-1], *x.shape[:-1]), dtype=x.dtype, device="meta")
+        out.append(last_first.permute(*range(1, x.dim()), 0))  # NCHW seen as NHWC
         bigger = torch.empty((*x.shape[:-1], x.shape[-1] + 2), dtype=x.dtype, device="meta")
         out.append(bigger[..., 1:-1])
     if x.dim() >= 1 and x.shape[0] > 0:
@@ -258,6 +260,11 @@ def _operand(rng: random.Random, shape: tuple[int, ...], dtype: torch.dtype) -> 
     elif kind < 0.55:  # broadcast: some dims to 1, some leading dims dropped
         shape = tuple(1 if rng.random() < 0.5 else s for s in shape)
         shape = shape[rng.choice([0, 0, 1]):]
+    elif kind < 0.62 and shape:  # one dim that does not broadcast
+        i = rng.randrange(len(shape))
+        shape = (*shape[:i], shape[i] + 1, *shape[i + 1:])
+    elif kind < 0.7:  # more dims than the other operand
+        shape = (rng.choice([1, 2]), *shape)
     if rng.random() < 0.12:
         dtype = rng.choice([torch.int64, torch.int32, torch.bool, torch.float32, torch.float16])
     return torch.empty(shape, dtype=dtype, device="meta")

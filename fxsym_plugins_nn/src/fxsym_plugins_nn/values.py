@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxsym.tracer.values import meta_empty, plain_float, row_major
+from fxsym.tracer.values import meta_empty, nonempty, plain_float, row_major
 
 #: the forwards the rules describe: a class whose forward was replaced (a library patching
 #: ``nn.Linear.forward``) computes something else, and is run
@@ -40,13 +40,16 @@ def _weight(t: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
             and t.dtype == dtype and tuple(t.shape) == shape)
 
 
-def _input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
-    """The one input of a module called as ``module(x)``, if it is a row-major floating meta
-    tensor."""
+def _input(args: tuple[Any, ...], kwargs: dict[str, Any],
+           any_layout: bool = False) -> torch.Tensor | None:
+    """The one input of a module called as ``module(x)``, if it is a floating meta tensor
+    without empty dims, and row-major unless ``any_layout``."""
     if kwargs or len(args) != 1:
         return None
     x = args[0]
-    return x if plain_float(x) and row_major(x) else None
+    if not plain_float(x):
+        return None
+    return x if (nonempty(x) if any_layout else row_major(x)) else None
 
 
 def _ints(value: Any, n: int, least: int) -> bool:
@@ -56,8 +59,11 @@ def _ints(value: Any, n: int, least: int) -> bool:
 
 # -- Linear -----------------------------------------------------------------------------------
 def linear_value(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``nn.Linear`` on ``(..., in_features)``: ``(..., out_features)``, row-major."""
-    x = _input(args, kwargs)
+    """``nn.Linear`` on ``(..., in_features)``: ``(..., out_features)``, row-major whatever
+    the input's layout (torch computes it as one matrix product of the input reshaped to
+    rows, an ``addmm`` for 2 dims, or a batched product, each giving a new row-major
+    tensor)."""
+    x = _input(args, kwargs, any_layout=True)
     if (type(mod) is not nn.Linear or not _torch_forward(nn.Linear) or x is None
             or x.dim() == 0):
         return None
@@ -97,7 +103,8 @@ def conv_value(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     else:
         out = weight.shape[0]
         ok = weight.shape[1] * groups == channels and out % groups == 0
-    if not ok or out == 0 or not _weight(weight, x.dtype, tuple(weight.shape)):
+    if (not ok or out == 0 or not _weight(weight, x.dtype, tuple(weight.shape))
+            or not row_major(weight)):  # some torch versions follow a channels-last weight
         return None
     if bias is not None and not _weight(bias, x.dtype, (out,)):
         return None
@@ -135,10 +142,12 @@ _SWIN = "torchvision.models.swin_transformer"
 
 
 def swin_attention_value(mod: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``ShiftedWindowAttention``/``V2`` on ``(B, H, W, C)``: the same shape, row-major (the
-    attention ends in ``x[:, :H, :W, :].contiguous()``), when its projections and tables
-    have the shapes that ``C`` and ``num_heads`` give."""
-    x = _input(args, kwargs)
+    """``ShiftedWindowAttention``/``V2`` on ``(B, H, W, C)``: the same shape, when its
+    projections and tables have the shapes that ``C`` and ``num_heads`` give. Whatever the
+    input's layout, the windows are reshaped into a new tensor before the attention, and the
+    output is ``x[:, :H, :W, :].contiguous()`` of a new row-major ``x`` padded to whole
+    windows (:func:`_unpadded`)."""
+    x = _input(args, kwargs, any_layout=True)
     cls = type(mod)
     if x is None or x.dim() != 4 or cls.__module__ != _SWIN:
         return None

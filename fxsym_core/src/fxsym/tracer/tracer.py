@@ -465,20 +465,23 @@ class FxsymTracer(torch.fx.Tracer):
         return a
 
     def _run_leaf(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-        """A leaf's value: its input's for a shape-preserving family (no need to run it),
-        else the module run on a shallow copy whose tensors are on the meta device."""
+        """A leaf's value: what its family's value rule gives, else its input's for a
+        shape-preserving family (no need to run it), else the module run on a shallow copy
+        whose tensors are on the meta device."""
         mod = self._submodule(str(node.target))
-        if self._shape_preserving(mod) and args and isinstance(args[0], torch.Tensor):
-            return args[0]
         rule = self._value_rule(mod)
         if rule is not None and not forward_hooked(mod) and "forward" not in vars(mod):
+            was, self._quiet = self._quiet, True  # the module's attributes read as they are
             try:
-                with self._quietly():  # the module's attributes read as they are
-                    value = rule(mod, args, kwargs)
+                value = rule(mod, args, kwargs)
             except Exception:
                 value = None
+            finally:
+                self._quiet = was
             if value is not None:
                 return value
+        if self._shape_preserving(mod) and args and isinstance(args[0], torch.Tensor):
+            return args[0]
         key = self._leaf_key(mod, args, kwargs)
         if key is not None and key in self._leaf_values:
             return _fresh_copy(self._leaf_values[key], args)

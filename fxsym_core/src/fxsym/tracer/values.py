@@ -10,8 +10,9 @@ run as before, and raises as before when the model is wrong.
 * :func:`op_value` is the tracer's own rule for a few common torch ops: pointwise ``add``,
   ``sub``, ``mul`` and true division of floating tensors of one dtype and Python numbers, and
   ``F.adaptive_avg_pool2d``;
-* :func:`plain_float`, :func:`row_major` and :func:`meta_empty` are the pieces a family's
-  value rule (``register(..., value=rule)``, see ``fxsym_register_sym_infos``) is made of.
+* :func:`plain_float`, :func:`row_major`, :func:`nonempty` and :func:`meta_empty` are the
+  pieces a family's value rule (``register(..., value=rule)``, see
+  ``fxsym_register_sym_infos``) is made of.
 
 The argument they rest on: torch's TensorIterator lays out the output of a pointwise op by
 sorting the dimensions by the operands' strides; when every operand is row-major
@@ -56,9 +57,19 @@ def row_major(t: torch.Tensor) -> bool:
     return True
 
 
+def nonempty(t: torch.Tensor) -> bool:
+    """No dim of ``t`` has size 0."""
+    return all(size > 0 for size in t.shape)
+
+
+#: ``torch.empty`` as imported (before any trace): while a model is traced, ``torch.empty``
+#: is a wrapper recording calls given traced sizes (``_traced_factories``), ~40 us a call
+_EMPTY = torch.empty
+
+
 def meta_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     """A row-major meta tensor of ``shape`` and ``dtype``."""
-    return torch.empty(tuple(shape), dtype=dtype, device="meta")
+    return _EMPTY(tuple(shape), dtype=dtype, device="meta")
 
 
 def _number(value: Any) -> bool:
@@ -94,11 +105,25 @@ def pointwise_value(args: tuple[Any, ...]) -> torch.Tensor | None:
             return None
     if dtype is None:
         return None
-    try:
-        shape = torch.broadcast_shapes(*shapes)  # type: ignore[no-untyped-call]
-    except RuntimeError:
-        return None
-    return meta_empty(shape, dtype)
+    shape = _broadcast(shapes)
+    return None if shape is None else meta_empty(shape, dtype)
+
+
+def _broadcast(shapes: list[torch.Size]) -> list[int] | None:
+    """The broadcast of shapes without empty dims (aligned on the right, each size 1 or the
+    result's), or ``None`` if they do not broadcast."""
+    out: list[int] = []
+    for shape in shapes:
+        if len(shape) > len(out):
+            out[:0] = [1] * (len(shape) - len(out))
+        offset = len(out) - len(shape)
+        for i, size in enumerate(shape):
+            have = out[offset + i]
+            if have == 1:
+                out[offset + i] = size
+            elif size not in (1, have):
+                return None
+    return out
 
 
 def adaptive_avg_pool2d_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
