@@ -100,6 +100,18 @@ def test_symmap_hands_out_a_graph_module_with_its_code() -> None:
     assert model.calls == 2  # the two direct calls above; the traces left no trace
 
 
+def test_symmap_graph_generates_no_code() -> None:
+    """``SymMap.graph`` is read inside a resize (the hf plugin's config update): it writes
+    nothing, where ``graph_module`` would generate and store the code."""
+    model = _Counter()
+    x = torch.randn(3, 4)
+    sm = fxsym.analyze(model, example_inputs=(x,))
+    lazy = sm._graph_module
+    assert lazy is not None and getattr(lazy, "code_pending", False)
+    assert sm.graph is lazy.graph and any(n.op == "placeholder" for n in sm.graph.nodes)
+    assert lazy.code_pending
+
+
 def test_graph_module_of_a_symmap_copy_runs() -> None:
     model = _model(4)
     x = torch.randn(1, 3, 4, 4)

@@ -571,6 +571,12 @@ class SymMap:
     def graph_module(self, gm: fx.GraphModule | None) -> None:
         self._graph_module = gm
 
+    @property
+    def graph(self) -> fx.Graph | None:
+        """The graph :func:`fxsym.analyze` traced and analyzed, without generating the
+        GraphModule's code (reading it writes nothing)."""
+        return None if self._graph_module is None else self._graph_module.graph
+
     # -- registration (the in-application way; plugins use hooks) ---------------------------
     @classmethod
     def register(

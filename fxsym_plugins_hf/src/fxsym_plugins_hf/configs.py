@@ -494,7 +494,7 @@ def attributes_read(symmap: Any) -> frozenset[str]:
     the ``get_attr`` targets of the traced graph (parameters, buffers, the int attributes read
     as sizes) and the attributes each leaf's SymInfo declares (a leaf's ``num_heads``)."""
     read: set[str] = set()
-    graph = getattr(getattr(symmap, "graph_module", None), "graph", None)
+    graph = getattr(symmap, "graph", None)  # not graph_module: that generates its code
     if graph is not None:
         read.update(str(n.target) for n in graph.nodes if n.op == "get_attr")
     if hasattr(symmap, "named_modules"):
