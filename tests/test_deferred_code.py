@@ -176,3 +176,16 @@ def test_another_thread_gets_the_same_graph_module() -> None:
     thread.join()
     assert found == [fxsym.analyze(model, example_inputs=(x,)).graph_module.code]
     assert gc.isenabled()
+
+
+def test_reading_the_graph_of_a_symmap_generates_no_code() -> None:
+    model = _model(6)
+    x = torch.randn(1, 3, 4, 4)
+    sm = fxsym.analyze(model, example_inputs=(x,))
+    held = vars(sm)["_graph_module"]  # what analyze kept, before anything read it
+    assert isinstance(held, DeferredGraphModule) and held.code_pending
+    assert sm.graph is held.graph and held.code_pending
+    assert [n.op for n in sm.graph.nodes] == [n.op for n in fxsym.trace(
+        model, example_inputs=(x,)).graph.nodes]
+    assert sm.graph_module is held and not held.code_pending
+    assert fxsym.SymMap(model).graph is None

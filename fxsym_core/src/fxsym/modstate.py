@@ -17,13 +17,19 @@ Imports from fxsym: nothing (every room may use it).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from operator import is_
 from typing import Any
 
+import torch
 from torch import nn
 
 _CONTAINERS = (dict, list, set)
+#: exact types that are containers (never modules) and that hold no container: what most
+#: of a module's ``__dict__`` holds, told apart without ``isinstance``
+_PLAIN_CONTAINERS = frozenset({dict, OrderedDict, list, set})
+_ATOMS = frozenset({bool, int, float, str, tuple, type(None), torch.Tensor, nn.Parameter})
 _MISSING = object()
 
 
@@ -39,12 +45,14 @@ class ModuleTreeState:
         self._sets: list[tuple[set[Any], frozenset[Any]]] = []
         self._empty: list[Any] = []
         todo: list[Any] = []
+        empty = self._empty
         for mod in root.modules():
             state = vars(mod)
             self.attrs.append((mod, dict(state)))
             for value in state.values():
-                if isinstance(value, _CONTAINERS) and not isinstance(value, nn.Module):
-                    (todo if value else self._empty).append(value)
+                kind = type(value)
+                if kind in _PLAIN_CONTAINERS or (kind not in _ATOMS and _is_container(value)):
+                    (todo if value else empty).append(value)
         seen: set[int] = set()
         while todo:  # shared or cyclic containers are recorded once
             value = todo.pop()
@@ -61,8 +69,9 @@ class ModuleTreeState:
                 self._sets.append((value, frozenset(value)))
                 continue
             for item in values:
-                if isinstance(item, _CONTAINERS) and not isinstance(item, nn.Module):
-                    (todo if item else self._empty).append(item)
+                kind = type(item)
+                if kind in _PLAIN_CONTAINERS or (kind not in _ATOMS and _is_container(item)):
+                    (todo if item else empty).append(item)
 
     def restore(self) -> None:
         """Put back every attribute and container content recorded at construction."""
@@ -87,6 +96,12 @@ class ModuleTreeState:
                 items_set.update(members)
         for container in filter(None, self._empty):
             container.clear()
+
+
+def _is_container(value: Any) -> bool:
+    """A dict, list or set (of any subclass) that is not a module (a module may subclass
+    ``dict``: its state is recorded as a module's)."""
+    return isinstance(value, _CONTAINERS) and not isinstance(value, nn.Module)
 
 
 def _same_dict(container: dict[Any, Any], keys: Collection[Any], values: Iterable[Any]) -> bool:
