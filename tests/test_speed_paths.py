@@ -216,3 +216,53 @@ def test_leaf_question_asked_once_per_module_call() -> None:
     assert modules == ["lin", "lin", "block"]  # tail traced into: a linear function
     ops = [n.target for n in sm.graph_module.graph.nodes if n.op == "call_function"]
     assert torch.nn.functional.linear in ops
+
+
+class _ClassAttribute(nn.Linear):
+    parametrizations = nn.ModuleDict({"weight": nn.Identity()})
+
+
+class _OwnGetattr(nn.Linear):
+    def __getattr__(self, name: str) -> Any:
+        if name == "parametrizations":
+            return nn.ModuleDict({"weight": nn.Identity()})
+        return super().__getattr__(name)
+
+
+def _parametrized_cases() -> list[nn.Module]:
+    from torch.nn.utils import parametrizations, parametrize
+
+    weighted = parametrizations.weight_norm(nn.Linear(3, 4))
+    plain = nn.Linear(3, 4)
+    parametrize.register_parametrization(plain, "bias", nn.Identity())
+    in_dict = nn.Linear(3, 4)
+    object.__setattr__(in_dict, "parametrizations", nn.ModuleDict({"w": nn.Identity()}))
+    empty = nn.Linear(3, 4)
+    empty.parametrizations = nn.ModuleDict()  # registered as a submodule, and empty
+    import copy
+
+    import torchvision
+
+    zoo = [*torchvision.models.mobilenet_v3_small().modules(),
+           *torchvision.models.swin_t().modules()]
+    return [weighted, copy.deepcopy(weighted), plain, in_dict, empty, _ClassAttribute(3, 4),
+            _OwnGetattr(3, 4), nn.Conv2d(2, 2, 1), *zoo]
+
+
+def test_parametrized_check_answers_what_torch_answers() -> None:
+    from torch.nn.utils import parametrize
+
+    from fxsym.tracer.tracer import _is_parametrized
+
+    cases = _parametrized_cases()
+    answers = [parametrize.is_parametrized(m) for m in cases]
+    assert answers[:7] == [True, True, True, True, False, True, True]
+    assert [_is_parametrized(m) for m in cases] == answers
+
+
+def test_parametrized_module_is_still_traced_into() -> None:
+    from torch.nn.utils import parametrizations
+
+    model = nn.Sequential(parametrizations.weight_norm(nn.Linear(3, 4)), nn.ReLU())
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 3),))
+    assert any(e.kind == "traced-into" and e.where == "0" for e in sm.trace_report)

@@ -157,7 +157,7 @@ class FxsymTracer(torch.fx.Tracer):
         vote = self.registry.leaf_vote(m, module_qualified_name)
         if vote is not None:
             return vote
-        if parametrize.is_parametrized(m):
+        if _is_parametrized(m):
             self.report.add("traced-into", module_qualified_name,
                             f"{type(m).__name__} is parametrized (its weights are computed by "
                             "torch.nn.utils.parametrize); its family's SymInfo and resize "
@@ -740,6 +740,25 @@ def _value_unknown_type(exc: Exception) -> bool:
     shapes = sys.modules.get("torch.fx.experimental.symbolic_shapes")
     guard = getattr(shapes, "GuardOnDataDependentSymNode", None)
     return guard is not None and isinstance(exc, guard)
+
+
+_PARAMETRIZATIONS = "parametrizations"
+
+
+def _is_parametrized(m: nn.Module) -> bool:
+    """``parametrize.is_parametrized(m)``. Its ``getattr(m, "parametrizations", None)`` raises
+    and catches an ``AttributeError`` inside ``nn.Module.__getattr__`` for the usual module; a
+    module whose class looks attributes up the standard way and that holds the name nowhere
+    that lookup reads (class, ``__dict__``, parameters, buffers, submodules) is not
+    parametrized without asking."""
+    cls = type(m)
+    if (cls.__getattr__ is nn.Module.__getattr__
+            and cls.__getattribute__ is object.__getattribute__
+            and _PARAMETRIZATIONS not in m._modules and _PARAMETRIZATIONS not in vars(m)
+            and _PARAMETRIZATIONS not in m._parameters and _PARAMETRIZATIONS not in m._buffers
+            and getattr(cls, _PARAMETRIZATIONS, None) is None):
+        return False
+    return parametrize.is_parametrized(m)
 
 
 def _int_tuple(value: Any) -> bool:
