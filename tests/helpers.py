@@ -29,3 +29,25 @@ def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1
     assert shrink.status != "failed", f"shrink oracle: {shrink}"
     assert shrink.ok or expect_unchecked, f"shrink oracle: {shrink}"
     return sm
+
+
+def stale_sizes(model: nn.Module) -> list[tuple[str, str, int, int]]:
+    """Every size attribute of an embedding, linear, convolution or ``Conv1D`` in ``model``
+    that is not the length of the weight dim it names: ``(module, attribute, value, length)``."""
+    named: dict[type, tuple[tuple[str, int], ...]] = {
+        nn.Embedding: (("num_embeddings", 0), ("embedding_dim", 1)),
+        nn.Linear: (("out_features", 0), ("in_features", 1)),
+        nn.Conv2d: (("out_channels", 0),)}
+    try:  # GPT-2's transposed projection: weight (nx, nf)
+        from transformers.pytorch_utils import Conv1D
+        named[Conv1D] = (("nx", 0), ("nf", 1))
+    except ImportError:
+        pass
+    out = []
+    for name, mod in model.named_modules():
+        for cls, attrs in named.items():
+            if isinstance(mod, cls):
+                for attr, d in attrs:
+                    if getattr(mod, attr) != mod.weight.shape[d]:
+                        out.append((name, attr, getattr(mod, attr), mod.weight.shape[d]))
+    return out

@@ -9,11 +9,12 @@ shared. The output contract decides which outputs pin their groups.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_oracles
+from helpers import assert_oracles, stale_sizes
 from torch import nn
 
 import fxsym
@@ -126,6 +127,81 @@ def test_shared_tensor_read_by_a_traced_module_and_held_by_an_uncalled_one() -> 
     assert model.shared.weight is model.enc.weight is model.head.weight
     assert model.shared.weight.shape == (40, 6)
     assert model(*ids).shape == (2, 5, 40)
+    assert stale_sizes(model) == []  # shared's and enc's embedding_dim follow the weight
+
+
+class _SharedEmbedding(nn.Module):
+    """T5's layout: ``shared`` is never called; its weight is the encoder's and the decoder's
+    embedding (and, ``tied``, the head's); ``lone``: the encoder's only."""
+
+    def __init__(self, lone: bool = False, tied: bool = True) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(30, 16)
+        self.enc, self.dec = nn.Embedding(30, 16), nn.Embedding(30, 16)
+        self.enc.weight = self.shared.weight
+        if not lone:
+            self.dec.weight = self.shared.weight
+        self.mix = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 30, bias=False)
+        if tied:
+            self.head.weight = self.shared.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mix(self.enc(ids) + self.dec(ids)))
+
+
+@pytest.mark.parametrize(("lone", "tied"), [(False, True), (False, False), (True, False)])
+def test_a_module_the_graph_never_calls_joins_the_groups_of_the_tensors_it_holds(
+        lone: bool, tied: bool) -> None:
+    ids = (torch.randint(0, 30, (2, 5)),)
+    sm = assert_oracles(_SharedEmbedding(lone, tied), ids)
+    hidden = _group_with(sm, ("enc", "embedding_dim"))
+    assert ("shared", "embedding_dim") in hidden.members
+    model = _SharedEmbedding(lone, tied).eval()
+    sm = fxsym.analyze(model, example_inputs=ids)
+    assert not sm.get_symbol(model.shared, "embedding_dim").is_constant
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fxsym.resize(model, sm, {_group_with(sm, ("enc", "embedding_dim")).name: [9, 2, 4]})
+    assert model.shared.weight is model.enc.weight and model.shared.weight.shape == (30, 3)
+    assert stale_sizes(model) == []
+    assert model(*ids).shape == (2, 5, 30)
+
+
+def test_a_holder_whose_rule_cannot_say_what_it_sizes_is_left_out() -> None:
+    """A family whose rule fails on every probe could size either dim: the uncalled module
+    keeps out of the groups (as before), the tensor is still resized and re-shared."""
+    class Opaque(nn.Embedding):
+        pass
+
+    def refuse(mod: nn.Module, sname: str, index: torch.Tensor) -> None:
+        raise RuntimeError("no")
+
+    class Model(_SharedEmbedding):
+        def __init__(self) -> None:
+            super().__init__(tied=False)
+            self.shared = Opaque(30, 16)
+            self.enc.weight = self.dec.weight = self.shared.weight
+
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=["nn"])
+
+    class Plugin:
+        @fxsym.hookimpl
+        def fxsym_register_sym_infos(self, register: Any) -> None:
+            register(Opaque, lambda m: fxsym.SymInfo(embedding_dim=fxsym.Symbol(
+                is_searchable=True, cl_type=fxsym.Symbol.CLType.OUTGOING, elastic_dims={-1})),
+                resize=refuse)
+
+    pm.register(Plugin(), name="opaque")
+    ids = (torch.randint(0, 30, (2, 5)),)
+    model = Model().eval()
+    with fxsym.use_plugins(pm):
+        sm = fxsym.analyze(model, example_inputs=ids)
+        hidden = _group_with(sm, ("enc", "embedding_dim"))
+        assert not any(m == "shared" for m, _ in hidden.members)
+        fxsym.resize(model, sm, {hidden.name: 4})
+    assert model.shared.weight is model.enc.weight and model.shared.weight.shape == (30, 4)
 
 
 def test_tensor_dim_no_symbol_sizes_pins_what_meets_it() -> None:

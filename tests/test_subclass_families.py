@@ -28,7 +28,10 @@ import fxsym
 #: a symbol or parameter member -> the side of the module's projection it sizes
 ROLE = {"out_features": "out", "weight:0": "out", "bias:0": "out", "gain:0": "out",
         "out_channels": "out", "in_features": "in", "weight:1": "in", "in_channels": "in",
-        "num_features": "out", "normalized_shape": "out", "weight": "out", "bias": "out"}
+        "num_features": "out", "normalized_shape": "out", "weight": "out", "bias": "out",
+        # the parent family's size attributes, set with the tensors of a subclass traced into
+        "attr:out_features": "out", "attr:in_features": "in", "attr:out_channels": "out",
+        "attr:in_channels": "in"}
 
 
 def structure(sm: fxsym.SymMap) -> set[tuple[int, frozenset[tuple[str, str]]]]:
@@ -227,10 +230,12 @@ def test_a_fused_view_with_a_fixed_part_makes_query_heads_a_group() -> None:
     (heads,) = [g for g in sm.groups() if ("qkv", "weight:0") in g.members]
     assert heads.size == 4
     assert set(heads.members) == {("qkv", "weight:0"), ("", "attr:num_heads"),
-                                  ("dense", "weight:1")}
+                                  ("dense", "weight:1"), ("qkv", "attr:out_features"),
+                                  ("dense", "attr:in_features")}
     small, small_sm = copy.deepcopy((model, sm))
     fxsym.resize(small, small_sm, {heads.name: [2, 0]})
     assert small.num_heads == 2 and small.qkv.weight.shape == (12, 8)
+    assert (small.qkv.out_features, small.dense.in_features) == (12, 6)
     w = model.qkv.weight
     torch.testing.assert_close(small.qkv.weight, torch.cat([w[6:9], w[0:3], w[12:]]))
     assert small(x).shape == x.shape

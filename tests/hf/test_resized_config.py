@@ -10,6 +10,7 @@ import pytest
 import torch
 import transformers
 from conftest import CONFIGS, build
+from helpers import stale_sizes
 
 import fxsym
 from fxsym.oracles import coverage
@@ -337,3 +338,26 @@ def test_a_field_sizing_dims_that_now_differ_is_marked() -> None:
     assert is_guarded(model.config)
     assert model.config.fxsym_nonuniform["pooler_hidden_size"] == {
         "pooler.dense.weight:0": 32, "pooler.dense.weight:1": 64, "pooler.dense.bias:0": 32}
+
+
+# -- every module's size attributes after a hidden-size shrink -------------------------------
+@pytest.mark.parametrize("family", ["t5", "bart", "gpt2", "falcon", "opt", "gemma", "llama"])
+def test_after_a_hidden_shrink_every_module_agrees_with_its_weights(family: str) -> None:
+    """Embeddings shared by modules the graph never calls (T5's ``shared``), subclasses that
+    override ``forward`` and are traced into (Bart's and Gemma's scaled embeddings, Falcon's
+    ``Linear``, OPT's positions) and tied heads: after the hidden size is halved, every
+    ``embedding_dim``, ``in_features``/``out_features`` and ``nx``/``nf`` is its weight's."""
+    model = build(family, **({"tie_word_embeddings": True} if family == "llama" else {}))
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model)
+    emb = model.get_input_embeddings()
+    name = next(n for n, m in model.named_modules() if m is emb)
+    (hidden,) = [g for g in sm.groups() if any(
+        (q == name and s in ("embedding_dim", "weight:1", "attr:embedding_dim"))
+        or (q, s) == ("lm_head", "in_features") for q, s in g.members)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fxsym.ResizeWarning)  # T5's and Gemma's configs
+        fxsym.resize(model, sm, {hidden.name: hidden.size // 2})
+    assert emb.weight.shape[1] == hidden.size // 2
+    assert stale_sizes(model) == []
+    _logits(model, inputs)

@@ -46,13 +46,17 @@ def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
         g = groups[f"{mlp}.dense_h_to_4h.weight:0"]
         assert g.size == 256 and g.is_sortable
         assert set(g.members) == {(f"{mlp}.dense_h_to_4h", "weight:0"),
-                                  (f"{mlp}.dense_4h_to_h", "weight:1")}
+                                  (f"{mlp}.dense_4h_to_h", "weight:1"),
+                                  (f"{mlp}.dense_h_to_4h", "attr:out_features"),
+                                  (f"{mlp}.dense_4h_to_h", "attr:in_features")}
         # multi-query: the fused projection is query heads, then one key and one value head
         attn = f"transformer.h.{i}.self_attention"
         heads = groups[f"{attn}.query_key_value.weight:0#0"]
         assert heads.size == 4 and heads.is_sortable
         assert set(heads.members) == {(f"{attn}.query_key_value", "weight:0"),
-                                      (attn, "attr:num_heads"), (f"{attn}.dense", "weight:1")}
+                                      (attn, "attr:num_heads"), (f"{attn}.dense", "weight:1"),
+                                      (f"{attn}.query_key_value", "attr:out_features"),
+                                      (f"{attn}.dense", "attr:in_features")}
     hidden = next(g for g in sm.groups() if ("transformer.word_embeddings", "embedding_dim")
                   in g.members)
     assert ("transformer.h.0.self_attention.dense", "weight:0") in hidden.members
@@ -61,6 +65,7 @@ def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
     fxsym.resize(small, small_sm, {name: [3, 1]})
     attn = small.transformer.h[0].self_attention
     assert attn.num_heads == 2 and attn.query_key_value.weight.shape == (2 * 16 + 2 * 16, 64)
+    assert (attn.query_key_value.out_features, attn.dense.in_features) == (64, 32)
     original = model.transformer.h[0].self_attention.query_key_value.weight
     torch.testing.assert_close(attn.query_key_value.weight[:16], original[48:64])
     torch.testing.assert_close(attn.query_key_value.weight[32:], original[64:])

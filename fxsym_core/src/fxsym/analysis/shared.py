@@ -18,6 +18,23 @@ fails on the copy, pins every group that meets the dim.
 
 A ``get_attr`` read tied this way is not a parameter member: the leaf's resize rule already
 slices the tensor, and ``resize`` re-shares tensors that were shared before.
+
+A module of a known family that the graph never calls can hold such a tensor too (T5's
+``shared`` embedding, whose weight the encoder's and decoder's ``embed_tokens`` hold): a resize
+of the tensor elsewhere changes it as well, so its symbols join the groups of the dims they size
+and its own rule keeps its attributes (``embedding_dim``) in line with its tensors. What sizes
+what is found the same way, its rule run on meta copies keeping all but the last unit of each
+dim. It joins only if every dim of every such tensor it holds is sized by exactly one of its
+symbols; else it is left out, as a module outside the graph always was.
+
+A module whose class overrides ``forward`` and so loses its family's SymInfo (a scaled
+embedding, Falcon's ``Linear``) is traced into: its tensors are parameter members, sliced
+directly, and its family's rule does not run; nor does it for a module of a known family whose
+tensors the graph reads without calling it. The size attributes that rule would set
+(``embedding_dim``, ``in_features``) become attribute members ``(module, "attr:name")`` of the
+dims they follow, found by running the rule on meta copies: an int attribute that equals a
+dim's length and that the rule, keeping all but the dim's last unit, sets to the entries kept.
+A resize then sets it to the entries kept, so the module's attributes agree with its tensors.
 """
 
 from __future__ import annotations
@@ -31,7 +48,7 @@ import torch.fx
 from torch import nn
 
 from ..registry import Registry, SymInfoEntry
-from ..symbols import SymMap
+from ..symbols import ATTRIBUTE_PREFIX, SymMap
 from ..tracer.tracer import meta_copy
 from .context import AnalysisState, OpContext, Unsupported
 from .layout import Dim, Layout, TensorLayout, dim_size
@@ -46,6 +63,7 @@ class AnalyzerState(AnalysisState, Protocol):
     symmap: SymMap
     registry: Registry
     symbol_dims: dict[tuple[str, str], Dim]
+    param_members: set[tuple[str, str]]
     param_reads: dict[str, Layout]
     #: the model's submodules by path
     model_modules: Submodules
@@ -87,12 +105,18 @@ def tie_shared_tensors(an: AnalyzerState) -> None:
             if read is not None:
                 tensors[id(read)] = read
                 places.setdefault(id(read), []).append(_Place(node))
+    outside = [(q, m) for q, m in an.symmap.model.named_modules()
+               if q not in leaves and not _in_leaf(q, leaves)]
+    holders = _holders(an, leaves, outside, places)
+    held = {id(t) for *_, own in holders for _, t in own}
     probes = _Probes(an)
+    tied: dict[int, dict[int, Dim]] = {}
     for tid, where in places.items():
-        if len(where) < 2:
+        if len(where) < 2 and tid not in held:
             continue
         tensor = tensors[tid]
         per_place = [probes.dims(p, tensor) for p in where]
+        tied[tid] = {}
         for d, size in enumerate(tensor.shape):
             if size <= 1:
                 continue
@@ -107,7 +131,7 @@ def tie_shared_tensors(an: AnalyzerState) -> None:
                     ctx.fix(dim, reason)
                 continue
             try:
-                ctx.unify(*known)
+                tied[tid][d] = ctx.unify(*known)
             except Unsupported:
                 for dim in known:
                     ctx.fix(dim, f"a tensor used at several places ({_describe(where)}) is "
@@ -116,6 +140,223 @@ def tie_shared_tensors(an: AnalyzerState) -> None:
             for p in where:
                 if p.leaf is None:
                     an.drop_parameter_member(str(p.node.target))
+    for name, mod, entry, snames, own in holders:
+        _join(an, name, mod, entry, snames, own, places, tied)
+    _follow_family_attributes(an, outside, tied)
+
+
+def _in_leaf(qualname: str, leaves: set[str]) -> bool:
+    """Whether the module at ``qualname`` sits inside one of ``leaves``."""
+    while "." in qualname:
+        qualname = qualname.rpartition(".")[0]
+        if qualname in leaves:
+            return True
+    return False
+
+
+def _follow_family_attributes(an: AnalyzerState, outside: list[tuple[str, nn.Module]],
+                              tied: dict[int, dict[int, Dim]]) -> None:
+    """The size attributes of modules among ``outside`` (neither leaves nor inside one)
+    that override their family's ``forward`` become attribute members of the dims of their own
+    tensors they follow (module doc)."""
+    followers: list[tuple[str, nn.Module, SymInfoEntry, list[str]]] = []
+    for qualname, mod in outside:
+        entry = an.registry.sym_info_entry(type(mod))
+        if entry is None:
+            base = an.registry.shadowed_base(type(mod))
+            entry = an.registry.sym_info_entry(base) if base is not None else None
+        if entry is None or entry.resize is None:
+            continue
+        name = an.symmap.name_of(mod) if mod in an.symmap else qualname
+        try:
+            snames = list(an.symmap[mod] if mod in an.symmap else entry.factory(mod).symbols)
+        except Exception:  # a family's SymInfo that does not fit this subclass: left alone
+            continue
+        if not any((name, sname) in an.symbol_dims for sname in snames):  # no rule runs
+            followers.append((name, mod, entry, snames))
+    if not followers:
+        return
+    known = dict(tied)
+    for target, layout in an.param_reads.items():
+        t = _tensor_at(an.model_modules, target)
+        if t is not None and id(t) not in known and isinstance(layout, TensorLayout):
+            known[id(t)] = dict(enumerate(layout))
+    ctx = OpContext(an, next(iter(an.gm.graph.nodes)))
+    added: set[tuple[str, str]] = set()
+    for name, mod, entry, snames in followers:
+        for rel, t in _own_tensors(mod):
+            for d, dim in known.get(id(t), {}).items():
+                for attr in _following(an, entry, mod, snames, rel, tuple(t.shape), d, dim):
+                    key = (name, f"{ATTRIBUTE_PREFIX}{attr}")
+                    old = an.symbol_dims.get(key)
+                    if old is not None and key not in added:
+                        continue  # read as a size by the traced forward: already a member
+                    try:
+                        an.symbol_dims[key] = dim if old is None else ctx.unify(old, dim)
+                    except Unsupported:
+                        continue
+                    an.param_members.add(key)
+                    added.add(key)
+
+
+def _following(an: AnalyzerState, entry: SymInfoEntry, mod: nn.Module, snames: list[str],
+               rel: str, shape: tuple[int, ...], d: int, dim: Dim) -> list[str]:
+    """The int attributes of ``mod`` that equal dim ``d`` of its tensor ``rel`` and that the
+    one symbol whose rule shrinks that dim (by its last unit, and nothing else of the tensor)
+    sets to the entries kept; empty if no symbol or several shrink it."""
+    if shape[d] <= 1:
+        return []
+    keep = shape[d] - _unit_entries(an, dim)
+    if keep < 1:
+        return []
+    expected = (*shape[:d], keep, *shape[d + 1:])
+    found: list[dict[str, Any]] = []
+    for sname in snames:
+        probe = _probe(entry, mod, sname, keep)
+        if probe is None:
+            continue
+        shapes, attrs = probe
+        new = shapes.get(rel)
+        if new is None or len(new) != len(shape) or new[d] == shape[d]:
+            continue
+        if new != expected:
+            return []
+        found.append(attrs)
+    if len(found) != 1:
+        return []
+    before = vars(mod)
+    return [a for a, v in found[0].items()
+            if v == keep and _is_int(before.get(a)) and before[a] == shape[d]]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _own_tensors(mod: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    yield from mod.named_parameters(recurse=False, remove_duplicate=False)
+    yield from mod.named_buffers(recurse=False, remove_duplicate=False)
+
+
+#: a module outside the graph holding tensors the graph reaches: its name in the SymMap, the
+#: module, its family's entry, its symbols and its tensors (relative name, tensor) reached
+_Holder = tuple[str, nn.Module, SymInfoEntry, list[str], list[tuple[str, torch.Tensor]]]
+
+
+def _holders(an: AnalyzerState, leaves: set[str], outside: list[tuple[str, nn.Module]],
+             places: dict[int, list[_Place]]) -> list[_Holder]:
+    """The modules of a known family (a SymInfo and a resize rule) among ``outside`` (the
+    modules neither called as leaves nor inside one) that the graph neither reads from nor
+    runs part of, holding tensors in ``places``."""
+    symmap = an.symmap
+    candidates = [(q, m) for q, m in outside if m in symmap]
+    if not candidates:
+        return []
+    run = {""}  # the modules the graph calls or reads tensors of sit in these
+    for path in [*leaves, *(str(n.target) for n in an.gm.graph.nodes if n.op == "get_attr")]:
+        while path:
+            path = path.rpartition(".")[0]
+            if path in run:
+                break
+            run.add(path)
+    out: list[_Holder] = []
+    for qualname, mod in candidates:
+        if qualname in run:
+            continue
+        tensors = [(rel, t) for rel, t in _named_tensors(mod) if id(t) in places]
+        if not tensors:
+            continue
+        name = symmap.name_of(mod)
+        entry = an.registry.sym_info_entry(type(mod))
+        snames = list(symmap[mod])
+        if entry is not None and entry.resize is not None and not any(
+                (name, sname) in an.symbol_dims for sname in snames):
+            out.append((name, mod, entry, snames, tensors))
+    return out
+
+
+def _join(an: AnalyzerState, name: str, mod: nn.Module, entry: SymInfoEntry, snames: list[str],
+          tensors: list[tuple[str, torch.Tensor]], places: dict[int, list[_Place]],
+          tied: dict[int, dict[int, Dim]]) -> None:
+    """Attach the symbols of a holder to the dims of its tensors they size (module doc), if
+    each dim is sized by one of them."""
+    dims: dict[str, list[Dim]] = {}
+    for rel, t in tensors:
+        sizers = _sizers(an, entry, mod, snames, rel, t, tied.get(id(t), {}))
+        if sizers is None:
+            return
+        for d, sname in sizers.items():
+            dims.setdefault(sname, []).append(tied[id(t)][d])
+    ctx = OpContext(an, places[id(tensors[0][1])][0].node)
+    for sname, found in dims.items():
+        try:
+            an.symbol_dims[(name, sname)] = ctx.unify(*found)
+        except Unsupported:
+            for dim in found:
+                ctx.fix(dim, f"{name}.{sname} sizes tensors held elsewhere that are sized "
+                             "differently there")
+
+
+def _sizers(an: AnalyzerState, entry: SymInfoEntry, mod: nn.Module, snames: list[str],
+            rel: str, tensor: torch.Tensor, dims: dict[int, Dim]) -> dict[int, str] | None:
+    """Per dim of size > 1 of ``tensor``, held by ``mod`` as ``rel``, that is tied as ``dims``
+    (the others are pinned where the graph reaches the tensor: never resized): the one symbol
+    of ``mod`` whose rule, keeping all but the dim's last unit, shrinks that dim by that unit
+    and nothing else of the tensor. ``None`` if a dim has no such symbol or several, or a
+    symbol's rule fails on every dim (it could size any of them). A rule failing on one dim
+    only cannot be keeping fewer entries of it: it sizes a shorter one."""
+    shape = tuple(tensor.shape)
+    wanted = {d: size for d, size in enumerate(shape) if size > 1 and d in dims}
+    after: dict[tuple[str, int], tuple[int, ...] | None] = {}
+    keep: dict[int, int] = {}
+    for d in wanted:
+        keep[d] = shape[d] - _unit_entries(an, dims[d])
+        if keep[d] < 1:
+            return None
+        for sname in snames:
+            after[(sname, d)] = _shape_after(entry, mod, sname, keep[d], rel)
+    if any(all(after[(sname, d)] is None for d in wanted) for sname in snames):
+        return None
+    out: dict[int, str] = {}
+    for d in wanted:
+        changed = [(sname, new) for sname in snames
+                   if (new := after[(sname, d)]) is not None and new[d] != shape[d]]
+        if len(changed) != 1:
+            return None
+        sname, new = changed[0]
+        if new != (*shape[:d], keep[d], *shape[d + 1:]):
+            return None
+        out[d] = sname
+    return out
+
+
+def _unit_entries(an: AnalyzerState, dim: Dim) -> int:
+    """The entries of one unit of ``dim``'s last segment."""
+    last = dim[-1]
+    return 1 if last.group is None else last.length // an.table.units[an.table.find(last.group)]
+
+
+def _shape_after(entry: SymInfoEntry, mod: nn.Module, sname: str, keep: int, rel: str
+                 ) -> tuple[int, ...] | None:
+    """The shape of ``mod``'s tensor ``rel`` after its rule keeps ``keep`` entries of
+    ``sname`` on a meta copy; ``None`` if the rule fails."""
+    probe = _probe(entry, mod, sname, keep)
+    return None if probe is None else probe[0].get(rel)
+
+
+def _probe(entry: SymInfoEntry, mod: nn.Module, sname: str, keep: int
+           ) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]] | None:
+    """After ``entry``'s rule keeps ``keep`` entries of ``sname`` on a meta copy of ``mod``:
+    the copy's tensor shapes (by relative name) and its int attributes; ``None`` if the rule
+    fails."""
+    clone = meta_copy(mod)
+    assert entry.resize is not None
+    try:
+        entry.resize(clone, sname, torch.arange(keep))
+    except Exception:  # any failure of a rule on a copy: it cannot keep that many entries
+        return None
+    attrs = {k: v for k, v in vars(clone).items() if not k.startswith("_") and _is_int(v)}
+    return {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, attrs
 
 
 def _describe(where: list[_Place]) -> str:
