@@ -6,7 +6,7 @@ analyze time.
 Coverage is the share of the ``nn.Linear``, ``Conv1D``, convolution and ``nn.Embedding``
 modules whose output dim (``out_features``, ``out_channels``, ``embedding_dim``) is a member
 of a searchable group, counting every member (the projections inside attention leaves
-too). A task head whose output is the model's contract (``lm_head``, a classifier) always
+too, and a subclass traced into by its weight or size attribute member). A task head whose output is the model's contract (``lm_head``, a classifier) always
 counts against it. ``oracle cov.`` is :func:`fxsym.oracles.coverage` (every module with an
 OUTGOING symbol, attention leaves included, and every module traced into whose parameter
 is the weight of a functional projection, such as ``FalconLinear``: the same projections the
@@ -77,15 +77,20 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                        decoder_attention_heads=4, vocab_size=100)),
 }
 
-#: the symbol naming a projection's output dim, by module class name, and the parameter member
-#: (``weight:<dim>``) that a subclass traced into (its own ``forward``) carries instead
-OUTPUT_SYMBOL = {"Linear": ("out_features", "weight:0"), "Conv1D": ("out_features", "weight:1"),
-                 "Conv1d": ("out_channels", "weight:0"), "Conv2d": ("out_channels", "weight:0"),
-                 "Conv3d": ("out_channels", "weight:0"),
-                 "Embedding": ("embedding_dim", "weight:1")}
+#: the symbol naming a projection's output dim, by module class name, and the members that a
+#: subclass traced into (its own ``forward``) carries instead: the parameter member
+#: (``weight:<dim>``) and the family's size attribute (``attr:<symbol>``, which follows the
+#: weight dim where a tied leaf's rule slices the weight, as Bart's scaled embeddings)
+OUTPUT_SYMBOL: dict[str, tuple[str, ...]] = {
+    "Linear": ("out_features", "weight:0", "attr:out_features"),
+    "Conv1D": ("out_features", "weight:1", "attr:nf"),
+    "Conv1d": ("out_channels", "weight:0", "attr:out_channels"),
+    "Conv2d": ("out_channels", "weight:0", "attr:out_channels"),
+    "Conv3d": ("out_channels", "weight:0", "attr:out_channels"),
+    "Embedding": ("embedding_dim", "weight:1", "attr:embedding_dim")}
 
 
-def _output_keys(mod: nn.Module) -> tuple[str, str] | None:
+def _output_keys(mod: nn.Module) -> tuple[str, ...] | None:
     """The symbol and parameter member of ``mod``'s output dim, if its class or a base class
     (``FalconLinear`` is an ``nn.Linear``) is a counted projection."""
     for cls in type(mod).__mro__:
