@@ -14,11 +14,15 @@ run as before, and raises as before when the model is wrong.
   pieces a family's value rule (``register(..., value=rule)``, see
   ``fxsym_register_sym_infos``) is made of.
 
-The argument they rest on: torch's TensorIterator lays out the output of a pointwise op by
-sorting the dimensions by the operands' strides; when every operand is row-major
-(:func:`row_major`: the strides ``torch.empty`` gives its shape, no element missing) no
-dimension ever moves, so the output is row-major too, of the broadcast shape. The tests
-(``tests/test_value_rules.py``) compare each rule with running, over many configurations.
+What the pointwise rule rests on: on the meta device these ops run torch's Python
+references (``torch._refs``), which broadcast the operands and order the output's dims by
+their strides (``compute_elementwise_output_logical_to_physical_perm``); when every operand
+is row-major (:func:`row_major`: the strides ``torch.empty`` gives its shape, no empty dim)
+no dim moves and the output is row-major, and for other layouts of ``float32``/``float64``
+:func:`_output_order` is that ordering, ported. (Half precision is computed in ``float32``:
+the references first convert each operand, which lays it out anew; those are left to
+running unless row-major.) The tests (``tests/test_value_rules.py``) compare each rule with
+running, over many configurations.
 
 Imports from fxsym: nothing.
 """
@@ -37,6 +41,8 @@ import torch.nn.functional as F
 FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 
 _INT64 = (-(2**63), 2**63 - 1)
+#: dtypes torch's pointwise meta kernels compute in (no converted copies of the operands)
+_OWN_COMPUTE = frozenset({torch.float32, torch.float64})
 
 
 def plain_float(value: Any) -> bool:
@@ -86,27 +92,113 @@ _POINTWISE_METHODS = frozenset({"add", "sub", "subtract", "mul", "multiply", "di
                                 "true_divide"})
 
 
-def pointwise_value(args: tuple[Any, ...]) -> torch.Tensor | None:
-    """The value of ``a + b`` (or ``-``, ``*``, ``/``) for ``args == (a, b)``: row-major
-    floating meta tensors of one dtype (0-d ones too) and Python ints and floats, at least one
-    tensor; of the broadcast shape, row-major, that dtype. ``None`` otherwise (shapes that do
-    not broadcast included: running raises)."""
+def pointwise_value(args: tuple[Any, ...], reciprocal_first: bool = False) -> Any:
+    """The value of ``a + b`` (or ``-``, ``*``, ``/``) for ``args == (a, b)``: floating meta
+    tensors of one dtype without empty dims (0-d ones too) and Python ints and floats, at
+    least one tensor; of the broadcast shape, that dtype, laid out as torch's meta kernel
+    lays it out (:func:`_output_order`). ``None`` otherwise (shapes that do not broadcast
+    included: running raises). ``reciprocal_first``: ``number / tensor``, which torch
+    computes as ``tensor.reciprocal() * number`` (two ops, each laying out its output)."""
     if len(args) != 2:
         return None
     dtype = None
-    shapes = []
+    tensors = []
+    plain = True
     for a in args:
         if type(a) is torch.Tensor:
-            if not (plain_float(a) and row_major(a)) or (dtype is not None and a.dtype != dtype):
+            if not plain_float(a) or (dtype is not None and a.dtype != dtype):
                 return None
             dtype = a.dtype
-            shapes.append(a.shape)
+            tensors.append(a)
+            plain = plain and row_major(a)
         elif not _number(a):
             return None
     if dtype is None:
         return None
-    shape = _broadcast(shapes)
-    return None if shape is None else meta_empty(shape, dtype)
+    shape = _broadcast([t.shape for t in tensors])
+    if shape is None:
+        return None
+    if plain:  # every operand row-major: no dimension is ever reordered
+        return meta_empty(shape, dtype)
+    if dtype not in _OWN_COMPUTE or not all(nonempty(t) for t in tensors):
+        return None  # half precision is computed in float32: converted copies come first
+    if reciprocal_first:
+        tensors = [_permuted(shape, _output_order(tensors, shape), dtype)]
+    return _permuted(shape, _output_order(tensors, shape), dtype)
+
+
+def _permuted(shape: list[int], order: list[int], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty_permuted(shape, order, dtype=dtype, device="meta")
+
+
+def _output_order(tensors: list[torch.Tensor], shape: list[int]) -> list[int]:
+    """The order of dims, outermost first, of the output of a pointwise op on ``tensors``
+    of broadcast ``shape`` (all sizes positive): what torch's meta kernel of these ops
+    (``torch._refs``, whose ``_prim_elementwise_meta`` calls
+    ``compute_elementwise_output_logical_to_physical_perm`` on the operands broadcast to
+    ``shape``) gives, ported here, as it runs for every node."""
+    ndim = len(shape)
+    if ndim < 2:
+        return list(range(ndim))
+    target = tuple(shape)
+    operands = [(target, (t if t.shape == target else t.expand(target)).stride())
+                for t in tensors]
+    contiguous = all(_contiguous(size, stride, (*range(ndim - 1, -1, -1),))
+                     for size, stride in operands)
+    channels_last = ndim == 4 and all(_contiguous(size, stride, (1, 3, 2, 0))
+                                      for size, stride in operands)
+    if contiguous and not channels_last:
+        return list(range(ndim))
+    if channels_last and not contiguous:
+        return [0, *range(2, ndim), 1]
+
+    def at_least(a: int, b: int) -> bool:  # torch's ``ge`` for sizes and strides
+        if b == 0:
+            return True
+        if a == 0:
+            return False
+        return a >= b or a % b == 0
+
+    def order(a: int, b: int) -> int:
+        """1 if dim ``a`` goes outside ``b`` (swap), -1 if not, 0 if no operand tells."""
+        for _, stride in operands:
+            sa, sb = stride[a], stride[b]
+            if sa == 0 or sb == 0:
+                continue
+            if sa == sb:
+                if at_least(shape[b], shape[a]):
+                    continue
+                return 1
+            if at_least(sb, sa):
+                return -1
+            if at_least(sa, sb):
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))
+    for i in range(1, ndim):
+        moving = i
+        for before in range(i - 1, -1, -1):
+            found = order(perm[before], perm[moving])
+            if found > 0:
+                perm[before], perm[moving] = perm[moving], perm[before]
+                moving = before
+            elif found < 0:
+                break
+    return perm[::-1]
+
+
+def _contiguous(size: tuple[int, ...], stride: tuple[int, ...],
+                inner_first: tuple[int, ...]) -> bool:
+    """Dense in the order ``inner_first`` (innermost dim first), dims of size 1 skipped."""
+    expected = 1
+    for d in inner_first:
+        if size[d] == 1:
+            continue
+        if stride[d] != expected:
+            return False
+        expected *= size[d]
+    return True
 
 
 def _broadcast(shapes: list[torch.Size]) -> list[int] | None:
@@ -163,7 +255,10 @@ def op_value(op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         return None
     try:
         if target in _POINTWISE_FUNCTIONS:
-            return None if kwargs else pointwise_value(args)
+            if kwargs:
+                return None
+            return pointwise_value(args, reciprocal_first=target is operator.truediv
+                                   and type(args[0]) is not torch.Tensor)
     except TypeError:  # an unhashable target
         return None
     if target is F.adaptive_avg_pool2d:
