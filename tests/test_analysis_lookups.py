@@ -100,3 +100,24 @@ def test_link_to_a_lone_symbol_and_cycles_through_followers() -> None:
         other.link_to(follower)
     other.link_to(head)
     assert other.parent is head and follower.parent is other
+
+
+class _OwnParameters(nn.Linear):
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        yield from super().named_parameters(*args, **kwargs)
+        yield "extra", self.weight
+
+
+def test_tensors_of_a_leaf_listed_as_torch_lists_them() -> None:
+    from fxsym.analysis.shared import _named_tensors
+
+    bn = nn.BatchNorm2d(3)
+    no_bias = nn.Conv2d(2, 3, 1, bias=False)
+    cases = [bn, no_bias, nn.Linear(2, 2), _OwnParameters(2, 2), nn.Sequential(bn, no_bias),
+             *torchvision.models.mobilenet_v3_small().modules()]
+    for mod in cases:
+        expected = [*mod.named_parameters(remove_duplicate=False),
+                    *mod.named_buffers(remove_duplicate=False)]
+        found = list(_named_tensors(mod))
+        assert [n for n, _ in found] == [n for n, _ in expected]
+        assert all(a is b for (_, a), (_, b) in zip(found, expected, strict=True))

@@ -230,6 +230,9 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fxsym/tracer/tracer.py", "_modules"): "nn.Module storage, meta copy",
     ("fxsym/tracer/tracer.py", "_root"): "torch.fx.Graph's node list sentinel (rollback)",
     ("fxsym/tracer/tracer.py", "_assert"): "torch._assert, the assert torch.fx records",
+    ("fxsym/analysis/shared.py", "_parameters"): "nn.Module storage: a childless leaf's tensors",
+    ("fxsym/analysis/shared.py", "_buffers"): "nn.Module storage: a childless leaf's tensors",
+    ("fxsym/analysis/shared.py", "_modules"): "nn.Module storage: whether a leaf has children",
 }
 
 _ATTR_FUNCTIONS = {"getattr", "setattr", "hasattr", "delattr"}

@@ -365,8 +365,18 @@ def _describe(where: list[_Place]) -> str:
 
 
 def _named_tensors(mod: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    cls = type(mod)
+    if not mod._modules and all(getattr(cls, f) is getattr(nn.Module, f) for f in _WALKS):
+        # a module without children, listed the way nn.Module lists its own tensors
+        yield from ((k, p) for k, p in mod._parameters.items() if p is not None)
+        yield from ((k, b) for k, b in mod._buffers.items() if b is not None)
+        return
     yield from mod.named_parameters(remove_duplicate=False)
     yield from mod.named_buffers(remove_duplicate=False)
+
+
+#: what ``named_parameters``/``named_buffers`` go through
+_WALKS = ("named_parameters", "named_buffers", "_named_members", "named_modules")
 
 
 def _tensor_at(model: Submodules, target: str) -> torch.Tensor | None:
