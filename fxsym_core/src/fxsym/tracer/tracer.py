@@ -311,8 +311,8 @@ class FxsymTracer(torch.fx.Tracer):
             yield
             return
         state = vars(m)
-        names = [k for k, v in state.items() if not k.startswith("_") and (
-            type(v) is int or _int_tuple(v))]
+        names = [k for k, v in state.items() if (type(v) is int or (
+            type(v) is tuple and _int_tuple(v))) and not k.startswith("_")]
         originals = {name: state[name] for name in names}
         proxies: dict[str, Any] = {}
         self._sizing.add(id(m))
