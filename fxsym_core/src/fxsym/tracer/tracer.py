@@ -409,15 +409,15 @@ class FxsymTracer(torch.fx.Tracer):
             ) from exc
 
     def _evaluate(self, node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+        target = node.target
+        if node.op == "call_module":
+            return self._run_leaf(node, args, kwargs)
+        if node.op not in ("call_function", "call_method"):
+            return _FAILED
+        value = op_value(node.op, target, args, kwargs)
+        if value is not None:
+            return value
         with torch.no_grad():
-            target = node.target
-            if node.op == "call_module":
-                return self._run_leaf(node, args, kwargs)
-            if node.op not in ("call_function", "call_method"):
-                return _FAILED
-            value = op_value(node.op, target, args, kwargs)
-            if value is not None:
-                return value
             key = _op_key(node.op, target, args, kwargs)
             if key is not None and key in self._leaf_values:
                 return _fresh_copy(self._leaf_values[key], args)
@@ -488,7 +488,7 @@ class FxsymTracer(torch.fx.Tracer):
         clone = self._meta_modules.get(id(mod))
         if clone is None:
             clone = self._meta_modules[id(mod)] = meta_copy(mod)
-        with self._quietly():
+        with self._quietly(), torch.no_grad():
             value = clone(*args, **kwargs)
         if key is not None:
             recorded = _recorded(value, args)
