@@ -239,11 +239,16 @@ def test_overriding_subclass_is_traced_into_not_misdescribed() -> None:
     assert note.where == "1" and "overrides forward of Conv2d" in note.message
     # traced into: the functional conv ties conv 0's channels to WSConv's weight columns
     # (standardising over them is permutation-invariant), and its weight's rows produce the
-    # output channels (issue 11: functional forms are first-class); both oracles hold
+    # output channels (issue 11: functional forms are first-class); the size attributes
+    # Conv2d's own rule would set are members, so a resize keeps them true; both oracles hold
     assert [(g.name, g.members) for g in sm.groups()] == [
-        ("0.out_channels", (("0", "out_channels"), ("1", "weight:1"))),
-        ("1.weight:0", (("1", "weight:0"), ("1", "bias:0"), ("2", "in_channels")))]
+        ("0.out_channels", (("0", "out_channels"), ("1", "weight:1"), ("1", "attr:in_channels"))),
+        ("1.weight:0", (("1", "weight:0"), ("1", "bias:0"), ("2", "in_channels"),
+                        ("1", "attr:out_channels")))]
     assert_oracles(model, (torch.randn(1, 3, 6, 6),))
+    fxsym.resize(model, sm, {"0.out_channels": 5, "1.weight:0": 6})
+    ws = model[1]
+    assert (ws.in_channels, ws.out_channels) == (5, 6) == tuple(ws.weight.shape[1::-1])
 
 
 def test_cli_plugins_lists_contributions() -> None:
