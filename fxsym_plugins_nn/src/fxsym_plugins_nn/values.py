@@ -3,10 +3,12 @@
 ``rule(module, args, kwargs)`` gives what running the module on the meta device gives (shape,
 dtype, strides) or ``None``: the tracer then runs it, as it does for a family without a rule,
 and a wrong input raises the same error as before. So each rule gives a value only when its
-preconditions hold: the module is of exactly the class (a subclass may compute otherwise),
-one input, row-major and floating, the weights of that dtype and of the shapes the input
-needs. Outside of that (channels-last or strided inputs, other padding modes, a channel
-count that does not match, ...) it says ``None``. ``tests/test_value_rules.py`` compares
+preconditions hold: the module is of exactly the class (a subclass may compute otherwise)
+with torch's own forward, one floating input (row-major for convolutions; of any layout for
+``nn.Linear`` and Swin's attention, whose outputs are new row-major tensors), the weights of
+that dtype and of the shapes the input needs. Outside of that (channels-last inputs of a
+convolution, other padding modes, a channel count that does not match, ...) it says
+``None``. ``tests/test_value_rules.py`` compares
 every rule with running over many configurations.
 """
 
@@ -19,19 +21,26 @@ from torch import nn
 
 from fxsym.tracer.values import meta_empty, nonempty, plain_float, row_major
 
-#: the forwards the rules describe: a class whose forward was replaced (a library patching
-#: ``nn.Linear.forward``) computes something else, and is run
+
+def _methods(cls: type) -> tuple[Any, ...]:
+    return getattr(cls, "forward", None), getattr(cls, "_conv_forward", None)
+
+
+#: the forwards the rules describe, torch's own (defined in ``torch.nn.modules``): a class
+#: whose forward was replaced (a library patching ``nn.Linear.forward``, before this module
+#: was imported or after) computes something else, and is run
 _FORWARDS: dict[type, tuple[Any, ...]] = {
-    cls: (cls.forward, getattr(cls, "_conv_forward", None))
+    cls: _methods(cls)
     for cls in (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d,
-                nn.ConvTranspose2d, nn.ConvTranspose3d)}
+                nn.ConvTranspose2d, nn.ConvTranspose3d)
+    if all(m is None or getattr(m, "__module__", "").startswith("torch.nn.modules.")
+           for m in _methods(cls))}
 
 
 def _torch_forward(cls: type) -> bool:
     """``cls`` is one of torch.nn's classes above, its forward as torch defines it."""
     known = _FORWARDS.get(cls)
-    return known is not None and known == (getattr(cls, "forward", None),
-                                            getattr(cls, "_conv_forward", None))
+    return known is not None and known == _methods(cls)
 
 
 def _weight(t: Any, dtype: torch.dtype, shape: tuple[int, ...]) -> bool:
