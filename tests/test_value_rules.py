@@ -333,6 +333,40 @@ def test_adaptive_avg_pool2d_rule_gives_what_running_gives() -> None:
     assert checked > 1000 and given > 200, (checked, given)
 
 
+def test_cat_rule_gives_what_running_gives() -> None:
+    rng = random.Random(5)
+    given = checked = 0
+    for _ in range(500):
+        ndim = rng.choice([1, 2, 3, 4, 4, 5])
+        dim = rng.randrange(-ndim, ndim) if rng.random() < 0.95 else ndim
+        base = [rng.choice([1, 2, 3]) for _ in range(ndim)]
+        dtype = rng.choice(DTYPES)
+        tensors = []
+        for _ in range(rng.choice([1, 2, 3, 5])):
+            shape = list(base)
+            shape[dim % ndim] = rng.choice([1, 2, 4])
+            if rng.random() < 0.05:  # another size elsewhere, another dtype, an empty dim
+                shape[rng.randrange(ndim)] += 1
+            kind = rng.choice([dtype] * 12 + [torch.float32, torch.int64])
+            if rng.random() < 0.03:
+                shape[0] = 0
+            tensors.append(rng.choice(_layouts(torch.empty(shape, dtype=kind, device="meta"),
+                                               rng) + [None] * 3))
+        tensors = [t if t is not None else torch.empty(
+            shape, dtype=dtype, device="meta") for t in tensors]
+        for args, kwargs in (((tensors, dim), {}), ((tensors,), {"dim": dim}),
+                             ((tuple(tensors),), {}) if dim == 0 else ((tensors, dim), {})):
+            ran, expected = _run(functools.partial(torch.cat, *args, **kwargs))
+            value = op_value("call_function", torch.cat, args, kwargs)
+            checked += 1
+            if value is None:
+                continue
+            given += 1
+            assert ran and _meta(value) == _meta(expected), (
+                dim, [(t.shape, t.stride(), t.dtype) for t in tensors])
+    assert checked > 1000 and given > 300, (checked, given)
+
+
 # -- through the tracer ---------------------------------------------------------------------------
 class _Counted(nn.Module):
     """A leaf family of a test: its forward counts its runs."""
@@ -448,7 +482,8 @@ def _rerun(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Any:
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v3_small", "swin_t", "regnet_y_400mf",
-                                  "efficientnet_b0", "resnet18", "convnext_tiny", "vit_b_16"])
+                                  "efficientnet_b0", "resnet18", "convnext_tiny", "vit_b_16",
+                                  "densenet121", "shufflenet_v2_x0_5"])
 def test_every_node_value_of_a_real_model_is_what_running_gives(name: str) -> None:
     tv = pytest.importorskip("torchvision")
     model = tv.models.get_model(name, weights=None).eval()
@@ -468,7 +503,7 @@ def test_every_node_value_of_a_real_model_is_what_running_gives(name: str) -> No
                     continue
             elif node.target not in (operator.add, operator.mul, operator.sub,
                                      operator.truediv, F.adaptive_avg_pool2d, torch.add,
-                                     torch.mul, "add", "mul"):
+                                     torch.mul, "add", "mul", torch.cat):
                 continue
             ruled += 1
             assert _meta(node.meta["val"]) == _meta(_rerun(gm, node)), node.format_node()

@@ -8,8 +8,8 @@ strides, device) is provably what running gives, and ``None`` otherwise: the nod
 run as before, and raises as before when the model is wrong.
 
 * :func:`op_value` is the tracer's own rule for a few common torch ops: pointwise ``add``,
-  ``sub``, ``mul`` and true division of floating tensors of one dtype and Python numbers, and
-  ``F.adaptive_avg_pool2d``;
+  ``sub``, ``mul`` and true division of floating tensors of one dtype and Python numbers,
+  ``F.adaptive_avg_pool2d`` and ``torch.cat``;
 * :func:`plain_float`, :func:`row_major`, :func:`nonempty` and :func:`meta_empty` are the
   pieces a family's value rule (``register(..., value=rule)``, see
   ``fxsym_register_sym_infos``) is made of.
@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+import torch.fx
 import torch.nn.functional as F
 
 #: the dtypes the rules accept: a floating tensor meets another of its dtype or a Python
@@ -246,6 +247,42 @@ def adaptive_avg_pool2d_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return meta_empty((*x.shape[:-2], *out), x.dtype)
 
 
+def cat_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``torch.cat(tensors, dim)`` of row-major floating meta tensors of one dtype and one
+    number of dims (at least 1), sizes equal but along ``dim``: row-major, sizes summed
+    along ``dim``. (torch's meta kernel concatenates into a row-major tensor, then copies it
+    to the memory format its inputs suggest, which a row-major input makes row-major.)"""
+    if len(args) == 2 and not kwargs:
+        tensors, dim = args
+    elif len(args) == 1 and set(kwargs) <= {"dim"}:
+        tensors, dim = args[0], kwargs.get("dim", 0)
+    else:
+        return None
+    if type(tensors) not in _SEQUENCES or not tensors or type(dim) is not int:
+        return None
+    first = tensors[0]
+    if type(first) is not torch.Tensor:
+        return None
+    ndim, dtype = first.dim(), first.dtype
+    if not -ndim <= dim < ndim:
+        return None
+    dim %= ndim
+    shape = list(first.shape)
+    total = 0
+    for t in tensors:
+        if not (plain_float(t) and t.dtype == dtype and t.dim() == ndim and row_major(t)):
+            return None
+        for i, (size, want) in enumerate(zip(t.shape, shape)):
+            if i != dim and size != want:
+                return None
+        total += t.shape[dim]
+    shape[dim] = total
+    return meta_empty(shape, dtype)
+
+
+_SEQUENCES = (list, tuple, torch.fx.immutable_collections.immutable_list)
+
+
 def op_value(op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The value of a ``call_function`` or ``call_method`` node computed from its arguments'
     metadata, or ``None`` (run it)."""
@@ -263,4 +300,6 @@ def op_value(op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         return None
     if target is F.adaptive_avg_pool2d:
         return adaptive_avg_pool2d_value(args, kwargs)
+    if target is torch.cat:
+        return cat_value(args, kwargs)
     return None
