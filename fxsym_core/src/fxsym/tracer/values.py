@@ -19,10 +19,10 @@ references (``torch._refs``), which broadcast the operands and order the output'
 their strides (``compute_elementwise_output_logical_to_physical_perm``); when every operand
 is row-major (:func:`row_major`: the strides ``torch.empty`` gives its shape, no empty dim)
 no dim moves and the output is row-major, and for other layouts of ``float32``/``float64``
-:func:`_output_order` is that ordering, ported. (Half precision is computed in ``float32``:
-the references first convert each operand, which lays it out anew; those are left to
-running unless row-major.) The tests (``tests/test_value_rules.py``) compare each rule with
-running, over many configurations.
+:func:`_output_order` asks torch's own function for that ordering. (Half precision is
+computed in ``float32``: the references first convert each operand, which lays it out anew;
+those are left to running unless row-major.) The tests (``tests/test_value_rules.py``)
+compare each rule with running, over many configurations.
 
 Imports from fxsym: nothing.
 """
@@ -36,6 +36,14 @@ from typing import Any
 import torch
 import torch.fx
 import torch.nn.functional as F
+
+_torch_output_order: Any
+try:  # what torch's meta kernels of pointwise ops order the output's dims by
+    from torch._prims_common import (
+        compute_elementwise_output_logical_to_physical_perm as _torch_output_order,
+    )
+except ImportError:  # another torch: those layouts are left to running
+    _torch_output_order = None
 
 #: the dtypes the rules accept: a floating tensor meets another of its dtype or a Python
 #: number and gives its own dtype back
@@ -124,82 +132,31 @@ def pointwise_value(args: tuple[Any, ...], reciprocal_first: bool = False) -> An
     if dtype not in _OWN_COMPUTE or not all(nonempty(t) for t in tensors):
         return None  # half precision is computed in float32: converted copies come first
     if reciprocal_first:
-        tensors = [_permuted(shape, _output_order(tensors, shape), dtype)]
-    return _permuted(shape, _output_order(tensors, shape), dtype)
+        order = _output_order(tensors, shape)
+        if order is None:
+            return None
+        tensors = [_permuted(shape, order, dtype)]
+    order = _output_order(tensors, shape)
+    return None if order is None else _permuted(shape, order, dtype)
 
 
 def _permuted(shape: list[int], order: list[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty_permuted(shape, order, dtype=dtype, device="meta")
 
 
-def _output_order(tensors: list[torch.Tensor], shape: list[int]) -> list[int]:
+def _output_order(tensors: list[torch.Tensor], shape: list[int]) -> list[int] | None:
     """The order of dims, outermost first, of the output of a pointwise op on ``tensors``
-    of broadcast ``shape`` (all sizes positive): what torch's meta kernel of these ops
-    (``torch._refs``, whose ``_prim_elementwise_meta`` calls
-    ``compute_elementwise_output_logical_to_physical_perm`` on the operands broadcast to
-    ``shape``) gives, ported here, as it runs for every node."""
-    ndim = len(shape)
-    if ndim < 2:
-        return list(range(ndim))
+    of broadcast ``shape`` (all sizes positive), as torch's meta kernel of these ops computes
+    it: the function of torch's it calls, on the operands broadcast to ``shape``. ``None``
+    where this torch has no such function or it answers in another form."""
+    if _torch_output_order is None:
+        return None
     target = tuple(shape)
-    operands = [(target, (t if t.shape == target else t.expand(target)).stride())
-                for t in tensors]
-    contiguous = all(_contiguous(size, stride, (*range(ndim - 1, -1, -1),))
-                     for size, stride in operands)
-    channels_last = ndim == 4 and all(_contiguous(size, stride, (1, 3, 2, 0))
-                                      for size, stride in operands)
-    if contiguous and not channels_last:
-        return list(range(ndim))
-    if channels_last and not contiguous:
-        return [0, *range(2, ndim), 1]
-
-    def at_least(a: int, b: int) -> bool:  # torch's ``ge`` for sizes and strides
-        if b == 0:
-            return True
-        if a == 0:
-            return False
-        return a >= b or a % b == 0
-
-    def order(a: int, b: int) -> int:
-        """1 if dim ``a`` goes outside ``b`` (swap), -1 if not, 0 if no operand tells."""
-        for _, stride in operands:
-            sa, sb = stride[a], stride[b]
-            if sa == 0 or sb == 0:
-                continue
-            if sa == sb:
-                if at_least(shape[b], shape[a]):
-                    continue
-                return 1
-            if at_least(sb, sa):
-                return -1
-            if at_least(sa, sb):
-                return 1
-        return 0
-
-    perm = list(range(ndim - 1, -1, -1))
-    for i in range(1, ndim):
-        moving = i
-        for before in range(i - 1, -1, -1):
-            found = order(perm[before], perm[moving])
-            if found > 0:
-                perm[before], perm[moving] = perm[moving], perm[before]
-                moving = before
-            elif found < 0:
-                break
-    return perm[::-1]
-
-
-def _contiguous(size: tuple[int, ...], stride: tuple[int, ...],
-                inner_first: tuple[int, ...]) -> bool:
-    """Dense in the order ``inner_first`` (innermost dim first), dims of size 1 skipped."""
-    expected = 1
-    for d in inner_first:
-        if size[d] == 1:
-            continue
-        if stride[d] != expected:
-            return False
-        expected *= size[d]
-    return True
+    found: Any = _torch_output_order(*(t if t.shape == target else t.expand(target)
+                                       for t in tensors))
+    if isinstance(found, tuple):  # (order, whether the layout is ambiguous) in newer torch
+        found = found[0]
+    return list(found) if isinstance(found, list) else None
 
 
 def _broadcast(shapes: list[torch.Size]) -> list[int] | None:
