@@ -5,12 +5,13 @@ analyze time.
 
 Coverage is the share of the ``nn.Linear``, ``Conv1D``, convolution and ``nn.Embedding``
 modules whose output dim (``out_features``, ``out_channels``, ``embedding_dim``) is a member
-of a searchable group, counting every member (the projections inside attention leaves
-too, and a subclass traced into by its weight or size attribute member). A task head whose output is the model's contract (``lm_head``, a classifier) always
-counts against it. ``oracle cov.`` is :func:`fxsym.oracles.coverage` (every module with an
-OUTGOING symbol, attention leaves included, and every module traced into whose parameter
-is the weight of a functional projection, such as ``FalconLinear``: the same projections the
-first column counts through their ``weight:<dim>`` member).
+of a searchable group, counting every member (the projections inside attention leaves too,
+and a subclass traced into by its weight or size attribute member). A task head whose output
+is the model's contract (``lm_head``, a classifier) always counts against it. ``oracle
+cov.`` is :func:`fxsym.oracles.coverage` (every module with an OUTGOING symbol, attention
+leaves included, and every module traced into whose parameter is the weight of a functional
+projection, such as ``FalconLinear``: the same projections the first column counts through
+their ``weight:<dim>`` member).
 """
 
 from __future__ import annotations
