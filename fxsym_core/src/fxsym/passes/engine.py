@@ -30,9 +30,7 @@ whole graph again and again (time per node doubled at 100k nodes in
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from torch import fx
 
@@ -90,7 +88,9 @@ class PatternEngine:
         total = 0
         self.stats = {}
         anchors: Iterable[fx.Node] | None = None
-        with _gc_paused():
+        from ..tracer.guard import gc_paused  # the tracer room: only once optimize runs
+
+        with gc_paused():
             for _ in range(self.max_rounds):
                 changed, touched = self._round(ctx, anchors)
                 total += changed
@@ -208,17 +208,6 @@ def _not(node: fx.Node) -> Callable[[fx.Node], bool]:
     return other
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _downstream(start: Sequence[fx.Node], depth: int) -> list[fx.Node]:
     """``start`` and every node at most ``depth`` edges downstream of it, each once, in the
     order reached (so rounds are deterministic)."""
@@ -244,7 +233,9 @@ def recompile(gm: fx.GraphModule) -> None:
     alive, so the collections it triggers traverse the graph again and again: at 100k nodes
     pausing them saves about a quarter of the recompile (``benchmarks/rewrite_speed.py``).
     """
-    with _gc_paused():
+    from ..tracer.guard import gc_paused
+
+    with gc_paused():
         gm.recompile()
 
 
