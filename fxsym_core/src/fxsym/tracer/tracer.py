@@ -32,7 +32,7 @@ import inspect
 import operator
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -923,9 +923,7 @@ def trace(
     The model is left as it was, whether tracing succeeds or fails (:class:`ModuleGuard`), its
     hooks do not run, and traces are serialised by :data:`TRACE_LOCK` (see ``guard.py``).
     """
-    if not isinstance(model, nn.Module):
-        raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    with TRACE_LOCK, gc_paused(), tracing_thread(), ModuleGuard(model):
+    with _guarded(model):
         return _trace(model, example_inputs, concrete_args, torch.fx.GraphModule)
 
 
@@ -937,12 +935,20 @@ def trace_deferred(
 ) -> DeferredGraphModule:
     """:func:`trace`, returning a :class:`DeferredGraphModule` (its Python code generated on
     first use) for callers that only read the graph and the module tree."""
-    if not isinstance(model, nn.Module):
-        raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    with TRACE_LOCK, gc_paused(), tracing_thread(), ModuleGuard(model):
+    with _guarded(model):
         gm = _trace(model, example_inputs, concrete_args, DeferredGraphModule)
     assert isinstance(gm, DeferredGraphModule)
     return gm
+
+
+@contextlib.contextmanager
+def _guarded(model: nn.Module) -> Iterator[None]:
+    """What surrounds every trace: one at a time (:data:`TRACE_LOCK`), the collector paused,
+    this thread marked as tracing, and ``model`` put back as it was (:class:`ModuleGuard`)."""
+    if not isinstance(model, nn.Module):
+        raise TraceError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    with TRACE_LOCK, gc_paused(), tracing_thread(), ModuleGuard(model):
+        yield
 
 
 def _trace(
