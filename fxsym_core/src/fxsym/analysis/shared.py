@@ -184,9 +184,11 @@ def _follow_family_attributes(an: AnalyzerState, outside: list[tuple[str, nn.Mod
     ctx = OpContext(an, next(iter(an.gm.graph.nodes)))
     added: set[tuple[str, str]] = set()
     for name, mod, entry, snames in followers:
+        results: dict[int, dict[str, _RuleResult | None]] = {}  # by entries kept
         for rel, t in _own_tensors(mod):
             for d, dim in known.get(id(t), {}).items():
-                for attr in _following(an, entry, mod, snames, rel, tuple(t.shape), d, dim):
+                for attr in _following(an, entry, mod, snames, rel, tuple(t.shape), d, dim,
+                                       results):
                     key = (name, f"{ATTRIBUTE_PREFIX}{attr}")
                     old = an.symbol_dims.get(key)
                     if old is not None and key not in added:
@@ -200,32 +202,24 @@ def _follow_family_attributes(an: AnalyzerState, outside: list[tuple[str, nn.Mod
 
 
 def _following(an: AnalyzerState, entry: SymInfoEntry, mod: nn.Module, snames: list[str],
-               rel: str, shape: tuple[int, ...], d: int, dim: Dim) -> list[str]:
+               rel: str, shape: tuple[int, ...], d: int, dim: Dim,
+               results: dict[int, dict[str, _RuleResult | None]]) -> list[str]:
     """The int attributes of ``mod`` that equal dim ``d`` of its tensor ``rel`` and that the
     one symbol whose rule shrinks that dim (by its last unit, and nothing else of the tensor)
-    sets to the entries kept; empty if no symbol or several shrink it."""
+    sets to the entries kept; empty if no symbol or several shrink it. ``results`` keeps the
+    rules' results by entries kept, for the module's other tensors and dims."""
     if shape[d] <= 1:
         return []
     keep = shape[d] - _unit_entries(an, dim)
     if keep < 1:
         return []
-    expected = (*shape[:d], keep, *shape[d + 1:])
-    found: list[dict[str, Any]] = []
-    for sname in snames:
-        probe = _probe(entry, mod, sname, keep)
-        if probe is None:
-            continue
-        shapes, attrs = probe
-        new = shapes.get(rel)
-        if new is None or len(new) != len(shape) or new[d] == shape[d]:
-            continue
-        if new != expected:
-            return []
-        found.append(attrs)
-    if len(found) != 1:
+    if keep not in results:
+        results[keep] = _rule_results(entry, mod, snames, keep)
+    found = _shrinker(results[keep], rel, shape, d, keep)
+    if found is None:
         return []
     before = vars(mod)
-    return [a for a, v in found[0].items()
+    return [a for a, v in found[1].items()
             if v == keep and _is_int(before.get(a)) and before[a] == shape[d]]
 
 
@@ -306,28 +300,48 @@ def _sizers(an: AnalyzerState, entry: SymInfoEntry, mod: nn.Module, snames: list
     symbol's rule fails on every dim (it could size any of them). A rule failing on one dim
     only cannot be keeping fewer entries of it: it sizes a shorter one."""
     shape = tuple(tensor.shape)
-    wanted = {d: size for d, size in enumerate(shape) if size > 1 and d in dims}
-    after: dict[tuple[str, int], tuple[int, ...] | None] = {}
+    wanted = [d for d, size in enumerate(shape) if size > 1 and d in dims]
     keep: dict[int, int] = {}
+    results: dict[int, dict[str, _RuleResult | None]] = {}  # by entries kept
     for d in wanted:
         keep[d] = shape[d] - _unit_entries(an, dims[d])
         if keep[d] < 1:
             return None
-        for sname in snames:
-            after[(sname, d)] = _shape_after(entry, mod, sname, keep[d], rel)
-    if any(all(after[(sname, d)] is None for d in wanted) for sname in snames):
+        if keep[d] not in results:
+            results[keep[d]] = _rule_results(entry, mod, snames, keep[d])
+
+    def fails(sname: str, d: int) -> bool:
+        result = results[keep[d]][sname]
+        return result is None or rel not in result[0]
+
+    if any(all(fails(sname, d) for d in wanted) for sname in snames):
         return None
     out: dict[int, str] = {}
     for d in wanted:
-        changed = [(sname, new) for sname in snames
-                   if (new := after[(sname, d)]) is not None and new[d] != shape[d]]
-        if len(changed) != 1:
+        found = _shrinker(results[keep[d]], rel, shape, d, keep[d])
+        if found is None:
             return None
-        sname, new = changed[0]
-        if new != (*shape[:d], keep[d], *shape[d + 1:]):
-            return None
-        out[d] = sname
+        out[d] = found[0]
     return out
+
+
+def _shrinker(results: dict[str, _RuleResult | None], rel: str, shape: tuple[int, ...],
+              d: int, keep: int) -> tuple[str, dict[str, Any]] | None:
+    """Among the rules' ``results`` (by symbol, each keeping ``keep`` entries), the one symbol
+    whose rule changes dim ``d`` of tensor ``rel`` (of ``shape``), or its number of dims, and
+    the int attributes its copy holds after; ``None`` if none or several do, or the one does
+    more than shrink dim ``d`` to ``keep`` entries."""
+    changed: list[tuple[str, tuple[int, ...], dict[str, Any]]] = []
+    for sname, result in results.items():
+        if result is None:
+            continue
+        new = result[0].get(rel)
+        if new is not None and (len(new) != len(shape) or new[d] != shape[d]):
+            changed.append((sname, new, result[1]))
+    if len(changed) != 1:
+        return None
+    sname, new, attrs = changed[0]
+    return (sname, attrs) if new == (*shape[:d], keep, *shape[d + 1:]) else None
 
 
 def _unit_entries(an: AnalyzerState, dim: Dim) -> int:
@@ -336,27 +350,27 @@ def _unit_entries(an: AnalyzerState, dim: Dim) -> int:
     return 1 if last.group is None else last.length // an.table.units[an.table.find(last.group)]
 
 
-def _shape_after(entry: SymInfoEntry, mod: nn.Module, sname: str, keep: int, rel: str
-                 ) -> tuple[int, ...] | None:
-    """The shape of ``mod``'s tensor ``rel`` after its rule keeps ``keep`` entries of
-    ``sname`` on a meta copy; ``None`` if the rule fails."""
-    probe = _probe(entry, mod, sname, keep)
-    return None if probe is None else probe[0].get(rel)
+#: what a family's rule leaves on a meta copy: its tensor shapes by relative name, and its
+#: int attributes
+_RuleResult = tuple[dict[str, tuple[int, ...]], dict[str, Any]]
 
 
-def _probe(entry: SymInfoEntry, mod: nn.Module, sname: str, keep: int
-           ) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]] | None:
-    """After ``entry``'s rule keeps ``keep`` entries of ``sname`` on a meta copy of ``mod``:
-    the copy's tensor shapes (by relative name) and its int attributes; ``None`` if the rule
-    fails."""
-    clone = meta_copy(mod)
+def _rule_results(entry: SymInfoEntry, mod: nn.Module, snames: list[str], keep: int
+                  ) -> dict[str, _RuleResult | None]:
+    """Per symbol of ``snames``: what ``entry``'s rule, keeping ``keep`` entries of it on a
+    meta copy of ``mod``, leaves (:data:`_RuleResult`); ``None`` if the rule fails."""
     assert entry.resize is not None
-    try:
-        entry.resize(clone, sname, torch.arange(keep))
-    except Exception:  # any failure of a rule on a copy: it cannot keep that many entries
-        return None
-    attrs = {k: v for k, v in vars(clone).items() if not k.startswith("_") and _is_int(v)}
-    return {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, attrs
+    out: dict[str, _RuleResult | None] = {}
+    for sname in snames:
+        clone = meta_copy(mod)
+        try:
+            entry.resize(clone, sname, torch.arange(keep))
+        except Exception:  # any failure of a rule on a copy: it cannot keep that many entries
+            out[sname] = None
+            continue
+        attrs = {k: v for k, v in vars(clone).items() if not k.startswith("_") and _is_int(v)}
+        out[sname] = {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, attrs
+    return out
 
 
 def _describe(where: list[_Place]) -> str:
