@@ -49,6 +49,25 @@ def _run(fn: Callable[[], Any]) -> tuple[bool, Any]:
             return False, exc
 
 
+class _Tally:
+    """How often a rule was asked and how often it answered; every answer is compared with
+    running."""
+
+    def __init__(self) -> None:
+        self.checked = self.given = 0
+
+    def check(self, value: Any, run: Callable[[], Any], context: Any) -> bool:
+        """Whether the rule answered ``value`` (not ``None``); an answer must be exactly the
+        metadata of what ``run`` gives, and ``run`` must not raise."""
+        self.checked += 1
+        if value is None:
+            return False
+        self.given += 1
+        ran, expected = _run(run)
+        assert ran and _meta(value) == _meta(expected), (context, expected)
+        return True
+
+
 def _rule(cls: type) -> Callable[..., Any]:
     fxsym.load_plugins()
     entry = get_registry().sym_info_entry(cls)
@@ -121,7 +140,7 @@ def _conv(cfg: dict[str, Any]) -> nn.Module:
 
 def test_conv_rule_gives_what_running_gives() -> None:
     rng = random.Random(0)
-    given = checked = 0
+    tally = _Tally()
     for cfg in _conv_configs(rng, 700):
         try:
             mod = _conv(cfg)
@@ -132,15 +151,8 @@ def test_conv_rule_gives_what_running_gives() -> None:
         dtype = cfg["input_dtype"] or cfg["dtype"]
         x = torch.empty((*batch, cfg["channels"], *cfg["spatial"]), dtype=dtype, device="meta")
         for inp in _layouts(x, rng):
-            ran, expected = _run(functools.partial(mod, inp))
-            value = rule(mod, (inp,), {})
-            checked += 1
-            if value is None:
-                continue
-            given += 1
-            assert ran, (cfg, inp.stride(), expected)
-            assert _meta(value) == _meta(expected), (cfg, inp.stride())
-    assert checked > 1500 and given > 300, (checked, given)
+            tally.check(rule(mod, (inp,), {}), functools.partial(mod, inp), (cfg, inp.stride()))
+    assert tally.checked > 1500 and tally.given > 300, (tally.checked, tally.given)
 
 
 def test_conv_rule_declines_subclasses_and_other_calls() -> None:
@@ -182,7 +194,7 @@ def test_rules_decline_a_replaced_forward(monkeypatch: pytest.MonkeyPatch) -> No
 def test_linear_rule_gives_what_running_gives() -> None:
     rng = random.Random(1)
     rule = _rule(nn.Linear)
-    given = checked = 0
+    tally = _Tally()
     for _ in range(400):
         fin, fout = rng.choice([1, 3, 8]), rng.choice([1, 4, 6])
         dtype = rng.choice(DTYPES)
@@ -192,14 +204,9 @@ def test_linear_rule_gives_what_running_gives() -> None:
         xdtype = dtype if rng.random() < 0.9 else torch.float32
         x = torch.empty((*lead, last), dtype=xdtype, device="meta")
         for inp in _layouts(x, rng):
-            ran, expected = _run(functools.partial(mod, inp))
-            value = rule(mod, (inp,), {})
-            checked += 1
-            if value is None:
-                continue
-            given += 1
-            assert ran and _meta(value) == _meta(expected), (lead, last, fin, inp.stride())
-    assert checked > 1000 and given > 250, (checked, given)
+            tally.check(rule(mod, (inp,), {}), functools.partial(mod, inp),
+                        (lead, last, fin, inp.stride()))
+    assert tally.checked > 1000 and tally.given > 250, (tally.checked, tally.given)
 
 
 # -- Swin window attention ------------------------------------------------------------------------
@@ -207,7 +214,7 @@ def test_swin_attention_rule_gives_what_running_gives() -> None:
     swin = pytest.importorskip("torchvision.models.swin_transformer")
     rng = random.Random(2)
     rule = _rule(swin.ShiftedWindowAttention)
-    given = checked = 0
+    tally = _Tally()
     for _ in range(40):
         cls = rng.choice([swin.ShiftedWindowAttention, swin.ShiftedWindowAttentionV2])
         heads = rng.choice([1, 2, 3])
@@ -224,14 +231,9 @@ def test_swin_attention_rule_gives_what_running_gives() -> None:
         x = torch.empty(rng.choice([1, 2]), rng.choice([1, 3, 4, 7]), rng.choice([2, 4, 5]),
                         channels, dtype=dtype, device="meta")
         for inp in _layouts(x, rng):
-            ran, expected = _run(functools.partial(clone, inp))
-            value = rule(mod, (inp,), {})
-            checked += 1
-            if value is None:
-                continue
-            given += 1
-            assert ran and _meta(value) == _meta(expected), (cls, window, shift, inp.shape)
-    assert given > 20, (checked, given)
+            tally.check(rule(mod, (inp,), {}), functools.partial(clone, inp),
+                        (cls, window, shift, inp.shape))
+    assert tally.given > 20, (tally.checked, tally.given)
 
 
 # -- pointwise arithmetic and adaptive average pooling (the core's rules) -----------------------
@@ -273,7 +275,7 @@ def _operand(rng: random.Random, shape: tuple[int, ...], dtype: torch.dtype) -> 
 @pytest.mark.parametrize("seed", [3, 13, 23])
 def test_pointwise_rule_gives_what_running_gives(seed: int) -> None:
     rng = random.Random(seed)
-    given = checked = reordered = 0
+    tally, reordered = _Tally(), 0
     for _ in range(700):
         shape = tuple(rng.choice([1, 2, 3, 5]) for _ in range(rng.choice([0, 1, 2, 3, 4])))
         if rng.random() < 0.05:
@@ -288,17 +290,13 @@ def test_pointwise_rule_gives_what_running_gives(seed: int) -> None:
             for args in ((x, other), (other, x), (x, x)):
                 if op == "call_method" and not isinstance(args[0], torch.Tensor):
                     continue
-                ran, expected = _run(functools.partial(_call, op, target, args, {}))
                 value = op_value(op, target, args, {})
-                checked += 1
-                if value is None:
-                    continue
-                given += 1
-                reordered += not value.is_contiguous()
-                assert ran and _meta(value) == _meta(expected), (
-                    target, [(a.shape, a.stride()) if isinstance(a, torch.Tensor) else a
-                             for a in args])
-    assert checked > 3000 and given > 800 and reordered > 50, (checked, given, reordered)
+                if tally.check(value, functools.partial(_call, op, target, args, {}), (
+                        target, [(a.shape, a.stride()) if isinstance(a, torch.Tensor) else a
+                                 for a in args])):
+                    reordered += not value.is_contiguous()
+    assert tally.checked > 3000 and tally.given > 800 and reordered > 50, (
+        tally.checked, tally.given, reordered)
 
 
 def test_pointwise_rule_leaves_other_calls_to_running() -> None:
@@ -314,7 +312,7 @@ def test_pointwise_rule_leaves_other_calls_to_running() -> None:
 
 def test_adaptive_avg_pool2d_rule_gives_what_running_gives() -> None:
     rng = random.Random(4)
-    given = checked = 0
+    tally = _Tally()
     sizes: list[Any] = [1, 2, 3, 7, (1, 1), (2, 3), (None, 2), (1, None), [3, 3], (None, None),
                         (0, 2), (2,), (1, 2, 3), -1, 2.0]
     for _ in range(300):
@@ -323,19 +321,15 @@ def test_adaptive_avg_pool2d_rule_gives_what_running_gives() -> None:
         size = rng.choice(sizes)
         for inp in _layouts(x, rng):
             for args, kwargs in (((inp, size), {}), ((inp,), {"output_size": size})):
-                ran, expected = _run(functools.partial(F.adaptive_avg_pool2d, *args, **kwargs))
-                value = op_value("call_function", F.adaptive_avg_pool2d, args, kwargs)
-                checked += 1
-                if value is None:
-                    continue
-                given += 1
-                assert ran and _meta(value) == _meta(expected), (shape, size, inp.stride())
-    assert checked > 1000 and given > 200, (checked, given)
+                tally.check(op_value("call_function", F.adaptive_avg_pool2d, args, kwargs),
+                            functools.partial(F.adaptive_avg_pool2d, *args, **kwargs),
+                            (shape, size, inp.stride()))
+    assert tally.checked > 1000 and tally.given > 200, (tally.checked, tally.given)
 
 
 def test_cat_rule_gives_what_running_gives() -> None:
     rng = random.Random(5)
-    given = checked = 0
+    tally = _Tally()
     for _ in range(500):
         ndim = rng.choice([1, 2, 3, 4, 4, 5])
         dim = rng.randrange(-ndim, ndim) if rng.random() < 0.95 else ndim
@@ -356,15 +350,10 @@ def test_cat_rule_gives_what_running_gives() -> None:
             shape, dtype=dtype, device="meta") for t in tensors]
         for args, kwargs in (((tensors, dim), {}), ((tensors,), {"dim": dim}),
                              ((tuple(tensors),), {}) if dim == 0 else ((tensors, dim), {})):
-            ran, expected = _run(functools.partial(torch.cat, *args, **kwargs))
-            value = op_value("call_function", torch.cat, args, kwargs)
-            checked += 1
-            if value is None:
-                continue
-            given += 1
-            assert ran and _meta(value) == _meta(expected), (
-                dim, [(t.shape, t.stride(), t.dtype) for t in tensors])
-    assert checked > 1000 and given > 300, (checked, given)
+            tally.check(op_value("call_function", torch.cat, args, kwargs),
+                        functools.partial(torch.cat, *args, **kwargs),
+                        (dim, [(t.shape, t.stride(), t.dtype) for t in tensors]))
+    assert tally.checked > 1000 and tally.given > 300, (tally.checked, tally.given)
 
 
 # -- through the tracer ---------------------------------------------------------------------------
