@@ -1,4 +1,5 @@
-"""Assertions shared by the analysis tests: the two oracles of DESIGN.md."""
+"""Assertions shared by the analysis tests: the two oracles of DESIGN.md, and finding a group
+by a symbol it holds."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1
     assert shrink.status != "failed", f"shrink oracle: {shrink}"
     assert shrink.ok or expect_unchecked, f"shrink oracle: {shrink}"
     return sm
+
+
+def group_with(sm: fxsym.SymMap, qualname: str, symbol: str) -> fxsym.SymGroup:
+    """The searchable group that holds member ``(qualname, symbol)``.
+
+    Tests find a group by what it holds, never by its name: a group is named after its root,
+    the first producer in graph order, which a library release may change (transformers 5.24
+    moved GPT-J's heads from ``q_proj.out_features`` to the attention module's ``heads``).
+    Module paths are the checkpoint's own keys, and symbol names are fxsym's.
+    """
+    found = [g for g in sm.groups() if (qualname, symbol) in g.members]
+    assert len(found) == 1, f"{(qualname, symbol)} in {[g.name for g in found]}"
+    return found[0]
+
+
+def has_group_with(sm: fxsym.SymMap, qualname: str, symbol: str) -> bool:
+    """Whether a searchable group holds member ``(qualname, symbol)``."""
+    return any((qualname, symbol) in g.members for g in sm.groups())
 
 
 def stale_sizes(model: nn.Module) -> list[tuple[str, str, int, int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import build
-from helpers import assert_oracles
+from helpers import assert_oracles, group_with
 
 import fxsym
 from fxsym.tracer import resolve_example_inputs
@@ -58,17 +58,16 @@ def test_family_analyzes_without_inputs_and_passes_both_oracles(family: str) -> 
     inputs = resolve_example_inputs(model, None)
     sm2 = assert_oracles(model, inputs, min_groups=3)
     assert [g.name for g in sm.groups()] == [g.name for g in sm2.groups()]
-    groups = {g.name: g for g in sm.groups()}
     hidden = _hidden_group(family, sm)
     assert hidden.size == 64 and hidden.is_sortable
     attn_path, mlp_paths = PATHS[family]
     for i in LAYERS:
         for mlp in mlp_paths:
-            g = groups[f"{mlp.format(i=i)}.out_features"]
+            g = group_with(sm, mlp.format(i=i), "out_features")
             assert g.size == 128 and g.is_sortable and len(g.members) >= 2
         if attn_path is None:
             continue
-        heads = groups[f"{attn_path.format(i=i)}.heads"]
+        heads = group_with(sm, attn_path.format(i=i), "heads")
         assert heads.is_sortable
         # attention input and output (projected or not) meet the hidden size
         attn = attn_path.format(i=i)
@@ -80,9 +79,8 @@ def test_t5_self_attention_heads_are_tied_across_each_stack() -> None:
     through (not a leaf), and the heads of every self-attention layer form one group."""
     model = build("t5")
     sm = fxsym.analyze(model)
-    groups = {g.name: g for g in sm.groups()}
     for stack in ("encoder", "decoder"):
-        g = groups[f"{stack}.block.0.layer.0.SelfAttention.q.out_features"]
+        g = group_with(sm, f"{stack}.block.0.layer.0.SelfAttention.q", "out_features")
         assert g.size == 4 and g.is_sortable  # units are heads of d_kv features
         members = set(g.members)
         for i in LAYERS:
@@ -92,23 +90,25 @@ def test_t5_self_attention_heads_are_tied_across_each_stack() -> None:
         assert (f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias",
                 "embedding_dim") in members
     # cross-attention heads are groups of their own (tests/hf/test_other_families.py)
-    assert "decoder.block.0.layer.1.EncDecAttention.q.out_features" in groups
+    cross = group_with(sm, "decoder.block.0.layer.1.EncDecAttention.q", "out_features")
+    assert ("decoder.block.0.layer.0.SelfAttention.q", "out_features") not in cross.members
 
 
 @pytest.mark.parametrize("family", ["qwen3", "gemma", "roberta"])
 def test_other_families_need_no_code_of_their_own(family: str) -> None:
     model = build(family)
     sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
-    assert any(g.name.endswith(".heads") for g in sm.groups())
-    assert any(g.name.endswith(("gate_proj.out_features", "intermediate.dense.out_features"))
-               for g in sm.groups())
+    members = [m for g in sm.groups() for m in g.members]
+    assert any(symbol == "heads" for _, symbol in members)
+    assert any(q.endswith(("gate_proj", "intermediate.dense")) and s == "out_features"
+               for q, s in members)
 
 
 def test_tied_embeddings_and_lm_head_are_resized_together() -> None:
     model = build("gpt2")
     assert model.lm_head.weight is model.transformer.wte.weight
     sm = fxsym.analyze(model)
-    g = sm.group("transformer.wte.embedding_dim")
+    g = group_with(sm, "transformer.wte", "embedding_dim")
     assert ("lm_head", "in_features") in g.members
     keep = torch.arange(0, 64, 2)
     fxsym.resize(model, sm, {g.name: keep})

@@ -13,7 +13,7 @@ many heads.
 from __future__ import annotations
 
 from conftest import build
-from helpers import assert_oracles
+from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
@@ -33,10 +33,9 @@ def test_bloom_keeps_head_dim_of_the_interleaved_projection() -> None:
     model = build("bloom")
     sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=5)
     assert _coverage(model, sm) >= 0.8
-    groups = {g.name: g for g in sm.groups()}
     for i in (0, 1):
         attn = f"transformer.h.{i}.self_attention"
-        head_dim = groups[f"{attn}.query_key_value.out_features#0#0"]
+        head_dim = group_with(sm, attn, "attr:head_dim")
         assert head_dim.size == 16
         assert set(head_dim.members) == {(f"{attn}.query_key_value", "out_features"),
                                          (attn, "attr:head_dim"), (f"{attn}.dense", "in_features")}
@@ -47,8 +46,8 @@ def test_phi3_keeps_the_heads_of_its_sliced_projection() -> None:
     model = build("phi3")
     sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=5)
     assert _coverage(model, sm) >= 0.8
-    groups = {g.name: g for g in sm.groups()}
-    first, second = (groups[f"model.layers.{i}.self_attn.qkv_proj.out_features#0"] for i in (0, 1))
+    first, second = (group_with(sm, f"model.layers.{i}.self_attn", "attr:num_key_value_heads")
+                     for i in (0, 1))
     assert first.size == second.size == 2  # key/value heads, each with its query heads
     for i, group in enumerate((first, second)):
         attn = f"model.layers.{i}.self_attn"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import build
-from helpers import assert_oracles
+from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
@@ -55,8 +55,7 @@ def test_olmo_layer_norms_follow_the_hidden_size() -> None:
 def test_t5_cross_attention_heads_are_a_group() -> None:
     model = build("t5")
     sm = fxsym.analyze(model)
-    groups = {g.name: g for g in sm.groups()}
-    g = groups["decoder.block.0.layer.1.EncDecAttention.q.out_features"]
+    g = group_with(sm, "decoder.block.0.layer.1.EncDecAttention.q", "out_features")
     assert g.size == 4 and g.is_sortable  # heads of d_kv features
     members = set(g.members)
     for i in (0, 1):  # the zero bias of layer 0 is shared by the later layers

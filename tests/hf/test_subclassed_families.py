@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 from conftest import build
-from helpers import assert_oracles
+from helpers import assert_oracles, group_with
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
@@ -40,10 +40,9 @@ def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
     sm = assert_oracles(model, inputs, min_groups=5)
     live, total = coverage(model, sm)
     assert (live, total) == (9, 10)  # all but lm_head, the output contract
-    groups = {g.name: g for g in sm.groups()}
     for i in (0, 1):
         mlp = f"transformer.h.{i}.mlp"
-        g = groups[f"{mlp}.dense_h_to_4h.weight:0"]
+        g = group_with(sm, f"{mlp}.dense_h_to_4h", "weight:0")
         assert g.size == 256 and g.is_sortable
         assert set(g.members) == {(f"{mlp}.dense_h_to_4h", "weight:0"),
                                   (f"{mlp}.dense_4h_to_h", "weight:1"),
@@ -51,7 +50,7 @@ def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
                                   (f"{mlp}.dense_4h_to_h", "attr:in_features")}
         # multi-query: the fused projection is query heads, then one key and one value head
         attn = f"transformer.h.{i}.self_attention"
-        heads = groups[f"{attn}.query_key_value.weight:0#0"]
+        heads = group_with(sm, attn, "attr:num_heads")
         assert heads.size == 4 and heads.is_sortable
         assert set(heads.members) == {(f"{attn}.query_key_value", "weight:0"),
                                       (attn, "attr:num_heads"), (f"{attn}.dense", "weight:1"),
@@ -60,7 +59,7 @@ def test_falcon_linear_gets_the_groups_of_nn_linear() -> None:
     hidden = next(g for g in sm.groups() if ("transformer.word_embeddings", "embedding_dim")
                   in g.members)
     assert ("transformer.h.0.self_attention.dense", "weight:0") in hidden.members
-    name = "transformer.h.0.self_attention.query_key_value.weight:0#0"
+    name = group_with(sm, "transformer.h.0.self_attention", "attr:num_heads").name
     small, small_sm = copy.deepcopy((model, sm))
     fxsym.resize(small, small_sm, {name: [3, 1]})
     attn = small.transformer.h[0].self_attention
@@ -79,8 +78,7 @@ def test_gptj_heads_follow_the_attribute_that_splits_them() -> None:
     sm = assert_oracles(model, inputs, min_groups=3)
     live, total = coverage(model, sm)
     assert live / total >= 0.9, (live, total)
-    groups = {g.name: g for g in sm.groups()}
-    heads = groups["transformer.h.0.attn.q_proj.out_features"]
+    heads = group_with(sm, "transformer.h.0.attn.q_proj", "out_features")
     assert heads.size == 4
     assert ("transformer.h.0.attn", "attr:num_attention_heads") in heads.members
     small, small_sm = copy.deepcopy((model, sm))
