@@ -127,6 +127,42 @@ def test_report_in_the_browser(which: str, browser: Any, tmp_path: Path) -> None
     context.close()
 
 
+HTML_NAMES = ["<!--<script>", "</script><b>x", "<script>alert(1)</script>"]
+
+
+def test_html_like_names_render_as_text(browser: Any, tmp_path: Path) -> None:
+    """Module names that are HTML-like text (issue 20 §4): none can end the data block or
+    put the HTML parser into its escaped-script state; the page shows them as text."""
+
+    class Root(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = torch.nn.ModuleDict({k: torch.nn.Linear(4, 4) for k in HTML_NAMES})
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for k in HTML_NAMES:
+                x = torch.relu(self.blocks[k](x))
+            return x
+
+    sm = fxsym.analyze(Root(), example_inputs=(torch.randn(2, 4),))
+    path = write_html(sm, tmp_path / "names.html", title="<!--<script>")
+    block = path.read_text().split('id="data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in block
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_selector("#tree .node")
+    shown = set(page.locator("#groups tr.group td.name").all_inner_texts())
+    assert shown == {g.name for g in sm.groups()}
+    assert {f"blocks.{k}.out_features" for k in HTML_NAMES[:-1]} <= shown
+    assert page.locator("main b").count() == 0  # no name became markup
+    assert page.title() == "fxsym: <!--<script>"
+    assert not errors, errors
+    page.close()
+
+
 def test_repeated_blocks_collapse_and_dot_matches() -> None:
     sm = _llama(layers=4)
     data = report_data(sm)

@@ -318,7 +318,9 @@ style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 def to_html(sm: SymMap, *, title: str | None = None) -> str:
     """The report of an analyzed SymMap as one self-contained HTML page (see the module)."""
     data = report_data(sm, title=title)
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # every "<" as \u003c: no name in the data can start "</script", "<script" or "<!--",
+    # which would end the data block or switch the HTML parser into an escaped state
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     return _PAGE.format(title=html.escape(data["title"]), css=_asset("report.css"),
                         js=_asset("report.js"), data=payload)
 

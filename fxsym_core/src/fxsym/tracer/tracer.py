@@ -15,7 +15,12 @@
   inputs), so decorators run as ordinary Python; a ``Mapping`` output of another type (a
   dataclass-like output object) is returned as a plain ``dict``;
 * **buffers** used in ``forward`` become ``get_attr`` nodes even when indexed or expanded
-  with traced sizes; a module built inside ``forward`` (not a submodule) is traced through.
+  with traced sizes; a module built inside ``forward`` (not a submodule) is traced through;
+* **names are data** — torch.fx writes each ``call_module``/``get_attr`` target into its
+  generated Python, a part that is not an identifier between double quotes as it is
+  (``getattr(self.blocks, "0")``); a traced model with a name that would not read back as
+  itself there (a quote, a backslash, a line break: a hostile ``ModuleDict`` key) is refused
+  with a :class:`~fxsym.errors.TraceError` before any code is generated.
 
 :func:`trace` wraps it: it loads plugins, fills default example inputs from the
 ``fxsym_example_inputs`` hook, enters every ``fxsym_trace_context``, concretizes unused
@@ -25,6 +30,7 @@ mutates the model.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import functools
@@ -975,6 +981,7 @@ def _trace(
             ) from exc
         except Exception as exc:
             raise _trace_error(model, exc, inputs) from exc
+        _check_code_names(graph)
         _drop_concretization_checks(graph, auto)  # before the GraphModule compiles its code
         gm = graph_module_cls(tracer.root, graph, type(model).__name__)
     gm.trace_report = report  # type: ignore[assignment]
@@ -988,6 +995,31 @@ def _trace_error(model: nn.Module, exc: Exception, inputs: Any) -> TraceError:
             "the failing module a leaf" if inputs is None else "Make the failing module a leaf")
     return TraceError(f"tracing {type(model).__name__} failed: {type(exc).__name__}: {exc}. "
                       f"{hint} (a leaf policy or SymMap.register).")
+
+
+def _check_code_names(graph: torch.fx.Graph) -> None:
+    """Refuse a graph with a target that torch.fx's generated code would not name verbatim
+    (see the module docstring): generating it would raise ``SyntaxError`` at best and run the
+    text of the name at worst."""
+    for node in graph.nodes:
+        if node.op not in ("call_module", "get_attr", "call_method"):
+            continue
+        for part in str(node.target).split("."):
+            if part.isidentifier() or _reads_back(part):
+                continue
+            raise TraceError(
+                f"the name {part!r} (in {str(node.target)!r}) holds a quote, a backslash or a "
+                "control character, which torch.fx would write into its generated Python code "
+                "as it is; rename that submodule or attribute (a ModuleDict key, say)")
+
+
+def _reads_back(part: str) -> bool:
+    """Whether ``"part"`` is a Python string literal whose value is ``part`` (parsed, never
+    run: ``ast.literal_eval`` refuses anything but a literal)."""
+    try:
+        return bool(ast.literal_eval(f'"{part}"') == part)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
 
 
 def _drop_concretization_checks(graph: torch.fx.Graph, auto: set[str]) -> None:
