@@ -139,5 +139,13 @@ def test_activation_is_mean_abs_over_producer_outputs_and_consumer_inputs() -> N
 
 
 def test_unknown_criterion_is_a_plan_error() -> None:
-    with pytest.raises(fxsym.PlanError, match="taylor and activation need data"):
+    with pytest.raises(fxsym.PlanError, match="needs data"):
         importance.criterion_by_name("taylor")
+
+
+def test_an_unknown_criterion_lists_every_kind_of_importance() -> None:
+    with pytest.raises(fxsym.PlanError) as info:
+        importance.criterion_by_name("l3")
+    for name in ("l1", "l2", "bn_scale", "taylor(loss_fn, batches)", "activation(batches)",
+                 "callable"):
+        assert name in str(info.value)

@@ -126,3 +126,101 @@ def test_bad_requests_are_plan_errors() -> None:
         fxsym.plan(m, sm, ratio=0.5, importance="l3")
     with pytest.raises(fxsym.PlanError, match="not a valid fxsym plan"):
         fxsym.Plan.from_json('{"format": 1}')
+
+
+# -- issue 20 §1: plans are never silently extreme ------------------------------------------
+class _Two(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.c2 = nn.Conv2d(16, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.c2(torch.relu(self.c1(x))).mean((2, 3)))
+
+
+def _two() -> tuple[_Two, fxsym.SymMap]:
+    torch.manual_seed(0)
+    m = _Two().eval()
+    return m, fxsym.analyze(m, example_inputs=(torch.randn(1, 3, 8, 8),))
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"target_params": float("nan")}, "target_params"),
+    ({"target_params": float("nan"), "scope": "uniform"}, "target_params"),
+    ({"target_macs": float("nan")}, "target_macs"),
+    ({"target_macs": float("inf"), "scope": "uniform"}, "target_macs"),
+    ({"target_params": True}, "target_params"),
+    ({"target_params": "1000"}, "target_params"),
+    ({"ratio": float("nan")}, "ratio"),
+    ({"ratio": "0.5"}, "ratio"),
+    ({"ratio": 0.5, "min_keep": float("nan")}, "min_keep"),
+    ({"ratio": 0.5, "min_keep": 2.0}, "min_keep"),
+    ({"ratio": 0.5, "round_to": 1.5}, "round_to"),
+    ({"ratio": 0.5, "round_to": "8"}, "round_to"),
+    ({"ratio": 0.5, "exclude": [3]}, "exclude"),
+    ({"ratio": 0.5, "importance": 3}, "importance"),
+    ({"ratio": 0.5, "scope": ["global"]}, "scope"),
+])
+def test_non_finite_or_mistyped_arguments_are_plan_errors_naming_them(
+        kwargs: dict[str, object], argument: str) -> None:
+    m, sm = _two()
+    with pytest.raises(fxsym.PlanError, match=argument):
+        fxsym.plan(m, sm, **kwargs)  # type: ignore[arg-type]
+
+
+def test_one_string_exclude_is_one_pattern_and_unmatched_patterns_are_errors() -> None:
+    m, sm = _two()
+    plan = fxsym.plan(m, sm, ratio=0.5, scope="uniform", exclude="c1.out_channels")
+    kept = {g.name: g.kept for g in plan.groups}
+    assert kept == {"c1.out_channels": 16, "c2.out_channels": 4}
+    with pytest.raises(fxsym.PlanError, match=r"c1\.out_chanels.*matches no group"):
+        fxsym.plan(m, sm, ratio=0.5, exclude=["c1.out_chanels"])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("where", ["one", "all"])
+@pytest.mark.parametrize("criterion", ["l1", "l2"])
+def test_a_non_finite_weight_is_a_plan_error_naming_group_and_parameter(
+        bad: float, where: str, criterion: str) -> None:
+    m, sm = _two()
+    with torch.no_grad():
+        if where == "one":
+            m.c1.weight[5, 0, 0, 0] = bad
+        else:
+            m.c1.weight.fill_(bad)
+    with pytest.raises(fxsym.PlanError, match=r"c1\.out_channels.*c1\.weight") as info:
+        fxsym.plan(m, sm, ratio=0.5, importance=criterion)
+    if where == "one":
+        assert "unit 5" in str(info.value)
+    # left whole on request: the plan no longer needs those scores
+    plan = fxsym.plan(m, sm, ratio=0.5, importance=criterion, exclude="c1.*")
+    assert {g.name: g.kept for g in plan.groups}["c1.out_channels"] == 16
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_given_scores_are_plan_errors(bad: float) -> None:
+    m, sm = _two()
+    scores = {"c1.out_channels": torch.ones(16), "c2.out_channels": torch.ones(8)}
+    scores["c1.out_channels"][3] = bad
+    with pytest.raises(fxsym.PlanError, match=r"c1\.out_channels.*unit 3"):
+        fxsym.plan(m, sm, ratio=0.5, importance=scores)
+
+
+def test_given_scores_for_unknown_groups_or_of_the_wrong_type_are_plan_errors() -> None:
+    m, sm = _two()
+    with pytest.raises(fxsym.PlanError, match=r"c1\.out_chanels.*not a group"):
+        fxsym.plan(m, sm, ratio=0.5, importance={"c1.out_chanels": torch.ones(16)})
+    with pytest.raises(fxsym.PlanError, match=r"c1\.out_channels.*str"):
+        fxsym.plan(m, sm, ratio=0.5, importance={"c1.out_channels": "high"})
+
+
+def test_a_non_finite_score_from_a_criterion_names_the_criterion() -> None:
+    m, sm = _two()
+
+    def broken(model: nn.Module, symmap: fxsym.SymMap) -> dict[str, torch.Tensor]:
+        return {"c2.out_channels": torch.full((8,), float("nan"))}
+
+    with pytest.raises(fxsym.PlanError, match=r"broken.*c2\.out_channels"):
+        fxsym.plan(m, sm, ratio=0.5, importance=broken)

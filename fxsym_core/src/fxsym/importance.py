@@ -51,6 +51,7 @@ from .resizing import resize
 from .symbols import Symbol, SymGroup, SymMap
 
 __all__ = [
+    "CRITERIA",
     "Criterion",
     "Layout",
     "Slices",
@@ -582,6 +583,8 @@ def _unit_entries(symmap: SymMap, qualname: str, sname: str
 
 
 _NAMED: dict[str, Criterion] = {"l1": l1, "l2": l2, "bn_scale": bn_scale}
+#: the criteria named by a string
+CRITERIA = tuple(_NAMED)
 
 
 def criterion_by_name(name: str) -> Criterion:
@@ -589,10 +592,13 @@ def criterion_by_name(name: str) -> Criterion:
     them)."""
     found = _NAMED.get(name)
     if found is None:
-        extra = (" (taylor and activation need data: pass fxsym.importance.taylor(loss_fn, "
-                 "batches) or fxsym.importance.activation(batches))"
-                 if name in ("taylor", "activation") else "")
-        raise PlanError(f"unknown importance {name!r}: expected one of {sorted(_NAMED)}{extra}")
+        data = ("fxsym.importance.taylor(loss_fn, batches) or "
+                "fxsym.importance.activation(batches)")
+        if name in ("taylor", "activation"):
+            raise PlanError(f"importance {name!r} needs data: pass {data}")
+        raise PlanError(f"unknown importance {name!r}: by name one of {', '.join(CRITERIA)}; "
+                        f"with data {data}; or any callable (model, symmap) -> "
+                        "{group name: one score per unit}")
     return found
 
 
@@ -601,7 +607,11 @@ def unit_scores(group: SymGroup, scores: Mapping[str, torch.Tensor]) -> torch.Te
     s = scores.get(group.name)
     if s is None:
         return None
-    s = torch.as_tensor(s).detach().to("cpu", torch.float64).flatten()
+    try:
+        s = torch.as_tensor(s).detach().to("cpu", torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise PlanError(f"{group.name}: the importance gave a {type(s).__name__}, not one "
+                        "number per unit") from exc
     if s.numel() != group.size:
         raise PlanError(f"{group.name}: the importance gave {s.numel()} scores for "
                         f"{group.size} units")

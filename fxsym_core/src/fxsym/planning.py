@@ -31,9 +31,11 @@ Imports from fxsym: errors, importance, resizing, symbols.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import math
+import numbers
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,7 +45,7 @@ import torch
 from torch import fx, nn
 
 from .errors import PlanError, PlanMismatchError
-from .importance import Criterion, Layout, criterion_by_name, layout, unit_scores
+from .importance import CRITERIA, Criterion, Layout, criterion_by_name, layout, unit_scores
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
@@ -342,7 +344,7 @@ def plan(
     scope: str = "global",
     round_to: int = 1,
     min_keep: int = 1,
-    exclude: Iterable[str] = (),
+    exclude: str | Iterable[str] = (),
 ) -> Plan:
     """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
 
@@ -351,34 +353,32 @@ def plan(
     ``importance`` is a criterion of :mod:`fxsym.importance` (``"l1"``, ``"l2"``,
     ``"bn_scale"``, or a callable such as ``fxsym.importance.taylor(loss_fn, batches)``) or
     precomputed scores ``{group name: one score per unit}``. See the module docstring for
-    ``scope``, ``round_to``, ``min_keep`` and ``exclude``. Nothing is modified.
+    ``scope``, ``round_to``, ``min_keep`` and ``exclude`` (one string is one pattern; a
+    pattern matching no group is an error). Nothing is modified.
+
+    Every argument is checked: a NaN, an infinity or a value of another type is a
+    :class:`~fxsym.errors.PlanError` naming it, and so is a NaN or infinite score (it would
+    rank its unit arbitrarily; the error names the group, the unit and the parameters holding
+    non-finite weights there).
     """
-    given = [x for x in (ratio, target_params, target_macs) if x is not None]
-    if len(given) != 1:
-        raise PlanError("give exactly one of ratio, target_params and target_macs")
-    if ratio is not None and not 0 <= ratio < 1:
-        raise PlanError(f"ratio is the fraction of units to remove, in [0, 1); got {ratio}")
-    if scope not in ("global", "uniform"):
+    _check_amounts(ratio, target_params, target_macs)
+    if not isinstance(scope, str) or scope not in ("global", "uniform"):
         raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
-    if round_to < 1 or min_keep < 1:
-        raise PlanError("round_to and min_keep must be at least 1")
+    for argument, value in (("round_to", round_to), ("min_keep", min_keep)):
+        if not _is_int(value) or value < 1:
+            raise PlanError(f"{argument} must be an int of at least 1, got {value!r}")
     lay = layout(model, symmap)
     macs = _mac_model(model, symmap)
     groups = symmap.groups()
-    if isinstance(importance, str):
-        label, scores = importance, criterion_by_name(importance)(model, symmap)
-    elif callable(importance):
-        label = getattr(importance, "__name__", "custom")
-        scores = importance(model, symmap)
-    else:
-        label, scores = "given", dict(importance)
-    patterns = list(exclude)
+    patterns = _exclude_patterns(exclude, groups)
+    label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
     for g in groups:
         if g.size <= min_keep or any(fnmatch.fnmatchcase(g.name, p) for p in patterns):
             continue
         s = unit_scores(g, scores)
         if s is not None:
+            _check_finite(model, lay, g, s, label)
             candidates.append(_Candidate(g, s, torch.argsort(s, stable=True)))
     classes = _same_size_classes(groups)
 
@@ -438,6 +438,98 @@ def plan(
             kept = global_(hi_n)
     return _make_plan(model, symmap, lay, macs, kept, {c.group.name: c.scores
                                                        for c in candidates}, label, scope)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_amounts(ratio: Any, target_params: Any, target_macs: Any) -> None:
+    """Exactly one amount, each a finite number in its range (a NaN compares false with
+    everything: unchecked, a bisection on it ends at the smallest model)."""
+    given = [x for x in (ratio, target_params, target_macs) if x is not None]
+    if len(given) != 1:
+        raise PlanError("give exactly one of ratio, target_params and target_macs")
+    for argument, value in (("ratio", ratio), ("target_params", target_params),
+                            ("target_macs", target_macs)):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(
+                value):
+            raise PlanError(f"{argument} must be a finite number, got {value!r}")
+    if ratio is not None and not 0 <= ratio < 1:
+        raise PlanError(f"ratio is the fraction of units to remove, in [0, 1); got {ratio}")
+
+
+def _exclude_patterns(exclude: Any, groups: Sequence[SymGroup]) -> list[str]:
+    """``exclude`` as a list of patterns (one string is one pattern), each matching a group."""
+    patterns = [exclude] if isinstance(exclude, str) else exclude
+    try:
+        patterns = list(patterns)
+    except TypeError:
+        raise PlanError(f"exclude must be a group name or pattern, or a list of them; got "
+                        f"{exclude!r}") from None
+    names = [g.name for g in groups]
+    for p in patterns:
+        if not isinstance(p, str):
+            raise PlanError(f"exclude holds {p!r}, not a group name or pattern")
+        if not any(fnmatch.fnmatchcase(n, p) for n in names):
+            near = difflib.get_close_matches(p, names, n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else \
+                " (sizes that are not searchable groups are never pruned)"
+            raise PlanError(f"exclude pattern {p!r} matches no group{hint}")
+    return patterns
+
+
+def _criterion_scores(model: nn.Module, symmap: SymMap, importance: Any,
+                      groups: Sequence[SymGroup]) -> tuple[str, Mapping[str, Any]]:
+    """The label and the scores of ``importance``: a criterion's name, a criterion, or
+    scores given directly (every key a group)."""
+    if isinstance(importance, str):
+        label, scores = importance, criterion_by_name(importance)(model, symmap)
+    elif callable(importance):
+        label = getattr(importance, "__name__", "custom")
+        scores = importance(model, symmap)
+    elif isinstance(importance, Mapping):
+        label, scores = "given", dict(importance)
+    else:
+        raise PlanError(f"importance must be a criterion's name ({', '.join(CRITERIA)}), a "
+                        f"criterion or {{group name: scores}}; got {importance!r}")
+    if not isinstance(scores, Mapping):
+        raise PlanError(f"the {label} importance returned a {type(scores).__name__}, not "
+                        "{group name: scores}")
+    names = {g.name for g in groups}
+    unknown = [k for k in scores if k not in names]
+    if unknown:
+        near = difflib.get_close_matches(str(unknown[0]), list(names), n=3)
+        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        raise PlanError(f"the {label} importance scores {unknown[0]!r}, which is not a group "
+                        f"of the model{hint}")
+    return label, scores
+
+
+def _check_finite(model: nn.Module, lay: Layout, group: SymGroup, scores: torch.Tensor,
+                  label: str) -> None:
+    """A NaN or infinite score would rank its unit arbitrarily (NaN compares false with
+    everything; inf also makes the group's mean infinite): refuse it, naming the units and
+    the parameters holding non-finite values there."""
+    bad = (~torch.isfinite(scores)).nonzero().flatten()
+    if not bad.numel():
+        return
+    units = f"unit {int(bad[0])}" + (f" (and {bad.numel() - 1} more)" if bad.numel() > 1 else "")
+    params = dict(model.named_parameters())
+    holders = []
+    for s in lay.slices.get(group.name, ()):
+        p = params.get(s.param)
+        if p is None or p.device.type == "meta" or s.param in holders:
+            continue
+        rows = s.index[torch.isin(s.unit, bad)]
+        if rows.numel() and not torch.isfinite(p.detach().index_select(s.dim, rows)).all():
+            holders.append(s.param)
+    where = f": {', '.join(holders)} holds NaN or inf there" if holders else ""
+    raise PlanError(f"the {label} importance of group {group.name!r} is NaN or infinite for "
+                    f"{units}{where}; repair the weights, leave the group whole "
+                    f"(exclude={group.name!r}) or give finite scores")
 
 
 def _unreachable(params: int | None, target: int, least: int) -> str:
