@@ -66,7 +66,7 @@ ALLOWED: dict[str, set[str]] = {
     "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "importance": {"errors", "resizing", "symbols"},
-    "planning": {"errors", "importance", "resizing", "symbols"},
+    "planning": {"console", "errors", "importance", "resizing", "symbols"},
     "persist": {"analysis", "errors", "modstate", "planning", "symbols"},
     "oracles": {"analysis", "resizing", "symbols"},
     # the tracer only inside optimize()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -224,3 +225,54 @@ def test_a_non_finite_score_from_a_criterion_names_the_criterion() -> None:
 
     with pytest.raises(fxsym.PlanError, match=r"broken.*c2\.out_channels"):
         fxsym.plan(m, sm, ratio=0.5, importance=broken)
+
+
+# -- issue 20 §6: a pruning run that explains itself ----------------------------------------
+def test_a_plan_prints_as_a_summary_of_counts_and_groups() -> None:
+    m, sm = _two()
+    plan = fxsym.plan(m, sm, ratio=0.5, scope="uniform")
+    text = str(plan)
+    assert text == plan.summary()
+    assert not text.startswith("Plan(")
+    lines = text.splitlines()
+    assert "uniform l2" in lines[0] and "_Two" in lines[0]
+    params = next(line for line in lines if line.startswith("parameters")).split()
+    assert params[1:3] == [f"{plan.params_before:,}", f"{plan.params_after:,}"]
+    macs = next(line for line in lines if line.startswith("MACs")).split()
+    assert macs[1:3] == [f"{plan.macs_before:,}", f"{plan.macs_after:,}"]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith("c")}
+    assert rows["c1.out_channels"][:2] == ["16", "8"] and rows["c2.out_channels"][:2] == ["8", "4"]
+
+
+class _Warner:
+    """A plugin whose after-resize hook warns on every resize, as the hf plugin does when a
+    config cannot describe the resized model."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @fxsym.hookimpl
+    def fxsym_after_resize(self, model: object, symmap: object, kept: object,
+                           sizes: object) -> None:
+        self.calls += 1
+        warnings.warn("the config does not describe the resized model", fxsym.ResizeWarning,
+                      stacklevel=2)
+
+
+def test_planning_issues_no_warning_of_its_trial_resizes() -> None:
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=["nn"])
+    warner = _Warner()
+    pm.register(warner, name="warner")
+    with fxsym.use_plugins(pm):
+        m, sm = _two()
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always")
+            plan = fxsym.plan(m, sm, ratio=0.5)
+        assert warner.calls > 1  # the layout's trial resizes of copies ran the hook
+        assert [str(w.message) for w in issued] == []
+        with warnings.catch_warnings(record=True) as issued:
+            warnings.simplefilter("always")
+            plan.apply(m, sm)
+        assert [str(w.message) for w in issued] == [
+            "the config does not describe the resized model"]

@@ -55,6 +55,10 @@ def _assert_unchanged(model: nn.Module, snap: Snapshot) -> None:
     ({"0.out_channels": True}, "size or indices"),
     ({"0.out_channels": [[0, 1]]}, "1-D"),
     ({"0.out_channels": [1, 2], "3.out_channels": [7]}, r"in \[0, 6\)"),  # second one bad
+    # not a group, but a size the analysis knows: why it cannot be resized alone
+    ({"8.out_features": 1}, r"'8.out_features' is constant: reaches the model output"),
+    ({"6.in_features": 3}, r"'6.in_features' is a member of group '3.out_channels'"),
+    ({"1.num_features": 3}, r"'1.num_features' is a member of group '0.out_channels'"),
 ])
 def test_bad_choices_raise_and_leave_model_bit_identical(choices, match) -> None:
     model = _model()

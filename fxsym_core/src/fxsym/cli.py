@@ -328,29 +328,6 @@ def _criterion(args: argparse.Namespace, inputs: Any) -> Any:
     return importance.taylor(self_labelled, batches, progress=True)
 
 
-def _prune_rows(plan: Any) -> tuple[list[list[Any]], list[list[Any]]]:
-    """The totals (parameters, MACs before and after) and the per-group rows of a plan."""
-    def pct(before: int, after: int) -> str:
-        return f"{100 * (after - before) / before:+.1f}%" if before else "-"
-
-    totals = [["parameters", f"{plan.params_before:,}", f"{plan.params_after:,}",
-               pct(plan.params_before, plan.params_after)],
-              ["MACs", f"{plan.macs_before:,}", f"{plan.macs_after:,}",
-               pct(plan.macs_before, plan.macs_after)]]
-    groups = [[g.name, g.size, g.kept, f"{g.params_removed:,}"] for g in plan.groups]
-    return totals, groups
-
-
-def _print_rows(rows: list[list[Any]], header: list[str]) -> None:
-    cells = [[str(c) for c in row] for row in [header, *rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    for n, row in enumerate(cells):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(row, widths))).rstrip())
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
-
-
 def cmd_prune(args: argparse.Namespace) -> int:
     from . import analyze, load_plugins
     from . import plan as make_plan
@@ -383,11 +360,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if args.json:
         print(plan.to_json())
         return 0
-    totals, groups = _prune_rows(plan)
-    print(f"{args.model}: {plan.scope} {plan.importance} pruning, saved to {args.output}\n")
-    _print_rows(totals, ["", "before", "after", "change"])
-    print()
-    _print_rows(groups, ["group", "before", "after", "params removed alone"])
+    print(f"{plan.summary()}\n\nsaved to {args.output}")
     return 0
 
 

@@ -14,7 +14,9 @@ and its dims go in different ones). The blocks of one ``chunk`` (``SymGroup.same
 be cut together; where they share a parameter, ``2·⌈log2 groups⌉`` more resizes spell which
 block each slice is in, every subset keeping as many units in groups of equal size. The
 result, a :class:`Layout`, also counts the parameters a choice of sizes leaves (used by
-:mod:`fxsym.planning`).
+:mod:`fxsym.planning`). The warnings of these trial resizes (a plugin's "the config does not
+describe the resized model") are about throw-away copies and are not shown: the real resize
+issues them once.
 
 **Criteria** are callables ``criterion(model, symmap) -> {group name: scores}`` with one score
 per unit (``SymGroup.size`` of them); a group a criterion cannot score is left out:
@@ -38,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -289,7 +292,9 @@ def _survivors(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Paramet
     memo[id(symmap.trace_report)] = symmap.trace_report
     clone_model, clone_map = copy.deepcopy((model, symmap), memo)
     try:
-        resize(clone_model, clone_map, choices)
+        with warnings.catch_warnings():  # about a throw-away copy: the real resize says it
+            warnings.simplefilter("ignore")
+            resize(clone_model, clone_map, choices)
     except Exception as exc:
         raise PlanError(f"cannot map the units of the groups onto the parameters: a trial "
                         f"resize of a copy failed: {exc}") from exc

@@ -1,7 +1,8 @@
 """``fxsym.plan``: which units of which groups to keep, as plain data.
 
 A :class:`Plan` lists every searchable group of the model it was made for, with its size and,
-for each group it shrinks, the units to keep (in increasing order). It is plain data
+for each group it shrinks, the units to keep (in increasing order); ``print(plan)`` shows its
+:meth:`Plan.summary`. It is plain data
 (:meth:`Plan.to_json` / :meth:`Plan.from_json`): applied to a freshly built model of the same
 architecture it gives the same model, and :meth:`Plan.check` says precisely where a model does
 not fit it (:class:`~fxsym.errors.PlanMismatchError`). :meth:`Plan.apply` resizes through
@@ -26,7 +27,7 @@ so it misses it by less than one rounding step. Kept sizes are rounded up to a m
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
-Imports from fxsym: errors, importance, resizing, symbols.
+Imports from fxsym: console, errors, importance, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from .console import format_table
 from .errors import PlanError, PlanMismatchError
 from .importance import CRITERIA, Criterion, Layout, criterion_by_name, layout, unit_scores
 from .resizing import resize
@@ -97,6 +99,26 @@ class Plan:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     # -- use ------------------------------------------------------------------------------
+    def summary(self) -> str:
+        """What the plan does, for a person: parameters and MACs before and after, then each
+        group's size before and after and the parameters shrinking it alone would remove (what
+        ``fxsym prune`` prints; ``str(plan)`` is this)."""
+        def change(before: int, after: int) -> str:
+            return f"{100 * (after - before) / before:+.1f}%" if before else "-"
+
+        totals = format_table([
+            ["parameters", f"{self.params_before:,}", f"{self.params_after:,}",
+             change(self.params_before, self.params_after)],
+            ["MACs", f"{self.macs_before:,}", f"{self.macs_after:,}",
+             change(self.macs_before, self.macs_after)]], ["", "before", "after", "change"])
+        groups = format_table([[g.name, g.size, g.kept, f"{g.params_removed:,}"]
+                               for g in self.groups],
+                              ["group", "before", "after", "params removed alone"])
+        return f"{self.model}: {self.scope} {self.importance} plan\n\n{totals}\n\n{groups}"
+
+    def __str__(self) -> str:
+        return self.summary()
+
     def choices(self) -> dict[str, list[int]]:
         """``{group name: units to keep}`` for the groups the plan shrinks (what
         :func:`fxsym.resize` takes)."""

@@ -61,9 +61,7 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
     for name, choice in choices.items():
         group = groups.get(name)
         if group is None:
-            near = difflib.get_close_matches(str(name), list(groups), n=3)
-            hint = f"; did you mean {', '.join(near)}?" if near else ""
-            raise ResizeError(f"unknown group {name!r}{hint} ({len(groups)} groups known)")
+            raise ResizeError(_not_a_group(symmap, str(name), groups))
         plans[group.id] = _indices(symmap, group, choice)
     for name in choices:  # blocks cut by ``chunk`` keep equal sizes
         group = groups[name]
@@ -107,6 +105,25 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         raise ResizeError(f"resizing {where} failed, model restored: {exc}") from exc
     symmap.mark_stale()
     return model
+
+
+def _not_a_group(symmap: SymMap, name: str, groups: Mapping[str, SymGroup]) -> str:
+    """Why ``name`` cannot be resized: a size of the model that is constant (and why), one
+    that belongs to another group, or no size at all (with the nearest group names)."""
+    qualname, _, symbol = name.rpartition(".")
+    analysis = symmap.analysis
+    dim = None if analysis is None else analysis.symbol_dims.get((qualname, symbol))
+    if analysis is not None and dim is not None:
+        roots = {analysis.table.find(s.group) for s in dim if s.group is not None}
+        owners = [g.name for g in groups.values() if g.id in roots]
+        if owners:
+            return (f"{name!r} is a member of group {owners[0]!r}, not a group of its own: "
+                    f"resize {owners[0]!r}")
+        why = symmap.why_constant(qualname, symbol)
+        return f"{name!r} is constant: {why} (see symmap.trace_report)"
+    near = difflib.get_close_matches(name, list(groups), n=3)
+    hint = f"; did you mean {', '.join(near)}?" if near else ""
+    return f"unknown group {name!r}{hint} ({len(groups)} groups known)"
 
 
 #: one resize rule call: the module, its qualified name, the symbol (or parameter member), the
