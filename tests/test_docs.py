@@ -1,9 +1,11 @@
-"""The documentation site: every python block of the how-to pages runs, the site builds with
-``mkdocs build --strict`` (a broken link fails it), and the CLI reference names every option.
+"""The documentation site: every python block of the docs and the README runs, the site builds
+with ``mkdocs build --strict`` (a broken link fails it), and the CLI reference names every option.
 
-Each how-to page runs as one script (its blocks in order) in a fresh interpreter, in a
-temporary directory, with the example plugin's sources importable (as after
-``pip install ./examples/fxsym-example-plugin``).
+Each page runs as one script (its blocks in order) in a fresh interpreter, in a temporary
+directory, with the example plugin's sources importable (as after
+``pip install ./examples/fxsym-example-plugin``). A block that only shows the shape of some
+code (names it does not define, ``...`` placeholders) says so with a ``<!-- fragment -->`` line
+just above its fence: it is compiled, not run.
 """
 
 from __future__ import annotations
@@ -21,11 +23,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 HOWTO = sorted((DOCS / "howto").glob("*.md"))
+PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 EXAMPLE_SRC = ROOT / "examples" / "fxsym-example-plugin" / "src"
+FRAGMENT = "<!-- fragment -->"
+
+
+def blocks(page: Path) -> list[tuple[str, bool]]:
+    """Each python block of ``page`` and whether it is marked a fragment."""
+    found = re.findall(r"^([^\n]*)\n```python\n(.*?)^```", page.read_text(encoding="utf-8"),
+                       re.S | re.M)
+    return [(code, before.strip() == FRAGMENT) for before, code in found]
 
 
 def python_blocks(page: Path) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M)
+    """The blocks of ``page`` that run, in order."""
+    return [code for code, fragment in blocks(page) if not fragment]
+
+
+PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
 
 
 def test_there_are_howto_pages() -> None:
@@ -35,11 +50,21 @@ def test_there_are_howto_pages() -> None:
     assert all(python_blocks(p) for p in HOWTO)
 
 
-@pytest.mark.parametrize("page", HOWTO, ids=[p.stem for p in HOWTO])
-def test_howto_blocks_run(page: Path, tmp_path: Path) -> None:
-    blocks = python_blocks(page)
+def test_every_block_is_run_or_a_fragment_that_compiles() -> None:
+    every = [(p, code, fragment) for p in PAGES for code, fragment in blocks(p)]
+    assert sum(not f for _, _, f in every) >= 20
+    for page, code, fragment in every:
+        if fragment:
+            compile(code, f"{page.name} (fragment)", "exec")
+    text = "\n".join(p.read_text(encoding="utf-8") for p in PAGES)
+    assert text.count(FRAGMENT) == sum(f for _, _, f in every), "a marker not above a block"
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_CODE,
+                         ids=[str(p.relative_to(ROOT)) for p in PAGES_WITH_CODE])
+def test_page_blocks_run(page: Path, tmp_path: Path) -> None:
     script = tmp_path / f"{page.stem}.py"
-    script.write_text("\n\n".join(blocks), encoding="utf-8")
+    script.write_text("\n\n".join(python_blocks(page)), encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(EXAMPLE_SRC), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
@@ -48,11 +73,9 @@ def test_howto_blocks_run(page: Path, tmp_path: Path) -> None:
 
 
 def _mkdocs() -> str:
-    pytest.importorskip("mkdocs", reason="mkdocs is not installed "
-                        "(pip install -r requirements-docs.txt)")
-    exe = shutil.which("mkdocs")
-    if exe is None:
-        pytest.skip("the mkdocs command is not on PATH")
+    exe = shutil.which("mkdocs", path=os.pathsep.join(
+        [str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    assert exe is not None, "the mkdocs command is missing (pip install -r requirements-test.txt)"
     return exe
 
 

@@ -1,8 +1,10 @@
 """The HTML report in a real browser, the DOT export and ``fxsym analyze --html/--dot``.
 
-The browser is Debian's headless Chromium (``/usr/bin/chromium``; ``.ci/run`` installs it)
-driven by Playwright. Every request the page makes is recorded and anything but the report
-file itself is aborted and fails the test: the page must need no network.
+The browser is Debian's headless Chromium (``/usr/bin/chromium``; ``.ci/run`` installs it,
+README.md asks for it) driven by Playwright. Neither is optional: without them the browser
+tests fail, saying what to install, instead of skipping. Every request the page makes is
+recorded and anything but the report file itself is aborted and fails the test: the page must
+need no network.
 """
 
 from __future__ import annotations
@@ -41,12 +43,11 @@ def _llama(layers: int = 2) -> fxsym.SymMap:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install -r requirements-docs.txt)")
+    from playwright.sync_api import sync_playwright
+
     if not os.path.exists(CHROMIUM):
-        pytest.skip(f"Chromium is missing at {CHROMIUM} (apt-get install chromium)")
+        pytest.fail(f"Chromium is missing at {CHROMIUM}: the browser tests need Debian's "
+                    "(apt-get install chromium; README.md)", pytrace=False)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
