@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -334,6 +336,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .console import status
     from .persist import save
 
+    _check_output(args.output, args.force)
     load_plugins()
     model, inputs, manifest = _load(args.model)
     source, history = args.model, []
@@ -356,12 +359,22 @@ def cmd_prune(args: argparse.Namespace) -> int:
                          exclude=args.exclude or ())
     with status("resizing"):
         plan.apply(model, sm)
-    save(model, args.output, plan, source=source, history=history)
+    save(model, args.output, plan, source=source, history=history, overwrite=args.force)
     if args.json:
         print(plan.to_json())
         return 0
     print(f"{plan.summary()}\n\nsaved to {args.output}")
     return 0
+
+
+def _check_output(path: str, force: bool) -> None:
+    """``-o DIR`` must be new or empty unless ``--force`` (checked before any work)."""
+    out = Path(path)
+    if force or not (out.exists() or out.is_symlink()):
+        return
+    if out.is_symlink() or not out.is_dir() or os.listdir(out):
+        raise CliError(f"-o {path}: exists and is not an empty directory; give a new one, or "
+                       "--force to replace it whole (everything in it is removed)")
 
 
 def add_prune_parser(sub: Any) -> None:
@@ -383,7 +396,10 @@ def add_prune_parser(sub: Any) -> None:
     p.add_argument("--exclude", action="append", metavar="GROUP",
                    help="a group (or fnmatch pattern) to leave whole; repeatable")
     p.add_argument("--input-shape", help="shape of one random input tensor, e.g. 1,3,224,224")
-    p.add_argument("-o", "--output", required=True, help="directory to write")
+    p.add_argument("-o", "--output", required=True,
+                   help="directory to write: new or empty (replaced atomically)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the output directory even if it holds files")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_prune)
 

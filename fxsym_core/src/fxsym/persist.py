@@ -8,6 +8,11 @@ A saved directory holds two files and nothing executable:
   the unpruned model again when the caller said so (``source``, e.g. the
   ``torchvision:resnet18`` spec of the command line; a library never runs it by itself).
 
+Saving is atomic and follows no link (:func:`replace_directory`): the new save is built in a
+fresh sibling directory and swapped in, so the directory holds the old save or the complete new
+one whenever the process stops; a directory holding anything but an earlier save is replaced
+only when the caller says ``overwrite``.
+
 Loading replays the plans on a freshly built model of the same architecture: for each, analyze
 the model with example inputs of the recorded shapes, check the plan fits (:meth:`Plan.check
 <fxsym.planning.Plan.check>`) and resize; the last plan's parameter shapes are checked against
@@ -22,9 +27,17 @@ Imports from fxsym: analysis, errors, modstate, planning, symbols.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import functools
 import json
 import os
-from collections.abc import Mapping, Sequence
+import secrets
+import shutil
+import stat
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +50,7 @@ from .modstate import ModuleTreeState
 from .planning import Plan, inputs_from_spec
 from .symbols import SymMap
 
-__all__ = ["MANIFEST", "WEIGHTS", "is_saved", "load", "read_manifest", "save"]
+__all__ = ["MANIFEST", "WEIGHTS", "is_saved", "load", "read_manifest", "replace_directory", "save"]
 
 #: the file names inside a saved directory
 MANIFEST = "fxsym.json"
@@ -46,13 +59,20 @@ FORMAT = 1
 
 
 def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
-         source: str | None = None, history: Sequence[Plan] = ()) -> Path:
+         source: str | None = None, history: Sequence[Plan] = (),
+         overwrite: bool = False) -> Path:
     """Write ``model`` (pruned by ``plan``) to ``directory``: safetensors weights and
     ``fxsym.json``. ``source`` records how to build the unpruned model (free text for the
     caller, e.g. ``"timm:resnet18"``; the command line rebuilds from it); ``history`` the plans
-    applied before ``plan``, first first (a model pruned again). Raises
-    :class:`~fxsym.errors.PlanError` if the model's parameters do not have the plan's shapes
-    (the plan was not applied). Returns the directory."""
+    applied before ``plan``, first first (a model pruned again). Returns the directory.
+
+    The save is atomic (see :func:`replace_directory`): ``directory`` holds the old save or
+    the complete new one at every moment. It may be missing, empty or an earlier fxsym save
+    (two regular files); anything else (other files, a symbolic link in it) raises
+    :class:`~fxsym.errors.PlanError` unless ``overwrite``, which replaces the whole directory.
+    A ``directory`` that is itself a symbolic link is refused. Raises
+    :class:`~fxsym.errors.PlanError` too if the model's parameters do not have the plan's
+    shapes (the plan was not applied)."""
     from safetensors.torch import save_file
 
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -60,6 +80,7 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
         if shapes.get(name) != tuple(shape):
             raise PlanError(f"the model does not have the plan's shapes ({name}: "
                             f"{shapes.get(name)} vs {tuple(shape)}); apply the plan first")
+    out = Path(directory)
     state = model.state_dict()
     stored: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
@@ -73,13 +94,156 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
         if key is not None:
             seen[key] = name
         stored[name] = t.detach().to("cpu").contiguous()
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    save_file(stored, str(out / WEIGHTS), metadata={"format": "pt", "producer": "fxsym"})
     manifest = {"fxsym": FORMAT, "source": source, "aliases": aliases,
                 "history": [p.to_dict() for p in history], "plan": plan.to_dict()}
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    with replace_directory(out, overwrite=overwrite, replaceable=(MANIFEST, WEIGHTS)) as tmp:
+        _write_new(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
+        save_file(stored, str(tmp / WEIGHTS), metadata={"format": "pt", "producer": "fxsym"})
+        # safetensors writes 0600; give the weights the manifest's usual 0666-less-umask mode
+        os.chmod(tmp / WEIGHTS, stat.S_IMODE(os.lstat(tmp / MANIFEST).st_mode))
+        _sync(tmp / WEIGHTS)
     return out
+
+
+@contextlib.contextmanager
+def replace_directory(directory: str | os.PathLike[str], *, overwrite: bool = False,
+                      replaceable: Sequence[str] = ()) -> Iterator[Path]:
+    """Build a directory's new contents in a fresh sibling (yielded) and put it in place of
+    ``directory`` when the block ends; on an error in the block, remove the sibling and leave
+    ``directory`` as it was.
+
+    ``directory`` may be missing or empty; one holding anything but regular files named in
+    ``replaceable`` (an earlier save of the same kind) is refused with
+    :class:`~fxsym.errors.PlanError` before the block runs, unless ``overwrite``.
+
+    The sibling is made with ``mkdir`` (mode 0777 less the umask; files written in it get
+    the usual 0666 less the umask), so no link can be in it. It replaces a missing or empty
+    ``directory`` with one ``rename``, a non-empty one by exchanging the two atomically
+    (Linux ``renameat2(RENAME_EXCHANGE)``) and removing the old contents: whenever the process
+    stops, ``directory`` holds the old contents or the complete new ones. Where the exchange
+    is not available (another OS or file system) the old directory is moved aside first and
+    moved back if the second rename fails; a crash between the two leaves it beside
+    ``directory`` as ``.NAME.fxsym-*``. A ``directory`` that is a symbolic link is refused
+    (:class:`~fxsym.errors.PlanError`): the link is never followed or replaced."""
+    out = Path(directory)
+    if out.is_symlink():
+        raise PlanError(f"{out} is a symbolic link; give the directory itself")
+    if out.exists() and not out.is_dir():
+        raise PlanError(f"{out} exists and is not a directory")
+    if not overwrite:
+        other = [e for e in _entries(out)
+                 if e not in replaceable or not stat.S_ISREG(os.lstat(out / e).st_mode)]
+        if other:
+            raise PlanError(f"{out} is not empty ({other[0]!r} is not part of an earlier save); "
+                            "give an empty or new directory, or overwrite=True (--force) to "
+                            "replace it whole")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _fresh_sibling(out)
+    try:
+        yield tmp
+        _sync(tmp)
+        try:
+            os.rename(tmp, out)  # a missing or empty directory: replaced in one step
+            replaced = None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            replaced = _swap(tmp, out)
+        _sync(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _entries(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except FileNotFoundError:
+        return []
+
+
+def _fresh_sibling(out: Path) -> Path:
+    """A new empty directory beside ``out``, named ``.NAME.fxsym-XXXXXXXX``."""
+    for _ in range(100):
+        tmp = out.parent / f".{out.name}.fxsym-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(tmp, 0o777)
+        except FileExistsError:
+            continue
+        return tmp
+    raise PlanError(f"cannot make a temporary directory beside {out}")
+
+
+def _swap(new: Path, out: Path) -> Path:
+    """Put ``new`` in place of the non-empty directory ``out``; return where the old contents
+    are now (under ``new``'s name)."""
+    try:
+        _exchange(new, out)
+        return new
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise
+    aside = _fresh_sibling(out)
+    try:
+        os.rename(out, aside / "old")
+        try:
+            os.rename(new, out)
+        except BaseException:
+            os.rename(aside / "old", out)
+            raise
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.rmdir(aside)  # only if empty: the old contents, if still there, stay
+        raise
+    return aside
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Swap ``a`` and ``b`` in one step (``renameat2(RENAME_EXCHANGE)``); ``OSError`` with
+    ``ENOSYS`` where there is no such call."""
+    rename2 = getattr(_libc(), "renameat2", None) if sys.platform == "linux" else None
+    if rename2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    at_fdcwd, rename_exchange = -100, 2
+    if rename2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), str(b))
+
+
+@functools.cache
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to a file that must not exist yet (never through a link), durably."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync(path: Path) -> None:
+    """``fsync`` a file or directory (its entries), where the OS allows it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def is_saved(directory: str | os.PathLike[str]) -> bool:
