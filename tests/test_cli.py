@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -95,3 +96,54 @@ def test_analyze_outputs_option_narrows_the_contract(capsys: pytest.CaptureFixtu
     assert main([*spec, "--outputs", "logits"]) == 2
     err = capsys.readouterr().err
     assert "'logits' is not among the model's outputs" in err and "Traceback" not in err
+
+
+# -- issue 20 §6: a run that explains itself -----------------------------------------------
+_NO_TORCH = """
+import sys
+from fxsym.cli import main
+try:
+    main({argv!r})
+except SystemExit as exc:
+    code = exc.code
+print("exit", code, "torch imported:", "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["prune", "--help"], ["analyze", "--help"],
+                                  ["--version"]])
+def test_help_and_version_do_not_import_torch(argv: list[str]) -> None:
+    res = subprocess.run([sys.executable, "-c", _NO_TORCH.format(argv=argv)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.stdout.splitlines()[-1] == "exit 0 torch imported: False", res.stderr
+    assert "usage: fxsym" in res.stdout or "fxsym " in res.stdout
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import fxsym
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fxsym {fxsym.__version__}"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bogus"], "invalid choice: 'bogus'"),
+    (["prune", "fxsym.demo:DemoNet", "--ratio", "0.5"], "-o/--output"),
+    (["prune", "fxsym.demo:DemoNet", "--ratio", "half", "-o", "x"], "--ratio"),
+    (["analyze", "--max-report"], "--max-report"),
+    ([], "command"),
+])
+def test_usage_errors_are_one_line(argv: list[str], says: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    line = _error_line(err)
+    assert line.startswith("fxsym: ") and says in line, err
+
+
+def test_an_unimportable_factory_hints_at_pythonpath(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["analyze", "no_such_package_xyz.models:Net", "--input-shape", "1,3,8,8"]) == 2
+    line = _error_line(capsys.readouterr().err)
+    assert "ModuleNotFoundError" in line and "PYTHONPATH" in line

@@ -46,3 +46,20 @@ def test_a_saved_directory_never_names_code_to_run(tmp_path: Path,
     capsys.readouterr()
     assert main(["analyze", str(out)]) == 2
     assert "records no torchvision:NAME or timm:NAME model" in capsys.readouterr().err
+
+
+def test_ratio_counts_units_and_param_ratio_counts_parameters(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["prune", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "fraction of units" in text and "not of parameters" in text
+    assert "--param-ratio" in text
+    assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--input-shape",
+                 "1,3,16,16", "-o", str(tmp_path / "half"), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    before, after = plan["params"]["before"], plan["params"]["after"]
+    assert after <= before // 2 and after > before * 0.4
+    assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--ratio", "0.5",
+                 "-o", str(tmp_path / "x")]) == 2
+    assert "exactly one of" in capsys.readouterr().err

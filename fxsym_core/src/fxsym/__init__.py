@@ -10,17 +10,16 @@ demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends 
 imports. The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them
 (a :class:`Plan`), ``fxsym.save``/``fxsym.load`` write and replay it.
 
-Imports from fxsym: analysis, errors, importance, persist, planning, plugins, resizing,
-symbols, tracer (the passes on first use; type checkers see them through ``TYPE_CHECKING``
-imports).
+Imports from fxsym: errors (every other public name is imported from its room on first use,
+so ``import fxsym`` does not import torch and ``fxsym --help`` is instant; type checkers see
+them through ``TYPE_CHECKING`` imports).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import importance
-from .analysis import analyze
 from .errors import (
     AnalysisError,
     FxsymError,
@@ -35,14 +34,10 @@ from .errors import (
     ResizeWarning,
     TraceError,
 )
-from .persist import load, save
-from .planning import Plan, plan
-from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
-from .resizing import resize
-from .symbols import SizeExpr, Symbol, SymGroup, SymInfo, SymMap
-from .tracer import TraceReport, trace
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
+    from . import importance
+    from .analysis import analyze
     from .passes import (
         ChainPattern,
         ModuleSemantics,
@@ -54,6 +49,12 @@ if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
         graph_pass,
         optimize,
     )
+    from .persist import load, save
+    from .planning import Plan, plan
+    from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
+    from .resizing import resize
+    from .symbols import SizeExpr, Symbol, SymGroup, SymInfo, SymMap
+    from .tracer import TraceReport, trace
 
 __version__ = "0.1.0"
 
@@ -100,14 +101,28 @@ __all__ = [
 ]
 
 
-_PASSES = frozenset({"optimize", "Pass", "Pattern", "ChainPattern", "Step", "SubgraphPattern",
-                     "OpAlias", "ModuleSemantics", "graph_pass"})
+#: the room each public name comes from, imported on its first use: ``import fxsym`` imports
+#: the errors only, so ``fxsym --help`` starts without torch
+_ROOMS = {
+    "importance": "importance", "analyze": "analysis", "load": "persist", "save": "persist",
+    "Plan": "planning", "plan": "planning", "PluginManager": "plugins", "hookimpl": "plugins",
+    "load_plugins": "plugins", "use_plugins": "plugins", "resize": "resizing",
+    "SizeExpr": "symbols", "Symbol": "symbols", "SymGroup": "symbols", "SymInfo": "symbols",
+    "SymMap": "symbols", "TraceReport": "tracer", "trace": "tracer",
+    **dict.fromkeys(("optimize", "Pass", "Pattern", "ChainPattern", "Step", "SubgraphPattern",
+                     "OpAlias", "ModuleSemantics", "graph_pass"), "passes"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    # the pass pipeline is imported on first use
-    if name in _PASSES:
-        from . import passes
+    room = _ROOMS.get(name)
+    if room is None:
+        raise AttributeError(f"module 'fxsym' has no attribute {name!r}")
+    module = importlib.import_module(f".{room}", __name__)
+    value = module if name == room else getattr(module, name)
+    globals()[name] = value
+    return value
 
-        return getattr(passes, name)
-    raise AttributeError(f"module 'fxsym' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,9 +1,10 @@
 """The ``fxsym`` command line: ``analyze``, ``prune``, ``plugins`` and ``passes``.
 
-Every failure is reported as one line on stderr, ``fxsym: <what failed>``, with exit code 2
-(130 when interrupted); a traceback is never shown.
+Every failure, a usage error included, is reported as one line on stderr,
+``fxsym: <what failed>``, with exit code 2 (130 when interrupted); a traceback is never shown.
 
-Imports from fxsym: errors (the other rooms inside each command, so ``fxsym --help`` is fast).
+Imports from fxsym: errors (torch and the other rooms inside each command, so ``fxsym --help``
+and ``fxsym --version`` never import torch: tested in a subprocess).
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import FxsymError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 
 class CliError(Exception):
@@ -32,6 +34,8 @@ def load_model(spec: str) -> nn.Module:
     """``torchvision:resnet50``, ``timm:resnet18`` or ``package.module:factory`` (a module
     instance, or a callable returning one when called without arguments); a directory written
     by ``fxsym prune`` is :func:`load_saved`'s."""
+    from torch import nn
+
     source, _, name = spec.partition(":")
     if not source or not name:
         raise CliError(f"MODEL must look like 'torchvision:resnet50' or "
@@ -49,6 +53,11 @@ def load_model(spec: str) -> nn.Module:
         obj: Any = importlib.import_module(source)
         for part in name.split("."):
             obj = getattr(obj, part)
+    except ModuleNotFoundError as exc:
+        hint = ("; is the directory holding it on PYTHONPATH? (the fxsym command does not "
+                "look in the current directory: PYTHONPATH=. fxsym ...)") if exc.name and (
+            source == exc.name or source.startswith(f"{exc.name}.")) else ""
+        raise CliError(f"cannot load {spec}: {_one_line(exc)}{hint}") from exc
     except Exception as exc:
         raise CliError(f"cannot load {spec}: {_one_line(exc)}") from exc
     if isinstance(obj, nn.Module):
@@ -260,6 +269,8 @@ def _load(spec: str) -> tuple[nn.Module, Any, dict[str, Any] | None]:
 def _example_inputs(input_shape: str | None, inputs: Any, source: str | None) -> Any:
     """``--input-shape`` if given, else the inputs the model came with, else a 224x224 image
     for a ``torchvision:``/``timm:`` model, else ``None`` (the plugins' defaults)."""
+    import torch
+
     if input_shape:
         return (torch.randn(*_input_shape(input_shape)),)
     if inputs is None and source and source.partition(":")[0] in SAFE_SOURCES:
@@ -299,6 +310,8 @@ def _input_shape(text: str) -> tuple[int, ...]:
 
 def _random_batches(inputs: Any, count: int) -> list[Any]:
     """``count`` batches shaped like ``inputs``: random floats, integer inputs kept."""
+    import torch
+
     def like(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
             return torch.randn_like(v)
@@ -312,6 +325,8 @@ def _random_batches(inputs: Any, count: int) -> list[Any]:
 def _criterion(args: argparse.Namespace, inputs: Any) -> Any:
     """The importance the options name; taylor and activation are calibrated on random inputs
     of the example shape (a smoke run: with real data, use the library)."""
+    import torch
+
     from . import importance
     from .importance import run_batch
 
@@ -348,9 +363,17 @@ def cmd_prune(args: argparse.Namespace) -> int:
         sm = analyze(model, example_inputs=inputs)
     if inputs is None:
         inputs = getattr(sm.graph_module, "example_inputs", None)
-    targets = [x for x in (args.ratio, args.target_params, args.target_macs) if x is not None]
+    targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs)
+               if x is not None]
     if len(targets) != 1:
-        raise CliError("give exactly one of --ratio, --target-params and --target-macs")
+        raise CliError("give exactly one of --ratio, --param-ratio, --target-params and "
+                       "--target-macs")
+    if args.param_ratio is not None:
+        if not 0 <= args.param_ratio < 1:
+            raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); "
+                           f"got {args.param_ratio}")
+        before = sum(p.numel() for p in model.parameters())
+        args.target_params = int(before * (1 - args.param_ratio))
     criterion = _criterion(args, inputs)
     with status("planning (mapping every group onto the parameters, scoring, solving)"):
         plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
@@ -382,7 +405,11 @@ def add_prune_parser(sub: Any) -> None:
     p.add_argument("model", help="torchvision:NAME, timm:NAME, package.module:factory, or a "
                    "directory written by fxsym prune")
     how = p.add_argument_group("how much (one of)")
-    how.add_argument("--ratio", type=float, help="fraction of units to remove, e.g. 0.5")
+    how.add_argument("--ratio", type=float, help="fraction of units (channels, heads) to "
+                     "remove, e.g. 0.5; of units, not of parameters: a layer between two "
+                     "halved groups keeps a quarter of its weights")
+    how.add_argument("--param-ratio", type=float, help="fraction of parameters to remove, "
+                     "e.g. 0.5 (the same as --target-params at that fraction of the model)")
     how.add_argument("--target-params", type=int, help="parameters to reach or go under")
     how.add_argument("--target-macs", type=int, help="MACs to reach or go under")
     p.add_argument("--importance", default="l2",
@@ -404,10 +431,21 @@ def add_prune_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_prune)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (raised, reported by :func:`main`)
+    instead of the usage text and an exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see {self.prog} --help)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from . import __version__
+
+    parser = _Parser(
         prog="fxsym",
         description="Which sizes inside a PyTorch model can change, and which change together.")
+    parser.add_argument("--version", action="version", version=f"fxsym {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("analyze", help="list a model's searchable groups")
     p.add_argument("model", nargs="?", help="torchvision:NAME, timm:NAME or package.module:factory"
@@ -431,8 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)
     add_prune_parser(sub)
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return int(args.func(args))
     except KeyboardInterrupt:
         print("fxsym: interrupted", file=sys.stderr)
