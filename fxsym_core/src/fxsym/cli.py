@@ -351,6 +351,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .console import status
     from .persist import save
 
+    targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs)
+               if x is not None]
+    if len(targets) != 1:
+        raise CliError("give exactly one of --ratio, --param-ratio, --target-params and "
+                       "--target-macs")
+    if args.param_ratio is not None and not 0 <= args.param_ratio < 1:
+        raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); got "
+                       f"{args.param_ratio}")
     _check_output(args.output, args.force)
     load_plugins()
     model, inputs, manifest = _load(args.model)
@@ -363,15 +371,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         sm = analyze(model, example_inputs=inputs)
     if inputs is None:
         inputs = getattr(sm.graph_module, "example_inputs", None)
-    targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs)
-               if x is not None]
-    if len(targets) != 1:
-        raise CliError("give exactly one of --ratio, --param-ratio, --target-params and "
-                       "--target-macs")
     if args.param_ratio is not None:
-        if not 0 <= args.param_ratio < 1:
-            raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); "
-                           f"got {args.param_ratio}")
         before = sum(p.numel() for p in model.parameters())
         args.target_params = int(before * (1 - args.param_ratio))
     criterion = _criterion(args, inputs)
