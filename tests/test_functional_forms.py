@@ -20,6 +20,7 @@ from helpers import assert_oracles
 from torch import nn
 
 import fxsym
+import fxsym.oracles
 
 
 class OwnLinear(nn.Linear):
@@ -275,12 +276,36 @@ def test_timm_scaled_std_conv_model_through_both_oracles() -> None:
 
 
 def test_a_model_with_no_group_names_what_pinned_it() -> None:
-    """BiT (``resnetv2_50x1_bit``): weight-standardised convs produce groups, but every one
-    meets timm's GroupNormAct with 32 channel groups; the report says so."""
+    """Every conv meets ``F.group_norm`` with its group count written as a number, which cannot
+    follow a resize: the report names the reason and the first place it pinned."""
+
+    class LiteralGroupNorms(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.convs = nn.ModuleList(nn.Conv2d(8, 8, 1) for _ in range(3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for conv in self.convs:
+                x = F.group_norm(conv(x), 4)
+            return x
+
+    sm = fxsym.analyze(LiteralGroupNorms(), example_inputs=(torch.randn(1, 8, 4, 4),))
+    assert sm.groups() == []
+    (line,) = sm.trace_report.of_kind("no-group")
+    assert "group_norm's num_groups is a number" in line.message
+    assert "node group_norm)" in line.message
+
+
+def test_bit_group_norm_act_keeps_its_groups() -> None:
+    """BiT (``resnetv2_50x1_bit``): weight-standardised convs each meet timm's GroupNormAct
+    (32 channel groups, ``F.group_norm(x, self.num_groups, ...)``); the channels change 32
+    norm groups at a time and ``num_groups`` follows (the oracles run in
+    ``tests/test_group_norm.py`` on a smaller GroupNorm net)."""
     torch.manual_seed(0)
     model = timm.create_model("resnetv2_50x1_bit", pretrained=False).eval()
     sm = fxsym.analyze(model, example_inputs=(torch.randn(1, 3, 32, 32),))
-    assert sm.groups() == []
-    (line,) = sm.trace_report.of_kind("no-group")
-    assert "'group norm with channel groups'" in line.message
-    assert "stages.0.blocks.0.norm1" in line.message
+    assert len(sm.groups()) >= 30
+    assert fxsym.oracles.coverage(sm) > 0.9
+    stem = _group_of(sm, ("stages.0.blocks.0.conv1", "weight:0"))
+    assert ("stages.0.blocks.0.norm2", "attr:num_groups") in stem.members
+    assert stem.size == 32

@@ -129,17 +129,24 @@ def layernorm2d_info(mod: nn.LayerNorm) -> SymInfo:
 
 
 def groupnorm_info(mod: nn.GroupNorm) -> SymInfo:
-    sym = Symbol(cl_type=IN, elastic_dims={1})
-    if mod.num_groups not in (1, mod.num_channels):
-        sym.disable()
-    return SymInfo(is_shape_preserving=True, num_channels=sym)
+    """GroupNorm normalises each run of ``num_channels // num_groups`` consecutive channels
+    together: a run may move or go as a whole without changing the others' statistics, but
+    a channel moved or dropped inside a run would change its run's. So the channels change
+    a whole run at a time (``units=num_groups``) and ``num_groups`` follows the runs kept.
+    One group (statistics over all channels, which any channel order keeps) has no runs."""
+    groups, channels = mod.num_groups, mod.num_channels
+    if groups == 1:
+        return SymInfo(is_shape_preserving=True,
+                       num_channels=Symbol(cl_type=IN, elastic_dims={1}))
+    per_group = channels // groups
+    sym = Symbol(cl_type=IN, elastic_dims={1}, units=groups)
+    return SymInfo(is_shape_preserving=True, num_channels=sym).declare(
+        num_groups="num_channels" if per_group == 1 else f"num_channels // {per_group}")
 
 
 def groupnorm_resize(mod: nn.GroupNorm, name: str, index: torch.Tensor) -> None:
     keep_entries(mod, "weight", 0, index)
     keep_entries(mod, "bias", 0, index)
-    if mod.num_groups == mod.num_channels:
-        mod.num_groups = len(index)
     mod.num_channels = len(index)
 
 

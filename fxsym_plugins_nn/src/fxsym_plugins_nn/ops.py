@@ -2136,20 +2136,27 @@ def _same_size(ctx: OpContext, size: Dim, dim: Dim) -> bool:
 
 
 def _group_norm_fn(ctx: OpContext) -> Layout:
-    """``F.group_norm(x, G, w, b)``: one group normalises all channels together and keeps them
-    independent of their order; ``G`` equal to the channels normalises each alone, but only a
-    ``G`` read from the input's shape follows a resize (``self.num_groups`` is a number
-    here). Any other ``G`` pins the channels (each norm group would change composition)."""
+    """``F.group_norm(x, G, w, b)`` normalises each run of ``C // G`` consecutive channels
+    together, as ``nn.GroupNorm`` does: the channels change a whole run at a time
+    (:meth:`OpContext.whole_units`) and ``G`` must follow the number of runs kept. It does
+    when read from the input's shape (``G`` equal to the channels) or from a module attribute
+    (``self.num_groups`` of a GroupNorm subclass traced into), which is then tied to the
+    runs: a member of the channels' group set to the runs kept. ``G = 1`` keeps every channel
+    order. Any other ``G`` (a number) cannot follow a resize and pins the channels."""
     x = ctx.arg(0, "input")
     lay = list(ctx.tensor_layout(x))
     g_arg = ctx.arg(1, "num_groups")
     groups = int(ctx.val(g_arg))
     if not is_fixed(lay[1]) and groups != 1:
-        traced = _traced_sizes((ctx.layout(g_arg),), 1)
-        if groups != ctx.shape(x)[1]:
-            ctx.fix(lay[1], "group norm with channel groups")
-        elif not (traced and _same_size(ctx, traced[0], lay[1])):
-            ctx.fix(lay[1], "group_norm's num_groups equals the channels but is a literal")
+        size = ctx.layout(g_arg)
+        traced = _traced_sizes((size,), 1)
+        shape_read = groups == ctx.shape(x)[1] and traced and _same_size(ctx, traced[0], lay[1])
+        if not shape_read and ctx.whole_units(lay[1], groups, "group_norm"):
+            run = dim_size(lay[1]) // groups
+            runs = tuple(Seg(s.group, s.length // run, 1) for s in ctx.table.resolve(lay[1]))
+            if not tie_size(ctx, size, runs):
+                ctx.fix(lay[1], "group_norm's num_groups is a number: it cannot follow the "
+                                "channels kept")
     for idx, pname in ((2, "weight"), (3, "bias")):
         p = ctx.arg(idx, pname, None)
         if isinstance(p, torch.fx.Node):

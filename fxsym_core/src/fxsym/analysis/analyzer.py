@@ -406,11 +406,7 @@ class Analyzer:
                 self.fix(x[d], f"{name}.{sname} cannot change", node)
             units = sym.units
             if units and not sym.is_constant and units != dim_size(x[d]):
-                # e.g. conv groups: whole groups only (one entry each: any layout is whole)
-                if len(x[d]) != 1:
-                    self.fix(x[d], f"{name}.{sname}: groups over concatenated inputs", node)
-                elif x[d][0].group is not None:
-                    self.table.constrain(x[d][0].group, int(units))
+                ctx.whole_units(x[d], int(units), f"{name}.{sname}")
             self._attach(name, sname, x[d], node)
             incoming[id(sym)] = (x[d], units)
         for sname, sym in info.symbols.items():  # internal searchable sizes (heads, ...)

@@ -144,6 +144,26 @@ class OpContext:
             out.append(next(s for s in segs if s.group is not None))
         return tuple(out)
 
+    def whole_units(self, dim: Dim, units: int, what: str) -> bool:
+        """Let ``dim`` change only ``units`` equal runs of consecutive entries at a time (the
+        groups of a grouped convolution, of a group norm): each run must lie inside one
+        segment, and every group is coarsened so that each of its units is whole runs. Where
+        a run would straddle two segments (a concatenation cut inside a run), or the runs are
+        not equal, the dim is pinned with a reason naming ``what``; returns whether it held."""
+        size = dim_size(dim)
+        if units <= 0 or size % units:
+            self.fix(dim, f"{what}: {size} entries do not make {units} equal groups")
+            return False
+        run = size // units
+        if any(s.length % run for s in dim):
+            self.fix(dim, f"{what}: groups over concatenated inputs (a group of {run} entries "
+                          "straddles two of them)")
+            return False
+        for s in dim:
+            if s.group is not None:
+                self.table.constrain(s.group, s.length // run)
+        return True
+
     def produce(self, dim: Dim, source: Any) -> bool:
         """Declare ``dim`` of the tensor ``source`` (an argument of the node) a *producer*.
 

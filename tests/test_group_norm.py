@@ -1,0 +1,169 @@
+"""GroupNorm: channels change a whole norm group at a time (issue 21, part 2).
+
+A GroupNorm of ``G`` groups over ``C`` channels normalises each run of ``C // G`` channels
+together. Permuting whole runs, or dropping whole runs, leaves every other run's statistics
+as they were, so the channels are a group whose unit is one norm group, and ``num_groups``
+follows the number kept. Each model is analyzed in float64, checked by both oracles, and
+a shrink is compared with the original model whose dropped channels are zeroed where the
+next layer reads them (exact: a dropped norm group contributes nothing to the others).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import assert_oracles
+from torch import nn
+
+import fxsym
+
+
+class ConvGN(nn.Module):
+    """conv -> GroupNorm(4 groups of 4 channels) -> conv."""
+
+    def __init__(self, groups: int = 4) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.norm = nn.GroupNorm(groups, 16)
+        self.conv2 = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(F.silu(self.norm(self.conv1(x))))
+
+
+class ConcatGN(nn.Module):
+    """Two branches of ``a`` and ``b`` channels concatenated under one GroupNorm."""
+
+    def __init__(self, a: int, b: int, groups: int) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, a, 1)
+        self.b = nn.Conv2d(3, b, 1)
+        self.norm = nn.GroupNorm(groups, a + b)
+        self.out = nn.Conv2d(a + b, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.norm(torch.cat([self.a(x), self.b(x)], dim=1)))
+
+
+class FunctionalGroupNorm(nn.GroupNorm):
+    """timm's ``GroupNorm``: an ``nn.GroupNorm`` whose forward calls ``F.group_norm`` itself
+    (so it is traced into and ``self.num_groups`` is read as a size)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class ConvFunctionalGN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.norm = FunctionalGroupNorm(4, 16)
+        self.conv2 = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.norm(self.conv1(x)))
+
+
+class LiteralGroups(nn.Module):
+    """``F.group_norm`` with the group count written as a number: it cannot follow a resize."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 1)
+        self.conv2 = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(F.group_norm(self.conv1(x), 4))
+
+
+def _inputs() -> tuple[torch.Tensor]:
+    return (torch.randn(2, 3, 6, 6, dtype=torch.float64),)
+
+
+def _group(sm: fxsym.SymMap, member: tuple[str, str]) -> fxsym.SymGroup:
+    found = [g for g in sm.groups() if member in g.members]
+    assert len(found) == 1, (member, [g.members for g in sm.groups()])
+    return found[0]
+
+
+def _zeroed_reader(model: nn.Module, reader: str, dropped: Sequence[int]) -> nn.Module:
+    """``model`` with the input channels ``dropped`` of conv ``reader`` zeroed."""
+    masked = copy.deepcopy(model)
+    conv = masked.get_submodule(reader)
+    with torch.no_grad():
+        conv.weight[:, list(dropped)] = 0
+    return masked
+
+
+def test_groupnorm_channels_are_whole_norm_groups() -> None:
+    model = ConvGN().double().eval()
+    sm = assert_oracles(model, _inputs())
+    g = _group(sm, ("conv1", "out_channels"))
+    assert (g.size, g.unit) == (4, 4)  # four units: one per norm group of four channels
+    assert ("norm", "num_channels") in g.members
+    assert ("norm", "attr:num_groups") in g.members
+    resized = copy.deepcopy(model)
+    sm2 = fxsym.analyze(resized, example_inputs=_inputs())
+    fxsym.resize(resized, sm2, {g.name: torch.tensor([0, 2])})
+    assert (resized.norm.num_groups, resized.norm.num_channels) == (2, 8)
+    assert resized.norm.weight.shape == (8,) and resized.conv1.weight.shape[0] == 8
+    assert resized.conv2.in_channels == 8
+    x = torch.randn(2, 3, 7, 5, dtype=torch.float64)
+    expected = _zeroed_reader(model, "conv2", [4, 5, 6, 7, 12, 13, 14, 15])(x)
+    torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("groups", [1, 16])
+def test_groupnorm_of_one_group_or_one_channel_each_keeps_any_channel(groups: int) -> None:
+    model = ConvGN(groups).double().eval()
+    sm = assert_oracles(model, _inputs())
+    g = _group(sm, ("conv1", "out_channels"))
+    assert (g.size, g.unit) == (16, 1)
+    fxsym.resize(model, sm, {g.name: 5})
+    assert model.norm.num_channels == 5
+    assert model.norm.num_groups == (1 if groups == 1 else 5)
+    model(*_inputs())
+
+
+def test_groupnorm_over_a_concatenation_coarsens_each_branch() -> None:
+    model = ConcatGN(8, 12, groups=5).double().eval()  # norm groups of 4: 2 + 3 of them
+    sm = assert_oracles(model, _inputs(), min_groups=2)
+    a, b = _group(sm, ("a", "out_channels")), _group(sm, ("b", "out_channels"))
+    assert (a.size, a.unit, b.size, b.unit) == (2, 4, 3, 4)
+    fxsym.resize(model, sm, {a.name: torch.tensor([1]), b.name: torch.tensor([0, 2])})
+    assert (model.norm.num_groups, model.norm.num_channels) == (3, 12)
+    model(*_inputs())
+
+
+def test_groupnorm_whose_groups_straddle_a_concatenation_is_pinned() -> None:
+    model = ConcatGN(8, 4, groups=4).double().eval()  # groups of 3 channels: 8 + 4 cut one
+    sm = fxsym.analyze(model, example_inputs=_inputs())
+    members = {m for g in sm.groups() for m in g.members}
+    assert ("a", "out_channels") not in members and ("b", "out_channels") not in members
+    assert "concatenat" in str(sm.why_constant("a", "out_channels"))
+
+
+def test_functional_group_norm_ties_num_groups() -> None:
+    model = ConvFunctionalGN().double().eval()
+    sm = assert_oracles(model, _inputs())
+    g = _group(sm, ("conv1", "out_channels"))
+    assert (g.size, g.unit) == (4, 4)
+    assert ("norm", "attr:num_groups") in g.members
+    resized = copy.deepcopy(model)
+    sm2 = fxsym.analyze(resized, example_inputs=_inputs())
+    fxsym.resize(resized, sm2, {g.name: torch.tensor([3])})
+    assert (resized.norm.num_groups, resized.norm.num_channels) == (1, 4)
+    x = _inputs()[0]
+    expected = _zeroed_reader(model, "conv2", range(12))(x)
+    torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_functional_group_norm_with_a_literal_group_count_is_pinned() -> None:
+    model = LiteralGroups().double().eval()
+    sm = fxsym.analyze(model, example_inputs=_inputs())
+    assert not sm.groups()
+    assert "group" in str(sm.why_constant("conv1", "out_channels"))
