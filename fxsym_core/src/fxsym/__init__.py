@@ -32,6 +32,7 @@ from .errors import (
     PluginWarning,
     ResizeError,
     ResizeWarning,
+    StaleStateError,
     TraceError,
 )
 
@@ -78,6 +79,7 @@ __all__ = [
     "ResizeError",
     "ResizeWarning",
     "SizeExpr",
+    "StaleStateError",
     "Step",
     "SubgraphPattern",
     "SymGroup",

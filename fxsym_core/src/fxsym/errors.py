@@ -15,6 +15,7 @@ __all__ = [
     "PluginWarning",
     "ResizeError",
     "ResizeWarning",
+    "StaleStateError",
     "TraceError",
 ]
 
@@ -37,6 +38,12 @@ class AnalysisError(FxsymError):
 
 class ResizeError(FxsymError):
     """A resize request was invalid; the model was left untouched."""
+
+
+class StaleStateError(ResizeError):
+    """A resize would leave a module holding tensors derived from what it changes, which no
+    trace showed to be recomputed when missing (the message names the attribute); the model
+    was left untouched."""
 
 
 class PlanError(FxsymError):

@@ -10,7 +10,9 @@ parameter identity and container identity are kept. Tensors are neither copied n
 a write *into* a tensor is not undone (callers that care fingerprint them).
 
 Restoring uses only dict, list and set operations and is idempotent: if it is interrupted,
-running it again finishes the job.
+running it again finishes the job. :meth:`~ModuleTreeState.restore_leaked` puts back only
+what now holds objects a given test calls foreign (graph values that leaked out of a trace),
+leaving every other change, such as another thread's, in place.
 
 Imports from fxsym: nothing (every room may use it).
 """
@@ -18,12 +20,17 @@ Imports from fxsym: nothing (every room may use it).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from operator import is_
 from typing import Any
 
 import torch
 from torch import nn
+
+#: kinds of derived state a module holds (found by a trace, cleared or refused by a resize):
+#: a container the forward fills again from empty, and tensors the model computed that no
+#: trace showed to be recomputed
+CACHE, DERIVED = "cache", "derived"
 
 _CONTAINERS = (dict, list, set)
 #: exact types that are containers (never modules) and that hold no container: what most
@@ -98,6 +105,38 @@ class ModuleTreeState:
             container.clear()
 
 
+    def restore_leaked(self, leaked: Callable[[Any], bool]) -> None:
+        """Put back what now holds an object ``leaked`` accepts: an attribute or a dict entry
+        whose value is one (added ones are removed), a list or set holding one."""
+        for mod, saved in self.attrs:
+            state = vars(mod)
+            for key in [k for k, v in state.items() if saved.get(k, _MISSING) is not v
+                        and leaked(v)]:
+                if key in saved:
+                    state[key] = saved[key]
+                else:
+                    del state[key]
+        for container, keys, values in self._dicts:
+            old = dict(zip(keys, values))
+            for key in [k for k, v in container.items()
+                        if old.get(k, _MISSING) is not v and leaked(v)]:
+                if key in old:
+                    container[key] = old[key]
+                else:
+                    del container[key]
+        for items_list, items in self._lists:
+            if any(map(leaked, items_list)):
+                items_list[:] = items
+        for items_set, members in self._sets:
+            if any(map(leaked, items_set)):
+                items_set.clear()
+                items_set.update(members)
+        for container in filter(None, self._empty):
+            held = container.values() if isinstance(container, dict) else container
+            if any(map(leaked, held)):
+                container.clear()
+
+
 def _is_container(value: Any) -> bool:
     """A dict, list or set (of any subclass) that is not a module (a module may subclass
     ``dict``: its state is recorded as a module's)."""
@@ -111,4 +150,4 @@ def _same_dict(container: dict[Any, Any], keys: Collection[Any], values: Iterabl
             and all(map(is_, container.values(), values)))
 
 
-__all__ = ["ModuleTreeState"]
+__all__ = ["CACHE", "DERIVED", "ModuleTreeState"]

@@ -532,6 +532,10 @@ class SymMap:
         #: the outputs whose sizes the analysis kept (``None``: every output); see
         #: :mod:`fxsym.analysis.outputs`
         self.output_contract: tuple[str | int, ...] | None = None
+        #: state the model derives, found by the trace: by module qualified name, each
+        #: attribute and its kind (``modstate.CACHE``: cleared by a resize of the module or a
+        #: submodule; ``modstate.DERIVED``: such a resize refuses while it holds tensors)
+        self.derived_state: dict[str, dict[str, str]] = {}
         self._map: dict[nn.Module, SymInfo] = {}
         self._mod_to_name: dict[nn.Module, str] = {}
         self._analysis: GroupAnalysis | None = None

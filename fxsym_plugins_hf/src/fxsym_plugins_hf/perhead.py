@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fxsym.tracer import original_module
+
 from .discovery import known_attention
 
 
@@ -60,11 +62,12 @@ class PerHeadInputs:
         handles = []
         try:
             for mod in model.modules():
-                self._seen.pop(mod, None)
+                user = original_module(mod)  # the model traced is a shadow of the user's
+                self._seen.pop(user, None)
                 cls: type = type(mod)
                 if known_attention(cls):
                     handles.append(mod.register_forward_pre_hook(
-                        functools.partial(self._pre_hook, mod), with_kwargs=True))
+                        functools.partial(self._pre_hook, user), with_kwargs=True))
             yield
         finally:
             for handle in handles:

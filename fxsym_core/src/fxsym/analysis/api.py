@@ -56,6 +56,7 @@ def analyze(
         if not symmap.groups():
             analyzer.explain_no_group()
         symmap.trace_report = report
+        symmap.derived_state = getattr(gm, "derived_state", {})
         symmap.graph_module = gm
         symmap.output_contract = analyzer.contract
         return symmap

@@ -79,7 +79,13 @@ def fxsym_register_patterns(register: Any) -> None:
 
 @hookspec
 def fxsym_trace_context(model: Any, example_inputs: Any) -> Any:
-    """Return a context manager active while ``model`` is traced, or ``None``."""
+    """Return a context manager active while ``model`` is traced, or ``None``.
+
+    ``model`` is the module tree the trace runs: a shadow of the user's model (same classes,
+    parameters, buffers and qualified names; see :mod:`fxsym.tracer.shadow`), so what the
+    context changes in it never reaches the user's modules. A record kept by module should
+    be keyed by :func:`fxsym.tracer.original_module` of it.
+    """
 
 
 @hookspec(firstresult=True)

@@ -2,11 +2,17 @@
 
 The engine is transactional. It validates every choice and finds a resize rule for every
 module it will touch *before* touching anything; then it snapshots every module of the model
-(rules edit child modules and attributes too), applies the rules — after each, it sets the
+(rules edit child modules and attributes too), empties the caches the trace found in the
+modules it changes and their owners, applies the rules — after each, it sets the
 attributes its module's SymInfo declares from the symbol just resized (:mod:`.declared`,
 checked with the choices) — and if anything raises, even a KeyboardInterrupt, it puts every
 module back as it was and re-raises (an ``Exception`` as :class:`~fxsym.errors.ResizeError`).
 Rules must bind new tensors, never write into old ones.
+A cache (:attr:`SymMap.derived_state`: a container the traced forward fills again from
+empty, such as timm's ``attention_bias_cache``) left filled would keep values computed from
+the old weights; the emptying is part of the transaction. Derived tensors no trace showed to
+be a cache make the resize refuse with :class:`~fxsym.errors.StaleStateError`, before
+anything is touched.
 Once the rules ran, the plugins' ``fxsym_after_resize`` hooks bring what else describes the
 model up to date (a Hugging Face ``config``), inside the transaction: a failing hook restores
 the model too. A SymMap describes the model as analyzed: after a resize it is stale and must be
@@ -24,8 +30,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..errors import ResizeError
-from ..modstate import ModuleTreeState
+from ..errors import ResizeError, StaleStateError
+from ..modstate import CACHE, ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
 from ..symbols import (
@@ -75,11 +81,15 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
     work = [] if analysis is None else _work(model, symmap.registry, analysis, plans)
     declared = plan_declared(symmap, {(q, s): len(index) for _, q, s, index, _ in work})
     fields = _object_fields(work)
+    caches = _stale_caches(model, symmap, work)
     work = [step for step in work if not _is_object_field(step)]
     ties = _tied_parameters(model)
     saved = _snapshot(model)
     where = ""
     try:
+        where = "caches"
+        for _, cache in caches:
+            cache.clear()
         for mod, qualname, sname, index, entry in work:
             where = f"{qualname}.{sname}"
             assert entry.resize is not None
@@ -156,6 +166,49 @@ def _work(model: nn.Module, registry: Registry, analysis: GroupAnalysis,
             )
         work.append((mod, qualname, sname, _dim_index(table, dim, plans), entry))
     return work
+
+
+def _stale_caches(model: nn.Module, symmap: SymMap, work: list[_Step]
+                  ) -> list[tuple[str, Any]]:
+    """The caches to empty (``(qualname.attribute, container)``) so that no module the resize
+    changes, nor any module holding one (its owners), keeps state derived from the model as it
+    was (:attr:`SymMap.derived_state`). Raises :class:`StaleStateError`, before anything is
+    touched, if such a module holds derived tensors the trace did not show to be a cache."""
+    derived = symmap.derived_state
+    if not derived or not work:
+        return []
+    changed: set[str] = set()
+    for _, qualname, _, _, _ in work:
+        parts = qualname.split(".") if qualname else []
+        changed.update(".".join(parts[:i]) for i in range(len(parts) + 1))
+    modules = dict(model.named_modules())
+    caches: list[tuple[str, Any]] = []
+    for qualname in sorted(changed & derived.keys()):
+        mod = modules.get(qualname)
+        if mod is None:
+            continue
+        for attr, kind in derived[qualname].items():
+            value = vars(mod).get(attr)
+            where = f"{qualname}.{attr}" if qualname else attr
+            if kind == CACHE and isinstance(value, (dict, list, set)):
+                if value:
+                    caches.append((where, value))
+            elif _holds_tensor(value):
+                raise StaleStateError(
+                    f"{where} holds tensors the model derived (the forward reads them) that "
+                    "the trace did not show to be recomputed when missing; a resize would "
+                    "leave them stale. Clear it, or make them buffers, and resize again")
+    return caches
+
+
+def _holds_tensor(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth < 3 and isinstance(value, (list, tuple, set)):
+        return any(_holds_tensor(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict) and not isinstance(value, nn.Module):
+        return any(_holds_tensor(v, depth + 1) for v in value.values())
+    return False
 
 
 def _after_resize(model: nn.Module, symmap: SymMap, plans: dict[int, torch.Tensor],

@@ -8,6 +8,7 @@ from .deferred import DeferredGraphModule
 from .guard import TRACE_LOCK, ModuleGuard
 from .proxy import ShapeProxy, value_of
 from .report import ReportEntry, TraceReport
+from .shadow import original_module
 from .tracer import FxsymTracer, resolve_example_inputs, to_meta, trace, trace_deferred
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "ReportEntry",
     "ShapeProxy",
     "TraceReport",
+    "original_module",
     "resolve_example_inputs",
     "to_meta",
     "trace",

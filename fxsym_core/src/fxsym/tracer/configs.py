@@ -8,9 +8,10 @@ field of the shadow (a stored field, not a property; an alias the class maps in 
 ``attribute_map``, as Hugging Face configs do, counts as the field it names) gives the proxy of
 a ``get_attr`` node carrying the int, like an int attribute of the module
 (:mod:`fxsym.tracer.tracer`): ``node.meta[ATTRIBUTE_META]`` is ``(path, "config.<field>")``
-and ``node.meta[CONFIG_META]`` is ``(id(config), field)``, which the analysis uses to give
-every read of one field of one config object, by whatever module, one group: a resize can
-change a shared field only for all its readers at once.
+and ``node.meta[CONFIG_META]`` is ``(id(config), field)`` (of the user's config, not of the
+copy the traced shadow holds), which the analysis uses to give every read of one field of one
+config object, by whatever module, one group: a resize can change a shared field only for all
+its readers at once.
 
 Reads made while the tracer computes a node's value (a function called with the shadow bound,
 such as a mask builder) and reads after the forward returned get plain ints: the shadow is
@@ -130,7 +131,7 @@ def _reader(tracer: Any, path: str, attr: str, config: Any, fields: set[str]
             tracer.attribute_values[target] = vars(config)[field]
             node = tracer.create_node("get_attr", target, (), {})
             node.meta[ATTRIBUTE_META] = (path, dotted)
-            node.meta[CONFIG_META] = (id(config), field)
+            node.meta[CONFIG_META] = (id(tracer.original(config)), field)
             proxy = proxies[field] = tracer.proxy(node)
         return proxy
 

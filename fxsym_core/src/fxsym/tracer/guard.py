@@ -2,25 +2,28 @@
 
 Tracing runs the model's Python code with Proxies in place of tensors, so every
 ``self.cache[key] = ...``, ``self.window_size = x.shape[1]`` or ``self._flat_weights = [...]``
-a forward performs would leave graph objects inside the user's model. :class:`ModuleGuard`
-takes a snapshot (:class:`~fxsym.modstate.ModuleTreeState`) of every submodule's
-``__dict__`` — and, recursively, of the contents of the dicts, lists and sets it holds
-(``_parameters``, ``_buffers``, caches) — and puts every object back in place on exit, on
-success and on failure alike: the same objects, so parameter identity and the identity of the
-containers are kept. Tensors are not copied: during a trace the model's tensors are read (as
-``get_attr`` nodes or meta copies), not written.
-
-While the guard is active the modules' forward and pre-forward hooks are hidden, except
-torch's own (``torch.nn.utils.weight_norm``'s pre-hook computes the weight the module uses);
-backward hooks are hidden too (a trace never runs backward). Global hooks
+a forward performs would leave graph objects inside the model, and the tracer itself puts
+graph values where sizes are read. A trace therefore runs a *shadow* of the module tree
+(:mod:`fxsym.tracer.shadow`): the user's modules are never written, not even for the duration
+of the trace, and the user's hooks, which the shadows do not hold, do not run (torch's own,
+such as ``torch.nn.utils.weight_norm``'s pre-hook, do). Global hooks
 (``register_module_forward_hook``) are process-wide and stay as they are.
+
+:class:`ModuleGuard` is the safety net around that: it takes a snapshot
+(:class:`~fxsym.modstate.ModuleTreeState`) of every submodule's ``__dict__`` — and,
+recursively, of the contents of the dicts, lists and sets it holds — and on exit puts back
+whatever now holds a graph value (a Proxy or a Node) as it was (the same objects, so parameter
+identity and the identity of the containers are kept). Since the trace writes nothing, it
+finds nothing to put back; other changes, such as a cache another thread running the model
+filled meanwhile, are that thread's and stay.
 
 Concurrency: torch.fx patches process-wide state while it traces (``nn.Module.__call__``,
 ``nn.Module.__getattr__``, the functions registered with ``torch.fx.wrap``), and fxsym adds
 ``torch``'s size-taking factories. Two traces at once would record into each other's graphs
 and unpatch each other. :data:`TRACE_LOCK`, a reentrant process-wide lock, serialises every
 trace and analysis; the patched entry points pass calls from other threads straight to the
-original (see :func:`tracing_here`), so other threads may keep running models meanwhile.
+original (see :func:`tracing_here`), and those threads run the user's modules, which the
+trace leaves alone, so other threads may keep running models meanwhile.
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ from __future__ import annotations
 import functools
 import gc
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from torch import nn
+from torch.fx import Node, Proxy
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from ..modstate import ModuleTreeState
@@ -92,26 +95,19 @@ def tracing_thread() -> Iterator[None]:
 
 
 _FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
-_BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
 
 
 def forward_hooked(mod: nn.Module) -> bool:
     """Whether hooks run around ``mod``'s forward: its own forward and pre-forward hooks
-    (while guarded, torch's own only) or global ones (``register_module_forward_hook``)."""
+    (of a shadow: torch's own only) or global ones (``register_module_forward_hook``)."""
     state = vars(mod)
     return bool(any(state.get(name) for name in _FORWARD_HOOKS)
                 or _global_forward_hooks or _global_forward_pre_hooks)
 
 
-def _is_torch_hook(hook: Any) -> bool:
-    """A hook torch itself registers as part of how a module computes (weight_norm)."""
-    owner = getattr(hook, "__module__", None) or type(hook).__module__
-    return owner == "torch" or owner.startswith("torch.")
-
-
 class ModuleGuard:
-    """Snapshot every submodule's state on entry (:class:`~fxsym.modstate.ModuleTreeState`),
-    hide the user's hooks, and restore it all exactly on exit.
+    """Snapshot every submodule's state on entry (:class:`~fxsym.modstate.ModuleTreeState`)
+    and restore whatever changed on exit.
 
     Used as a context manager around one trace; see the module docstring for what is kept
     and why.
@@ -123,27 +119,24 @@ class ModuleGuard:
 
     def __enter__(self) -> ModuleGuard:
         self._state = ModuleTreeState(self.model)
-        for mod, _ in self._state.attrs:
-            _hide_hooks(mod)
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
 
     def restore(self) -> None:
-        """Put back every attribute and container content recorded on entry."""
+        """Put back what holds a graph value now (a Proxy or a Node, also inside a tuple,
+        list or dict); a change holding none (another thread's) stays."""
         if self._state is not None:
-            self._state.restore()
+            self._state.restore_leaked(_graph_value)
 
 
-def _hide_hooks(mod: nn.Module) -> None:
-    """Replace the module's hook tables with copies that hold only torch's own hooks (the
-    originals are put back by :meth:`ModuleGuard.restore`, which re-sets every attribute)."""
-    state = vars(mod)
-    for name in _FORWARD_HOOKS:
-        hooks = state.get(name)
-        if hooks:
-            state[name] = OrderedDict((k, h) for k, h in hooks.items() if _is_torch_hook(h))
-    for name in _BACKWARD_HOOKS:
-        if state.get(name):
-            state[name] = OrderedDict()
+def _graph_value(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is, or holds (three levels deep), a torch.fx Proxy or Node."""
+    if isinstance(value, (Proxy, Node)):
+        return True
+    if depth < 3 and type(value) in (tuple, list):
+        return any(_graph_value(v, depth + 1) for v in value)
+    if depth < 3 and type(value) is dict:
+        return any(_graph_value(v, depth + 1) for v in value.values())
+    return False

@@ -24,8 +24,8 @@
 
 :func:`trace` wraps it: it loads plugins, fills default example inputs from the
 ``fxsym_example_inputs`` hook, enters every ``fxsym_trace_context``, concretizes unused
-arguments to their defaults, and returns a ``GraphModule`` with a ``trace_report``. It never
-mutates the model.
+arguments to their defaults, and returns a ``GraphModule`` with a ``trace_report``. It runs
+a shadow of the model's module tree (:mod:`.shadow`), so it never writes into the model.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ from .guard import (
 )
 from .proxy import ATTRIBUTE_META, ShapeProxy, value_of
 from .report import TraceReport
+from .shadow import ShadowTree
 from .values import op_value
 
 ExampleInputs = tuple[Any, ...] | dict[str, Any]
@@ -152,6 +153,13 @@ class FxsymTracer(torch.fx.Tracer):
         self._evaluating = False
         #: the decision call_module just took, which torch.fx's call_module asks for again
         self._decided: tuple[nn.Module, str, bool] | None = None
+        #: the shadow tree traced in place of the user's (:mod:`.shadow`), if any
+        self.shadows: ShadowTree | None = None
+
+    def original(self, obj: Any) -> Any:
+        """The user's module (or config) behind a shadow (or config copy): what plugins are
+        shown and what the analysis identifies objects by."""
+        return obj if self.shadows is None else self.shadows.original(obj)
 
     # -- leaf policy -----------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
@@ -160,7 +168,7 @@ class FxsymTracer(torch.fx.Tracer):
         decided, self._decided = self._decided, None
         if decided is not None and decided[0] is m and decided[1] == module_qualified_name:
             return decided[2]
-        vote = self.registry.leaf_vote(m, module_qualified_name)
+        vote = self.registry.leaf_vote(self.original(m), module_qualified_name)
         if vote is not None:
             return vote
         if _is_parametrized(m):
@@ -539,7 +547,8 @@ class FxsymTracer(torch.fx.Tracer):
         known = self._preserving.get(id(mod))
         if known is None:
             entry = self.registry.sym_info_entry(type(mod))
-            known = bool(entry is not None and entry.factory(mod).is_shape_preserving)
+            known = bool(entry is not None
+                         and entry.factory(self.original(mod)).is_shape_preserving)
             self._preserving[id(mod)] = known
         return known
 
@@ -926,8 +935,10 @@ def trace(
     trace time; parameters not given are fixed to their defaults. Without them (and without
     plugin defaults) tracing is plain torch.fx with robust leaf fallback.
 
-    The model is left as it was, whether tracing succeeds or fails (:class:`ModuleGuard`), its
-    hooks do not run, and traces are serialised by :data:`TRACE_LOCK` (see ``guard.py``).
+    The model is never written: a shadow of its module tree is traced (``shadow.py``), with
+    :class:`ModuleGuard` as the safety net; its hooks do not run, and traces are serialised
+    by :data:`TRACE_LOCK` (see ``guard.py``). ``gm.derived_state`` holds the derived state the
+    trace found (:meth:`~fxsym.tracer.shadow.ShadowTree.derived_state`).
     """
     with _guarded(model):
         return _trace(model, example_inputs, concrete_args, torch.fx.GraphModule)
@@ -961,14 +972,39 @@ def _trace(
     model: nn.Module, example_inputs: Any, concrete_args: dict[str, Any] | None,
     graph_module_cls: type[torch.fx.GraphModule],
 ) -> torch.fx.GraphModule:
+    """Trace a shadow of ``model`` (:class:`~fxsym.tracer.shadow.ShadowTree`) with its dicts
+    of derived tensors given empty; if that fails, or a module fell back to a leaf, while such
+    a dict stayed empty, the forward may need it: trace again with it as it is."""
     active_plugins()
     inputs = resolve_example_inputs(model, example_inputs)
     values, concrete, auto = _bind(model, inputs, concrete_args)
+    shadows = ShadowTree(model)
+    try:
+        gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
+    except Exception:
+        if not shadows.unfilled():
+            raise
+        gm = None
+    if gm is None or (shadows.unfilled() and any(
+            e.kind == "leaf-fallback" for e in gm.trace_report.entries)):  # type: ignore[union-attr]
+        shadows = ShadowTree(model, empty_derived=False)
+        gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
+    gm.derived_state = shadows.derived_state()  # type: ignore[assignment]
+    return gm
+
+
+def _trace_tree(
+    model: nn.Module, shadows: ShadowTree, inputs: ExampleInputs | None,
+    values: dict[str, Any] | None, concrete: dict[str, Any], auto: set[str],
+    graph_module_cls: type[torch.fx.GraphModule],
+) -> torch.fx.GraphModule:
+    """One trace of the shadow tree; the GraphModule holds the user's modules."""
     report = TraceReport()
     tracer = FxsymTracer(values, report, defaults=auto)
-    with plugin_calls.trace_contexts(model, inputs):
+    tracer.shadows = shadows
+    with shadows.live(), plugin_calls.trace_contexts(shadows.root, inputs):
         try:
-            graph = tracer.trace(model, concrete_args=concrete or None)
+            graph = tracer.trace(shadows.root, concrete_args=concrete or None)
         except (TraceError, PluginError):
             raise
         except _MODEL_RAISED as exc:
@@ -983,10 +1019,25 @@ def _trace(
             raise _trace_error(model, exc, inputs) from exc
         _check_code_names(graph)
         _drop_concretization_checks(graph, auto)  # before the GraphModule compiles its code
-        gm = graph_module_cls(tracer.root, graph, type(model).__name__)
+        gm = graph_module_cls(shadows.root, graph, type(model).__name__)
+    _hold_user_modules(gm, shadows)
     gm.trace_report = report  # type: ignore[assignment]
     gm.example_inputs = inputs  # type: ignore[assignment]
     return gm
+
+
+def _hold_user_modules(gm: torch.fx.GraphModule, shadows: ShadowTree) -> None:
+    """Put the user's module in place of each shadow the GraphModule took from the traced
+    tree (a ``call_module`` target, deepest first: a parent written here is a shadow or one
+    of the GraphModule's own, never the user's)."""
+    targets = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_module"},
+                     key=lambda t: -t.count("."))
+    for target in targets:
+        parent_path, _, name = target.rpartition(".")
+        parent = gm.get_submodule(parent_path) if parent_path else gm
+        held = parent._modules.get(name)
+        if held is not None and shadows.original(held) is not held:
+            parent._modules[name] = shadows.original(held)
 
 
 def _trace_error(model: nn.Module, exc: Exception, inputs: Any) -> TraceError:

@@ -1,0 +1,292 @@
+"""The module tree a trace runs: a shadow of the user's, so the user's is never written.
+
+Tracing runs a model's Python code, and the tracer itself puts graph values where the code
+reads sizes (int attributes, config fields). Done on the user's modules, every such write is
+visible to another thread running the model meanwhile, even if it is undone afterwards. So
+:func:`shadow_tree` builds, for one trace, a *shadow* of every module of the tree: an object of
+the module's own class whose ``__dict__`` is a copy of the module's, with
+
+* the same parameters and buffers (the tensor objects are shared, so parameter identity, the
+  qualified names and what ``get_attr`` nodes read are those of the model);
+* child modules replaced by their shadows wherever the tree holds them (``_modules``, other
+  attributes, containers; a module shared by two parents has one shadow);
+* every dict, list and set copied, recursively (a ``self.cache[key] = ...`` fills the copy);
+* each ``config`` object (:data:`~fxsym.tracer.configs.CONFIG_ATTRIBUTES`) copied, with the
+  configs of its own family it holds, so a trace context overriding a field (``use_cache``)
+  overrides it in the copy; modules sharing a config share its copy;
+* methods and ``functools.partial`` objects bound to a module of the tree bound to its shadow
+  (a ``forward`` set on the instance, as accelerate's hooks do);
+* the hook tables holding torch's own hooks only (``weight_norm``'s pre-hook computes the
+  weight the module uses): the user's hooks do not run while a model is traced.
+
+The tree answers which original a shadow stands for (:meth:`ShadowTree.original`; during
+the trace also :func:`original_module`), what a plugin deciding by identity (a leaf policy,
+a trace context's record) and the traced GraphModule (which holds the user's modules) need.
+
+**Derived state.** A dict attribute holding tensors that are neither a parameter nor a buffer
+of the tree (``attention_bias_cache`` after an eval forward) holds state derived from the
+model. In the shadow it is given *empty*; if the traced forward fills it again, the forward
+recomputes it when missing: it is a *cache*, and a resize may clear it. A dict the forward
+fills from empty is a cache too. A tensor-holding dict the forward does not refill, or an
+attribute the forward sets to a traced value, is *derived* state that is not proven
+recomputable. :meth:`ShadowTree.derived_state` reports both by qualified name; a resize reads
+it (:mod:`fxsym.resizing.engine`).
+
+Imports from fxsym: modstate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import types
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..modstate import CACHE, DERIVED
+from .configs import CONFIG_ATTRIBUTES
+
+_FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
+_BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
+#: what a module's ``__dict__`` holds that torch itself manages
+_TORCH_TABLES = frozenset({
+    "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+    "_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+    "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
+    "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"})
+_ATOMS = frozenset({bool, int, float, str, type(None), torch.Tensor, nn.Parameter,
+                    torch.dtype, torch.device})
+_PLAIN = frozenset({dict, OrderedDict, list, set})
+
+
+def _is_torch_hook(hook: Any) -> bool:
+    """A hook torch itself registers as part of how a module computes (weight_norm)."""
+    owner = getattr(hook, "__module__", None) or type(hook).__module__
+    return owner == "torch" or owner.startswith("torch.")
+
+
+class ShadowTree:
+    """The shadows of every module of ``root``'s tree (see the module docstring)."""
+
+    def __init__(self, root: nn.Module, *, empty_derived: bool = True) -> None:
+        self._empty_derived = empty_derived
+        self._shadows: dict[int, nn.Module] = {}
+        #: the user's object behind each shadow and each config copy, by id
+        self._originals: dict[int, Any] = {}
+        self._copies: dict[int, Any] = {}
+        #: registered tensors of the tree, by id: tensors that are not derived state
+        self._registered: set[int] = set()
+        #: (shadow, attribute, whether it held derived tensors, whether it was given empty)
+        self._watched: list[tuple[nn.Module, str, bool, bool]] = []
+        self._names: dict[int, str] = {}
+        order: list[nn.Module] = []
+        self._make(root, "", order)
+        for mod in order:
+            self._registered.update(map(id, mod._parameters.values()))
+            self._registered.update(map(id, mod._buffers.values()))
+        for mod in order:
+            self._fill(mod)
+        self.root = self._shadows[id(root)]
+
+    def _make(self, mod: nn.Module, name: str, order: list[nn.Module]) -> None:
+        if id(mod) in self._shadows:
+            return
+        shadow = object.__new__(type(mod))
+        self._shadows[id(mod)] = shadow
+        self._originals[id(shadow)] = mod
+        self._names[id(mod)] = name
+        order.append(mod)
+        for key, child in mod._modules.items():
+            if child is not None:
+                self._make(child, f"{name}.{key}" if name else key, order)
+
+    def _fill(self, mod: nn.Module) -> None:
+        shadow = self._shadows[id(mod)]
+        state = vars(shadow)
+        for key, value in vars(mod).items():
+            kind = type(value)
+            if kind in _ATOMS:
+                state[key] = value
+            elif key in _FORWARD_HOOKS:
+                state[key] = OrderedDict((k, h) for k, h in value.items() if _is_torch_hook(h))
+            elif key in _BACKWARD_HOOKS:
+                state[key] = OrderedDict()
+            elif key == "_modules":
+                state[key] = {k: None if m is None else self._shadows[id(m)]
+                              for k, m in value.items()}
+            elif key in ("_parameters", "_buffers"):
+                state[key] = dict(value)
+            elif key in _TORCH_TABLES:
+                state[key] = value.copy()
+            elif key in CONFIG_ATTRIBUTES and _is_object(value):
+                state[key] = self._config(value, type(value).__mro__[-2])
+            elif isinstance(value, dict) and not isinstance(value, nn.Module):
+                state[key] = self._dict_attribute(shadow, key, value)
+            else:
+                state[key] = self._copy(value)
+
+    def _dict_attribute(self, shadow: nn.Module, key: str, value: dict[Any, Any]) -> Any:
+        """A user dict attribute, watched: given empty when it holds derived tensors (and
+        the tree empties them), a cache if the traced forward fills it from empty."""
+        held = bool(value) and self._holds_derived(value)
+        if not value or (held and self._empty_derived):
+            self._watched.append((shadow, key, held, True))
+            empty = self._copy(value)
+            empty.clear()
+            return empty
+        if held:
+            self._watched.append((shadow, key, True, False))
+        return self._copy(value)
+
+    def _holds_derived(self, value: Any) -> bool:
+        """Whether ``value`` (a container) holds a tensor that is not registered in the tree."""
+        if isinstance(value, torch.Tensor):
+            return id(value) not in self._registered
+        if isinstance(value, dict) and not isinstance(value, nn.Module):
+            return any(self._holds_derived(v) for v in value.values())
+        if isinstance(value, (list, tuple, set)):
+            return any(self._holds_derived(v) for v in value)
+        return False
+
+    def _copy(self, value: Any) -> Any:
+        """``value`` with its containers copied and its modules, bound methods and partials
+        pointing into the shadow tree."""
+        kind = type(value)
+        if kind in _ATOMS or kind is tuple:
+            return value
+        if isinstance(value, nn.Module):
+            return self._shadows.get(id(value), value)
+        done = self._copies.get(id(value))
+        if done is not None:
+            return done
+        if kind in _PLAIN:
+            new: Any = value.copy()
+        elif isinstance(value, (dict, list, set)):
+            new = _copy_container(value)
+        elif kind is types.MethodType and id(value.__self__) in self._shadows:
+            return types.MethodType(value.__func__, self._shadows[id(value.__self__)])
+        elif kind is functools.partial and any(id(a) in self._shadows for a in value.args):
+            return functools.partial(value.func, *map(self._copy, value.args),
+                                     **value.keywords)
+        else:
+            return value
+        self._copies[id(value)] = new
+        if isinstance(new, dict):
+            for k, v in new.items():
+                if type(v) not in _ATOMS:
+                    new[k] = self._copy(v)
+        elif isinstance(new, list):
+            for i, v in enumerate(new):
+                if type(v) not in _ATOMS:
+                    new[i] = self._copy(v)
+        return new
+
+    def _config(self, config: Any, family: type) -> Any:
+        """A copy of a config object and of the configs of its family it holds."""
+        done = self._copies.get(id(config))
+        if done is not None:
+            return done
+        try:
+            new = object.__new__(type(config))
+        except Exception:  # not built so: shared, as any other object the tree holds
+            return config
+        self._copies[id(config)] = new
+        self._originals[id(new)] = config
+        state = vars(new)
+        for key, value in vars(config).items():
+            if family is not object and isinstance(value, family) and _is_object(value):
+                state[key] = self._config(value, family)
+            else:
+                state[key] = self._copy(value)
+        return new
+
+    @contextlib.contextmanager
+    def live(self) -> Iterator[None]:
+        """Make :func:`original_module` answer from this tree in this thread for the block."""
+        was = getattr(_live, "tree", None)
+        _live.tree = self
+        try:
+            yield
+        finally:
+            _live.tree = was
+
+    def original(self, obj: Any) -> Any:
+        """The user's module a shadow stands for, the user's config a copy stands for (any
+        other object: itself)."""
+        return self._originals.get(id(obj), obj)
+
+    def shadows(self) -> Iterator[tuple[nn.Module, nn.Module]]:
+        """Each (shadow, original) pair."""
+        for shadow in self._shadows.values():
+            yield shadow, self._originals[id(shadow)]
+
+    def unfilled(self) -> list[str]:
+        """The dicts given empty although they held derived tensors that the traced forward
+        did not fill again (``qualname.attribute``): a trace that failed may have needed them."""
+        return [f"{self._names[id(self.original(shadow))]}.{key}"
+                for shadow, key, held, emptied in self._watched
+                if held and emptied and not vars(shadow).get(key)]
+
+    def derived_state(self) -> dict[str, dict[str, str]]:
+        """After the trace: by module qualified name, each attribute holding state the model
+        derives, :data:`CACHE` (a dict the forward filled from empty) or :data:`DERIVED` (a
+        dict of derived tensors not shown to be refilled, an attribute the forward set to a
+        traced value)."""
+        found: dict[str, dict[str, str]] = {}
+        for shadow, key, held, emptied in self._watched:
+            name = self._names[id(self.original(shadow))]
+            if emptied and vars(shadow).get(key):
+                found.setdefault(name, {})[key] = CACHE
+            elif held:
+                found.setdefault(name, {})[key] = DERIVED
+        for shadow, original in self.shadows():
+            name = self._names[id(original)]
+            mine = vars(original)
+            for key, value in vars(shadow).items():
+                if (key not in _TORCH_TABLES and key not in found.get(name, {})
+                        and mine.get(key) is not value and _holds_proxy(value)):
+                    found.setdefault(name, {})[key] = DERIVED
+        return found
+
+
+_live = threading.local()
+
+
+def original_module(module: nn.Module) -> nn.Module:
+    """The user's module behind ``module`` while this thread traces a shadow of it (plugins
+    keeping records by module, such as a trace context's hooks, record the user's); any other
+    module, or outside a trace, is returned as is."""
+    tree: ShadowTree | None = getattr(_live, "tree", None)
+    return module if tree is None else tree.original(module)
+
+
+def _holds_proxy(value: Any) -> bool:
+    if isinstance(value, torch.fx.Proxy):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(map(_holds_proxy, value))
+    if isinstance(value, dict) and not isinstance(value, nn.Module):
+        return any(map(_holds_proxy, value.values()))
+    return False
+
+
+def _copy_container(value: Any) -> Any:
+    """A copy of a dict, list or set of another type (``defaultdict``, a user subclass)."""
+    import copy
+
+    return copy.copy(value)
+
+
+def _is_object(value: Any) -> bool:
+    """An object of a class (with a ``__dict__``), not a module, class or callable."""
+    return (hasattr(value, "__dict__") and not isinstance(value, (nn.Module, type))
+            and not callable(value))
+
+
+__all__ = ["ShadowTree", "original_module"]
