@@ -26,7 +26,7 @@ X = (torch.randn(2, 4),)
 def test_a_fresh_symmap_has_no_analysis() -> None:
     sm = fxsym.SymMap(_model())
     assert sm.analysis is None and sm.groups() == []
-    assert sm.trace_report is None and sm.graph_module is None and sm.output_contract is None
+    assert not sm.trace_report.entries and sm.graph_module is None and sm.output_contract is None
     assert not sm.is_stale
     assert sm.registry is get_registry()
 

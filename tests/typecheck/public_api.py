@@ -19,6 +19,7 @@ def check(model: nn.Module, x: torch.Tensor) -> None:
     sm = fxsym.analyze(model, example_inputs=(x,))
     assert_type(sm, fxsym.SymMap)
     assert_type(sm.groups(), list[fxsym.SymGroup])
+    assert_type(sm.trace_report, fxsym.TraceReport)  # always set: no None check needed
     assert_type(fxsym.resize(model, sm, {"g": 3}), nn.Module)
     assert_type(fxsym.load_plugins(), fxsym.PluginManager)
     ctx = fxsym.use_plugins(fxsym.PluginManager())

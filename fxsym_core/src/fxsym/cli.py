@@ -106,7 +106,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     _write_pictures(sm, label, args)
     groups = sm.groups()
-    report = [e for e in sm.trace_report or () if e.message != "reaches the model output"]
+    report = sm.trace_report.entries if args.verbose else list(sm.trace_report)
     if args.json:
         print(json.dumps({
             "model": label,
@@ -123,7 +123,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                  for g in groups], ["group", "size", "unit", "sortable", "members"])
     print()
     if report:
-        print(f"trace report ({len(report)} entries; constant groups and why):")
+        print(f"trace report ({len(report)} entries: fallbacks, constant groups and why):")
         for e in report[: args.max_report]:
             print(f"  {e}")
         if len(report) > args.max_report:
@@ -141,7 +141,7 @@ def _write_pictures(sm: Any, label: str, args: argparse.Namespace) -> None:
         if path:
             start = time.perf_counter()
             try:
-                write(sm, path, title=label)
+                write(sm, path, title=label, verbose=args.verbose)
             except OSError as exc:
                 raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
             print(f"wrote {path} ({time.perf_counter() - start:.2f} s)", file=sys.stderr)
@@ -456,6 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(e.g. logits or 0,1; * for every output); default: the plugins' choice "
                    "for the model's family, else every output")
     p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
+    p.add_argument("-v", "--verbose", action="store_true", help="also show sizes that never "
+                   "could change (numbers read from module attributes that size no tensor, "
+                   "such as a pooling's kernel_size) in the trace report and --html")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report: "
                    "the graph with each group's nodes coloured, the groups, why the constant "
                    "ones are constant, a search box")

@@ -13,8 +13,10 @@ both outputs share, so the HTML page and the DOT file show the same picture:
   That keeps a 32-layer Llama or a ViT-B to one open block;
 - the searchable groups (``sm.groups()``), then the *constant* groups: every group of the
   analysis' table that some symbol reaches but that is not searchable, with the reason the
-  table gives (the first boundary it met) and the trace-report lines that recorded it; and
-  the symbols whose size is fixed where it enters (a model input or a literal).
+  table gives (the first boundary it met) and the trace-report lines that recorded it (sizes
+  that never were elastic candidates, a pooling's ``kernel_size``, only when ``verbose``, as
+  the trace report's details); and the symbols whose size is fixed where it enters (a model
+  input or a literal).
 
 :func:`to_html` writes that data as JSON into one page with its own small CSS and
 JavaScript (``report_assets/``): nothing is fetched when the page is viewed, and a
@@ -50,7 +52,7 @@ from .errors import PlanError
 from .importance import layout
 from .naming import qualname
 from .planning import count_macs
-from .symbols import SymMap
+from .symbols import ATTRIBUTE_PREFIX, SymMap
 
 __all__ = ["report_data", "to_dot", "to_html", "write_dot", "write_html"]
 
@@ -200,7 +202,8 @@ def _sized(sm: SymMap) -> dict[str, tuple[int, int]]:
         return {}
 
 
-def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
+def report_data(sm: SymMap, *, title: str | None = None, verbose: bool = False
+                ) -> dict[str, Any]:
     """What the HTML and DOT reports show, as plain JSON-ready data.
 
     Keys: ``title``, ``nodes`` (``id``, ``name``, ``op``, ``target``, ``label``, ``path``,
@@ -208,7 +211,9 @@ def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
     ``path``, ``collapsed``, ``same_as``, ``count``, ``children``: node ids and clusters),
     ``groups`` (searchable, in ``sm.groups()`` order), ``constant`` (the constant groups,
     with ``reason`` and ``trace``: the trace-report lines behind it), ``fixed`` (symbols of
-    a fixed size) and ``report`` (every trace-report line). A group is ``id``, ``name``,
+    a fixed size) and ``report`` (the trace-report lines). Sizes that never were elastic
+    candidates (groups of module attributes only, a pooling's ``kernel_size``) and their
+    trace-report lines are left out unless ``verbose``. A group is ``id``, ``name``,
     ``size``, ``unit``, ``sortable``, ``members`` (``"module.symbol"`` strings), ``params``
     and ``macs`` (what it sizes, searchable groups only; ``None`` if unknown) and ``color``.
     Raises ``ValueError`` when ``sm`` holds no analysis (call :func:`fxsym.analyze`).
@@ -217,7 +222,7 @@ def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
     if analysis is None or gm is None:
         raise ValueError("the SymMap holds no analysis: build it with fxsym.analyze(model)")
     find = analysis.table.find
-    entries = list(sm.trace_report or ())
+    entries = sm.trace_report.entries if verbose else list(sm.trace_report)
 
     # every group a symbol reaches, and the modules (or parameters) whose nodes show it
     members: dict[int, list[str]] = {}
@@ -246,20 +251,24 @@ def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
     live = {g["id"] for g in groups}
     names = {g["name"] for g in groups}
     constant: list[dict[str, Any]] = []
+    # a group of module attributes only, pinned by a detail line: never a tensor size
+    details = {e.message for e in sm.trace_report.details} - {e.message for e in sm.trace_report}
     for root, keys in members.items():
-        if root in live:
+        reason = analysis.table.reason(root) or NO_PRODUCER
+        if root in live or (not verbose and reason in details and all(
+                k.rpartition(".")[2].startswith(ATTRIBUTE_PREFIX) for k in keys)):
             continue
         name = keys[0]
         k = 2
         while name in names:
             name, k = f"{keys[0]} #{k}", k + 1
         names.add(name)
-        reason = analysis.table.reason(root) or NO_PRODUCER
         constant.append({
             "id": root, "name": name, "size": analysis.table.units[root], "unit": 1,
             "sortable": False, "constant": True, "color": CONSTANT_COLOR, "members": keys,
             "reason": reason, "trace": [str(e) for e in entries if e.message == reason]})
 
+    listed = {g["id"] for g in [*groups, *constant]}
     module_types = {name: type(m).__name__ for name, m in gm.named_modules()}
     graph_nodes = list(gm.graph.nodes)
     index = {n: i for i, n in enumerate(graph_nodes)}
@@ -269,7 +278,7 @@ def report_data(sm: SymMap, *, title: str | None = None) -> dict[str, Any]:
         nodes.append({
             "id": i, "name": n.name, "op": n.op, "target": target, "label": _label(n, module_types),
             "path": _path(n), "shape": _shape(n.meta.get("val", "")),
-            "groups": node_groups.get(target, []) if target else [],
+            "groups": [r for r in node_groups.get(target, []) if r in listed] if target else [],
             "inputs": [index[a] for a in n.all_input_nodes if a in index]})
     tree = _build_tree([n["path"] for n in nodes])
     _collapse_repeats(tree, nodes)
@@ -315,9 +324,9 @@ style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 """
 
 
-def to_html(sm: SymMap, *, title: str | None = None) -> str:
+def to_html(sm: SymMap, *, title: str | None = None, verbose: bool = False) -> str:
     """The report of an analyzed SymMap as one self-contained HTML page (see the module)."""
-    data = report_data(sm, title=title)
+    data = report_data(sm, title=title, verbose=verbose)
     # every "<" as \u003c: no name in the data can start "</script", "<script" or "<!--",
     # which would end the data block or switch the HTML parser into an escaped state
     payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
@@ -325,10 +334,11 @@ def to_html(sm: SymMap, *, title: str | None = None) -> str:
                         js=_asset("report.js"), data=payload)
 
 
-def write_html(sm: SymMap, path: str | Path, *, title: str | None = None) -> Path:
+def write_html(sm: SymMap, path: str | Path, *, title: str | None = None,
+               verbose: bool = False) -> Path:
     """Write :func:`to_html` to ``path`` (UTF-8); returns the path."""
     out = Path(path)
-    out.write_text(to_html(sm, title=title), encoding="utf-8")
+    out.write_text(to_html(sm, title=title, verbose=verbose), encoding="utf-8")
     return out
 
 
@@ -336,10 +346,10 @@ def _dot_str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(sm: SymMap, *, title: str | None = None) -> str:
+def to_dot(sm: SymMap, *, title: str | None = None, verbose: bool = False) -> str:
     """The same picture for Graphviz: clusters by module path, nodes filled with their
     groups' colours, each collapsed repeated block as one node."""
-    data = report_data(sm, title=title)
+    data = report_data(sm, title=title, verbose=verbose)
     color = {g["id"]: g["color"] for g in [*data["groups"], *data["constant"]]}
     shown: dict[int, str] = {}  # node id -> the DOT node that shows it
     lines = ["digraph fxsym {", f"  label={_dot_str(data['title'])};", "  rankdir=TB;",
@@ -391,8 +401,9 @@ def _dot_ids(cluster: dict[str, Any]) -> list[int]:
     return out
 
 
-def write_dot(sm: SymMap, path: str | Path, *, title: str | None = None) -> Path:
+def write_dot(sm: SymMap, path: str | Path, *, title: str | None = None,
+              verbose: bool = False) -> Path:
     """Write :func:`to_dot` to ``path``; returns the path."""
     out = Path(path)
-    out.write_text(to_dot(sm, title=title), encoding="utf-8")
+    out.write_text(to_dot(sm, title=title, verbose=verbose), encoding="utf-8")
     return out

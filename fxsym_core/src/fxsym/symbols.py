@@ -17,12 +17,12 @@ attributes derive from them (:class:`SizeExpr`: ``num_heads = heads``). A :class
 the SymInfos of a model's modules and, after :func:`fxsym.analyze`, what the analysis found (a
 :class:`GroupAnalysis`), whose searchable groups it offers as :class:`SymGroup`.
 
-This module names no higher room but in the annotation of :attr:`SymMap.trace_report`: what it
-needs of the analysis' dimension segments and group table is spelled as the protocols
-:class:`Segment` and :class:`GroupIndex`.
+This module names no higher room but for :attr:`SymMap.trace_report` (an empty
+``TraceReport`` until :func:`fxsym.analyze` sets one; plain data): what it needs of the
+analysis' dimension segments and group table is spelled as the protocols :class:`Segment` and
+:class:`GroupIndex`.
 
-Imports from fxsym: nothing (the registry inside functions, the tracer's ``TraceReport`` for
-annotations only).
+Imports from fxsym: nothing (the registry and the tracer's ``TraceReport`` inside functions).
 """
 
 from __future__ import annotations
@@ -526,8 +526,11 @@ class SymMap:
         self.model = model
         #: the registry the SymInfos came from; resizing the model looks up its rules here
         self.registry: Registry = get_registry()
-        #: what :func:`fxsym.analyze` reported while tracing (fallback leaves, boundaries)
-        self.trace_report: TraceReport | None = None
+        from .tracer.report import TraceReport
+
+        #: what :func:`fxsym.analyze` reported while tracing (fallback leaves, boundaries);
+        #: empty until then
+        self.trace_report: TraceReport = TraceReport()
         self._graph_module: fx.GraphModule | None = None
         #: the outputs whose sizes the analysis kept (``None``: every output); see
         #: :mod:`fxsym.analysis.outputs`

@@ -89,6 +89,9 @@ class Analyzer:
         self.config_readers: dict[tuple[int, str], set[str]] = {}
         #: (group id, where, reason) of every fix that made a group constant, in order
         self.pin_sites: list[tuple[int, str, str]] = []
+        #: per (where, reason) of a boundary line: whether it pinned only numbers that size no
+        #: tensor (see :meth:`fix`)
+        self.number_sites: dict[tuple[str, str], bool] = {}
         self.registry = symmap.registry
         #: the submodules of the traced GraphModule and of the model, by path
         self.modules = Submodules(gm)
@@ -326,7 +329,12 @@ class Analyzer:
         self.fix(self._input_layouts(node), reason, node)
         return fixed_layout(node.meta.get("val"))
 
-    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None:
+    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None, *,
+            sizes_no_tensor: bool = False) -> None:
+        """Make every group in ``layout`` constant; a report line names ``node``.
+        ``sizes_no_tensor``: ``layout`` is a number read from a module attribute that the node
+        takes as something other than a tensor size (a pooling's ``kernel_size``); a line only
+        about such numbers is a detail of the report (:func:`fxsym.analysis.api.analyze`)."""
         changed = False
         dims = [layout] if _is_dim(layout) else list(iter_dims(layout))
         for dim in dims:
@@ -338,6 +346,8 @@ class Analyzer:
             self.report.add("boundary", where, reason)
             self.pin_sites.extend((seg.group, where, reason) for dim in dims for seg in dim
                                   if seg.group is not None)
+            self.number_sites[(where, reason)] = sizes_no_tensor and self.number_sites.get(
+                (where, reason), True)
 
     def _owned_by_family(self, target: str) -> bool:
         owner = target.rpartition(".")[0]

@@ -12,7 +12,7 @@ from ..plugins.calls import call_hook
 from ..symbols import ATTRIBUTE_PREFIX, GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
 from ..tracer import trace_deferred
 from ..tracer.guard import gc_paused, serialised
-from ..tracer.report import TraceReport
+from ..tracer.report import ReportEntry, TraceReport
 from .analyzer import Analyzer, analyze_graph
 from .groups import GroupTable
 from .outputs import Contract, normalize_contract
@@ -53,6 +53,7 @@ def analyze(
         assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
         analyzer = analyze_graph(gm, symmap, report, contract, strict)
         _finish(symmap, analyzer)
+        _mark_details(analyzer)
         if not symmap.groups():
             analyzer.explain_no_group()
         symmap.trace_report = report
@@ -170,6 +171,33 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         param_producers=frozenset((q, s) for found in table.producers.values()
                                   for _, q, s, _ in found if (q, s) in an.param_members),
     ))
+
+
+def _mark_details(an: Analyzer) -> None:
+    """Mark as details (:class:`~fxsym.tracer.report.ReportEntry`) the boundary lines that
+    pinned only sizes that never were elastic candidates: numbers read from module attributes
+    that the pinning node takes as no tensor size (:meth:`Analyzer.fix`, a max pool's
+    ``kernel_size``) and that no tensor dimension joined (their groups hold module attributes
+    only). A line that pinned anything else stays as it is."""
+    find = an.table.find
+    tensor_roots: set[int] = set()
+    attribute_roots: set[int] = set()
+    for (_, sname), dim in an.symbol_dims.items():
+        roots = attribute_roots if sname.startswith(ATTRIBUTE_PREFIX) else tensor_roots
+        roots.update(find(seg.group) for seg in dim if seg.group is not None)
+    only_attributes = attribute_roots - tensor_roots
+    pinned: dict[tuple[str, str], set[int]] = {}
+    for g, where, reason in an.pin_sites:
+        pinned.setdefault((where, reason), set()).add(find(g))
+
+    def detail(e: ReportEntry) -> bool:
+        key = (e.where, e.message)
+        hit = pinned.get(key)
+        return (e.kind == "boundary" and an.number_sites.get(key, False) and hit is not None
+                and hit <= only_attributes)
+
+    an.report.entries = [dataclasses.replace(e, detail=True) if detail(e) else e
+                         for e in an.report.entries]
 
 
 def _whole(an: Analyzer, table: GroupTable, key: SymbolKey, root: int) -> bool:

@@ -15,6 +15,9 @@ Three things can happen to it:
 * anything else — a factory size, an argument of a leaf module, a value asked for at trace
   time (``if self.hidden > 4:``, ``range(self.heads)``) — pins its group
   (:func:`check_uses`): the graph, or the Python code around it, would not follow a resize.
+  A number passed to a function that returns no tensor dim of its length (a max pool's
+  ``kernel_size``) was never a tensor size: if nothing else joins its group, its report line
+  is a detail (:class:`~fxsym.tracer.report.TraceReport`).
 """
 
 from __future__ import annotations
@@ -72,8 +75,28 @@ def check_uses(ctx: OpContext, result: Any) -> None:
                 continue
             if node in lay.uses:
                 continue
-            ctx.fix(lay, f"a size read from a module attribute is used by {_op(node)}, which "
-                         "does not say which dim it sizes")
+            ctx.analyzer.fix(lay, f"a size read from a module attribute is used by {_op(node)}, "
+                             "which does not say which dim it sizes", node,
+                             sizes_no_tensor=_sizes_no_tensor(ctx, lay))
+
+
+def _sizes_no_tensor(ctx: OpContext, lay: SizeLayout) -> bool:
+    """Whether the number ``lay`` sizes no dim of the tensors a function or method returns
+    (a max pool's ``kernel_size``): no dim of its output is that long. A leaf module's
+    argument may size something inside it: never."""
+    if ctx.node.op == "call_module":
+        return False
+    lengths: set[int] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            lengths.update(int(n) for n in value.shape)
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                walk(v)
+
+    walk(ctx.value)
+    return bool(lengths) and not any(dim_size(d) in lengths for d in lay)
 
 
 def _is_shape(lay: Any) -> bool:

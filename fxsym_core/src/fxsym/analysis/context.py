@@ -30,7 +30,8 @@ class AnalysisState(Protocol):
     alternatives: frozenset[str]
     offers: list[tuple[str, Dim]]
 
-    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None) -> None: ...
+    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None, *,
+            sizes_no_tensor: bool = False) -> None: ...
 
     def produce_from_parameter(self, dim: Dim, source: torch.fx.Node,
                                node: torch.fx.Node) -> bool: ...
