@@ -76,6 +76,8 @@ class Symbol:
         size: int | None = None,
         block: int = 1,
         covers: Iterable[tuple[str, str]] = (),
+        copies: int = 1,
+        places: Iterable[tuple[str, tuple[int | str, ...]]] = (),
     ) -> None:
         #: an INCOMING symbol's dim may only change in this many whole pieces (conv groups)
         self.units = units
@@ -88,6 +90,16 @@ class Symbol:
         #: ``out_features``): they join this symbol's groups as members, and this module's
         #: resize rule, not theirs, resizes them
         self.covers: tuple[tuple[str, str], ...] = tuple(covers)
+        #: an OUTGOING symbol's dim holds this many consecutive copies of its group, the
+        #: same entries kept in each (a bidirectional RNN's forward then backward half)
+        self.copies = copies
+        #: further tensor dims this symbol sizes, one copy each: ``("input", path)`` or
+        #: ``("output", path)``, ``path`` indexing the module's arguments (a position, or a
+        #: keyword's name) or its output down to a tensor, then the dim
+        #: (``("output", (1, 0, -1))``: the last dim of ``output[1][0]``, an LSTM's ``h_n``);
+        #: an input dim is tied to the symbol's group, an output dim carries it (places a call
+        #: does not have are skipped)
+        self.places: tuple[tuple[str, tuple[int | str, ...]], ...] = tuple(places)
         self._is_searchable = is_searchable
         self._is_sortable = is_sortable
         self._is_constant = False

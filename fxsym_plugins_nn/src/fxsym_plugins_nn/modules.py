@@ -214,6 +214,102 @@ def mha_resize(mod: Any, name: str, index: torch.Tensor) -> None:
     mod.out_proj.in_features = mod.out_proj.out_features = len(index)
 
 
+# -- recurrent: RNN, GRU, LSTM -------------------------------------------------------------------
+def _rnn_state_places(mod: nn.RNNBase, which: int | None) -> list[tuple[str, tuple[Any, ...]]]:
+    """Where a state of the RNN (LSTM: ``which`` 0 for ``h``, 1 for ``c``; GRU and RNN: the
+    one state, ``None``) lies in the output ``(output, state)`` and in the input ``hx``: its
+    last dim."""
+    path: tuple[int, ...] = (-1,) if which is None else (which, -1)
+    return [("output", (1, *path)), ("input", (1, *path)), ("input", ("hx", *path))]
+
+
+def rnn_info(mod: nn.RNNBase) -> SymInfo:
+    """``nn.RNN``/``nn.GRU``/``nn.LSTM``: every layer and direction has ``hidden_size`` units
+    (the rows of each weight in 1, 3 or 4 gate blocks, the columns of the recurrent weight),
+    so the hidden size is one group across layers. Its output holds the forward then (when
+    bidirectional) the backward half, the same units kept in each (``copies``); the
+    states ``h_n``/``c_n`` and ``h_0``/``c_0`` carry it too. With ``proj_size`` the output and
+    ``h`` are the projection's, a group of its own, and the hidden size is internal (it sizes
+    ``c`` only). ``input_size`` sizes the input's last dim (layer 0 reads it)."""
+    copies = 2 if mod.bidirectional else 1
+    lstm = isinstance(mod, nn.LSTM)
+    inp = Symbol(cl_type=IN, elastic_dims={-1})
+    h_places = _rnn_state_places(mod, 0 if lstm else None)
+    if not mod.proj_size:
+        hidden = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, copies=copies,
+                        places=h_places + (_rnn_state_places(mod, 1) if lstm else []))
+        return SymInfo(input_size=inp, hidden_size=hidden)
+    hidden = Symbol(is_searchable=True, size=mod.hidden_size,
+                    places=_rnn_state_places(mod, 1))
+    proj = Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}, copies=copies,
+                  places=h_places)
+    return SymInfo(input_size=inp, hidden_size=hidden, proj_size=proj)
+
+
+def _rnn_weights(mod: nn.RNNBase) -> list[tuple[int, str]]:
+    """``(layer, suffix)`` of every layer and direction: ``weight_ih_l{layer}{suffix}``."""
+    return [(layer, sfx) for layer in range(mod.num_layers)
+            for sfx in ("", "_reverse")[:2 if mod.bidirectional else 1]]
+
+
+def _rnn_gates(mod: nn.RNNBase) -> int:
+    return {"LSTM": 4, "GRU": 3}.get(mod.mode, 1)
+
+
+def rnn_resize(mod: nn.RNNBase, name: str, index: torch.Tensor) -> None:
+    """Keep the hidden units (or projection outputs, or input features) ``index``: rows of
+    every gate block, the recurrent columns, and layer ``k > 0``'s input columns, which read
+    the previous layer's output (each direction's half). The output symbols receive the
+    entries of the whole output dim (both halves): the first half names the units. Then
+    ``_init_flat_weights`` rebuilds the flat list ``forward`` passes to the kernel."""
+    copies = 2 if mod.bidirectional else 1
+    if name == "input_size":
+        for layer, sfx in _rnn_weights(mod):
+            if layer == 0:
+                keep_entries(mod, f"weight_ih_l0{sfx}", 1, index)
+        mod.input_size = len(index)
+    elif name == "hidden_size":
+        h = mod.hidden_size
+        one = index if mod.proj_size else index[:len(index) // copies]
+        rows = torch.cat([one + g * h for g in range(_rnn_gates(mod))])
+        for layer, sfx in _rnn_weights(mod):
+            for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                keep_entries(mod, f"{w}_l{layer}{sfx}", 0, rows)
+            if mod.proj_size:
+                keep_entries(mod, f"weight_hr_l{layer}{sfx}", 1, one)
+                continue
+            keep_entries(mod, f"weight_hh_l{layer}{sfx}", 1, one)
+            if layer:
+                keep_entries(mod, f"weight_ih_l{layer}{sfx}", 1,
+                             torch.cat([one + d * h for d in range(copies)]))
+        mod.hidden_size = len(one)
+    else:  # proj_size
+        p = mod.proj_size
+        one = index[:len(index) // copies]
+        for layer, sfx in _rnn_weights(mod):
+            keep_entries(mod, f"weight_hr_l{layer}{sfx}", 0, one)
+            keep_entries(mod, f"weight_hh_l{layer}{sfx}", 1, one)
+            if layer:
+                keep_entries(mod, f"weight_ih_l{layer}{sfx}", 1,
+                             torch.cat([one + d * p for d in range(copies)]))
+        mod.proj_size = len(one)
+    mod._init_flat_weights()
+
+
+def rnn_importance(mod: nn.RNNBase, name: str) -> torch.Tensor:
+    """Per hidden unit (or projection output): the L1 norm of every weight row producing it,
+    over all gates, layers and directions."""
+    if name == "proj_size":
+        return sum((l1_scores(getattr(mod, f"weight_hr_l{layer}{sfx}"), 0)
+                    for layer, sfx in _rnn_weights(mod)), torch.zeros(mod.proj_size))
+    total = torch.zeros(mod.hidden_size)
+    for layer, sfx in _rnn_weights(mod):
+        for w in ("weight_ih", "weight_hh"):
+            total = total + l1_scores(getattr(mod, f"{w}_l{layer}{sfx}"), 0).reshape(
+                -1, mod.hidden_size).sum(0)
+    return total
+
+
 # -- torchvision's Swin window attention (named: torchvision stays optional) ---------------------
 def swin_attention_info(mod: Any) -> SymInfo:
     """Like MultiheadAttention: the width is ``num_heads * head_dim`` on both sides, so the
@@ -284,6 +380,7 @@ FAMILIES: list[Family] = [
     (nn.Embedding, embedding_info, embedding_resize, embedding_importance),
     (nn.PReLU, prelu_info, prelu_resize, None),
     (nn.MultiheadAttention, mha_info, mha_resize, None),
+    ((nn.RNN, nn.GRU, nn.LSTM), rnn_info, rnn_resize, rnn_importance),
     (("torchvision.models.swin_transformer.ShiftedWindowAttention",
       "torchvision.models.swin_transformer.ShiftedWindowAttentionV2"),
      swin_attention_info, swin_attention_resize, None),

@@ -399,9 +399,18 @@ class Analyzer:
         if not tensors:
             return self.boundary(node, f"{type(mod).__name__} got no tensor input")
         x = ctx.tensor_layout(tensors[0])
+        placed = {path[0]: path[-1] for sym in info.symbols.values()
+                  for kind, path in sym.places if kind == "input" and len(path) == 2}
+        where: dict[int, int | str] = {id(a): i for i, a in enumerate(node.args)}
+        where.update((id(a), k) for k, a in node.kwargs.items())
         for other in tensors[1:]:
-            if other is not tensors[0]:  # self-attention passes one value three times
-                self.fix(ctx.layout(other), f"extra input of {type(mod).__name__}", node)
+            if other is tensors[0]:  # self-attention passes one value three times
+                continue
+            lay = ctx.tensor_layout(other)
+            last = placed.get(where.get(id(other), -1))
+            free = resolve_dim({last}, len(lay)) if isinstance(last, int) else None
+            self.fix(TensorLayout(d for i, d in enumerate(lay) if i != free),
+                     f"extra input of {type(mod).__name__}", node)
         consumed: set[int] = set()
         incoming: dict[int, tuple[Dim, int | None]] = {}
         for sname, sym in info.symbols.items():
@@ -434,10 +443,46 @@ class Analyzer:
         out = ctx.fixed()
         if isinstance(out, tuple) and not isinstance(out, TensorLayout) and out and isinstance(
                 out[0], TensorLayout):  # (output, extras...): symbols size the first
-            return (self._outputs(ctx, name, info, incoming, out[0], ctx.value[0]), *out[1:])
-        if not isinstance(out, TensorLayout):
-            return out
-        return self._outputs(ctx, name, info, incoming, out, ctx.value)
+            out = (self._outputs(ctx, name, info, incoming, out[0], ctx.value[0]), *out[1:])
+        elif isinstance(out, TensorLayout):
+            out = self._outputs(ctx, name, info, incoming, out, ctx.value)
+        return self._places(ctx, name, info, out)
+
+    def _places(self, ctx: OpContext, name: str, info: Any, out: Layout) -> Layout:
+        """Tie the input dims and lay out the output dims a symbol's ``places`` name (one
+        copy of its group each); an input dim that cannot be tied pins both."""
+        for sname, sym in info.symbols.items():
+            dim = self.symbol_dims.get((name, sname))
+            if not sym.places or dim is None:
+                continue
+            one = dim[:len(dim) // sym.copies]
+            for kind, path in sym.places:
+                if kind == "input":
+                    at, *inner, last = path
+                    args, kwargs = ctx.node.args, ctx.node.kwargs
+                    lay = (ctx.layout(kwargs.get(at)) if isinstance(at, str) else
+                           ctx.layout(args[at]) if at < len(args) else None)
+                    for i in inner:
+                        lay = lay[i] if isinstance(lay, tuple) and isinstance(i, int) and (
+                            -len(lay) <= i < len(lay)) else None
+                    if not isinstance(lay, TensorLayout) or not lay or isinstance(last, str):
+                        continue
+                    d = resolve_dim({last}, len(lay))
+                    try:
+                        if d is None:
+                            raise Unsupported("no such dim")
+                        ctx.unify(lay[d], one)
+                    except Unsupported:
+                        why = f"{name}.{sname}: an input of another size"
+                        self.fix(lay, why, ctx.node)
+                        self.fix(one, why, ctx.node)
+                else:
+                    placed = _place(out, tuple(int(i) for i in path), one)
+                    if placed is None:
+                        self.fix(one, f"{name}.{sname}: an output of another size", ctx.node)
+                    else:
+                        out = placed
+        return out
 
     def _outputs(self, ctx: OpContext, name: str, info: Any,
                  incoming: dict[int, tuple[Dim, int | None]],
@@ -461,7 +506,11 @@ class Analyzer:
                 self._attach(name, sname, source, ctx.node)
                 dims[d] = source
                 continue
-            dims[d] = self._outgoing(name, sname, sym, shape[d])
+            copies = sym.copies
+            if shape[d] % copies:
+                ctx.unsupported(f"{name}.{sname}: {shape[d]} entries are not {copies} copies")
+            dims[d] = self._outgoing(name, sname, sym, shape[d] // copies) * copies
+            self.symbol_dims[(name, sname)] = dims[d]
         return TensorLayout(dims)
 
     def _attach(self, name: str, sname: str, dim: Dim, node: torch.fx.Node) -> None:
@@ -492,6 +541,28 @@ class Analyzer:
         dim = group_dim(g, size // block, block)
         self.symbol_dims[key] = dim
         return dim
+
+
+def _place(layout: Layout, path: tuple[int, ...], dim: Dim) -> Layout | None:
+    """``layout`` with the tensor dim at ``path`` (indices into nested tuples, then the dim)
+    replaced by ``dim``; unchanged where the output has no such place, ``None`` where the dim
+    there is not ``dim``'s size."""
+    if len(path) == 1:
+        if not isinstance(layout, TensorLayout) or not layout:
+            return layout
+        d = resolve_dim({path[0]}, len(layout))
+        if d is None or dim_size(layout[d]) != dim_size(dim):
+            return None
+        return TensorLayout(dim if i == d else x for i, x in enumerate(layout))
+    if isinstance(layout, TensorLayout) or not isinstance(layout, tuple) or not (
+            -len(layout) <= path[0] < len(layout)):
+        return layout
+    inner = _place(layout[path[0]], path[1:], dim)
+    if inner is None:
+        return None
+    items = list(layout)
+    items[path[0]] = inner
+    return tuple(items)
 
 
 def _is_dim(obj: Any) -> bool:
