@@ -13,6 +13,7 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -289,7 +290,7 @@ def load_saved(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
 
     manifest = read_manifest(path)
     source = manifest["source"]
-    if not isinstance(source, str) or source.partition(":")[0] not in SAFE_SOURCES:
+    if not isinstance(source, str) or not _registered(source):
         raise CliError(f"{path} records no torchvision:NAME or timm:NAME model to rebuild "
                        f"(source: {source!r}); build the model in Python and call "
                        f"fxsym.load(model, {path!r})")
@@ -297,6 +298,24 @@ def load_saved(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
     with status(f"replaying the plan of {path}"):
         load(model, path)
     return model, inputs_from_spec(manifest["plan"].inputs), manifest
+
+
+def _registered(source: str) -> bool:
+    """Whether ``source`` is ``torchvision:NAME`` or ``timm:NAME`` with a NAME its library
+    registers: building it fetches nothing and reads no file (a saved directory's
+    ``timm:hf-hub:...`` would contact the Hub, ``timm:local-dir:/path`` read any path)."""
+    lib, _, name = source.partition(":")
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
+        return False
+    if lib == "torchvision":
+        import torchvision
+
+        return name in torchvision.models.list_models()
+    if lib == "timm":
+        import timm
+
+        return bool(timm.is_model(name))
+    return False
 
 
 def _input_shape(text: str) -> tuple[int, ...]:

@@ -20,7 +20,10 @@ the file's before it resizes (for a single plan: before anything is touched); th
 are loaded with ``strict=True``. Any misfit raises :class:`~fxsym.errors.PlanMismatchError`
 naming the first difference, and the fresh model is left as it was (each resize is all or
 nothing; a misfit found after one puts the module tree back, and resizes bind new tensors,
-never write into the old ones). Nothing is ever unpickled: JSON and safetensors only.
+never write into the old ones). Nothing is ever unpickled: JSON and safetensors only. A
+directory may come from a stranger: its files must be regular and its JSON strict and typed
+(:func:`read_manifest`), the inputs it records are bounded, and the weights' header must give
+every tensor of the resized model its name, shape and dtype before a tensor is read.
 
 Imports from fxsym: analysis, errors, modstate, planning, symbols.
 """
@@ -47,7 +50,7 @@ from torch import nn
 from .analysis import analyze
 from .errors import PlanError, PlanMismatchError
 from .modstate import ModuleTreeState
-from .planning import Plan, inputs_from_spec
+from .planning import Plan, inputs_from_spec, strict_loads
 from .symbols import SymMap
 
 __all__ = ["MANIFEST", "WEIGHTS", "is_saved", "load", "read_manifest", "replace_directory", "save"]
@@ -247,31 +250,102 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 def is_saved(directory: str | os.PathLike[str]) -> bool:
-    """Whether ``directory`` looks like what :func:`save` writes."""
+    """Whether ``directory`` looks like what :func:`save` writes (its manifest a regular
+    file; nothing is opened)."""
     path = Path(directory)
     return path.is_dir() and (path / MANIFEST).is_file()
 
 
+#: the largest ``fxsym.json`` read (a plan of a large model with its kept indices is a few MB)
+MAX_MANIFEST_BYTES = 64 * 2**20
+#: the most plans a saved directory may ask to replay (each one is an analysis)
+MAX_PLANS = 32
+
+
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``fxsym.json`` of a saved directory, checked: ``source``, ``aliases``, ``plan`` (a
-    :class:`~fxsym.planning.Plan`) and ``history`` (the plans before it)."""
+    """The ``fxsym.json`` of a saved directory, checked: ``source`` (a string or ``None``),
+    ``aliases`` (names to names), ``plan`` (a :class:`~fxsym.planning.Plan`) and ``history``
+    (the plans before it).
+
+    Read as a file from a stranger: a regular file of at most :data:`MAX_MANIFEST_BYTES`
+    (opened without blocking, so a FIFO or a device is refused, never read), strict JSON
+    (:func:`~fxsym.planning.strict_loads`), each field of its one type
+    (:meth:`Plan.from_dict <fxsym.planning.Plan.from_dict>`), at most :data:`MAX_PLANS`
+    plans. Anything else raises :class:`~fxsym.errors.PlanError`."""
     path = Path(directory) / MANIFEST
+    text = _read_regular(path, MAX_MANIFEST_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PlanError(f"{directory} is not an fxsym save: cannot read {MANIFEST}: {exc}"
-                        ) from exc
-    if not isinstance(data, dict) or data.get("fxsym") != FORMAT:
+        data = strict_loads(text)
+    except ValueError as exc:
+        raise PlanError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or type(data.get("fxsym")) is not int \
+            or data["fxsym"] != FORMAT:
         raise PlanError(f"{path} is not an fxsym save of format {FORMAT}")
+    source = data.get("source")
+    if source is not None and not isinstance(source, str):
+        raise PlanError(f"{path}: 'source' must be a string")
     aliases = data.get("aliases") or {}
-    if not isinstance(aliases, dict):
-        raise PlanError(f"{path}: 'aliases' must be an object")
+    if not isinstance(aliases, dict) or not all(isinstance(v, str) for v in aliases.values()):
+        raise PlanError(f"{path}: 'aliases' must map names to names")
     history = data.get("history") or []
     if not isinstance(history, list):
         raise PlanError(f"{path}: 'history' must be a list of plans")
-    return {"source": data.get("source"), "aliases": {str(k): str(v) for k, v in aliases.items()},
+    if len(history) >= MAX_PLANS:
+        raise PlanError(f"{path} asks to replay {len(history) + 1} plans, more than {MAX_PLANS}")
+    return {"source": source, "aliases": dict(aliases),
             "plan": Plan.from_dict(data.get("plan")),
             "history": [Plan.from_dict(p) for p in history]}
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes, else
+    :class:`~fxsym.errors.PlanError`; opened with ``O_NONBLOCK`` so a FIFO cannot hang."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PlanError(f"{path} is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, min(2**20, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise PlanError(f"{path} is larger than {limit:,} bytes")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise PlanError(f"cannot read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+#: safetensors' name of each torch dtype
+_STORED_DTYPES = {getattr(torch, name): code for name, code in (
+    ("float64", "F64"), ("float32", "F32"), ("float16", "F16"), ("bfloat16", "BF16"),
+    ("int64", "I64"), ("int32", "I32"), ("int16", "I16"), ("int8", "I8"), ("uint8", "U8"),
+    ("uint16", "U16"), ("uint32", "U32"), ("uint64", "U64"), ("bool", "BOOL"),
+    ("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"), ("complex64", "C64"))
+    if hasattr(torch, name)}
+
+
+def _stored(weights: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Each tensor's shape and dtype in the safetensors file, from its header only
+    (``safe_open``: nothing is read past it); the file must be a regular one."""
+    from safetensors import safe_open
+
+    try:
+        if not stat.S_ISREG(os.stat(weights).st_mode):
+            raise PlanError(f"{weights} is not a regular file")
+        with safe_open(str(weights), framework="pt") as f:
+            return {k: (tuple(f.get_slice(k).get_shape()), str(f.get_slice(k).get_dtype()))
+                    for k in f.keys()}
+    except PlanError:
+        raise
+    except Exception as exc:
+        raise PlanError(f"cannot read {weights}: {exc}") from exc
 
 
 def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs: Any = None,
@@ -283,18 +357,24 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
     ``example_inputs``; or pass the ``symmap`` of the fresh model). A plan that does not fit
     raises :class:`~fxsym.errors.PlanMismatchError` naming the first mismatch; the model is
     then as it was.
+
+    The directory may come from a stranger (:func:`read_manifest`): the recorded inputs are
+    bounded (:func:`~fxsym.planning.inputs_from_spec`), and every tensor's name, shape and
+    dtype in the weights' header must be the resized model's before a tensor is read (a
+    float16 or int64 tensor is never cast into a float32 parameter). Every failure is an
+    :class:`~fxsym.errors.FxsymError`.
     """
-    from safetensors import safe_open
     from safetensors.torch import load_file
 
     manifest = read_manifest(directory)
     plans: list[Plan] = [*manifest["history"], manifest["plan"]]
     weights = Path(directory) / WEIGHTS
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            file_shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    except Exception as exc:
-        raise PlanError(f"cannot read {weights}: {exc}") from exc
+    stored = _stored(weights)
+    aliases: dict[str, str] = manifest["aliases"]
+    for alias, name in aliases.items():
+        if name not in stored or alias in stored:
+            raise PlanMismatchError(f"the saved alias {alias!r} -> {name!r} does not name one "
+                                    "stored tensor")
     kind = f"{type(model).__module__}.{type(model).__qualname__}"
     if kind != plans[0].model:
         raise PlanMismatchError(f"the plan is for a {plans[0].model}, the model is a {kind}")
@@ -308,12 +388,15 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
                                  outputs=None if plan.outputs is None else list(plan.outputs))
             plan.check(model, symmap)
             if i == len(plans) - 1:
-                _check_shapes(model, plan, file_shapes, manifest["aliases"])
+                _check_shapes(model, plan, {k: v[0] for k, v in stored.items()}, aliases)
             plan.apply(model, symmap)
-        state = load_file(str(weights))
-        for alias, name in manifest["aliases"].items():
+        _check_state(model.state_dict(), stored, aliases)
+        try:
+            state = load_file(str(weights))
+        except Exception as exc:
+            raise PlanError(f"cannot read {weights}: {exc}") from exc
+        for alias, name in aliases.items():
             state[alias] = state[name]
-        _check_state(model.state_dict(), state)
         model.load_state_dict(state, strict=True)
     except BaseException:
         saved.restore()
@@ -338,16 +421,26 @@ def _check_shapes(model: nn.Module, plan: Plan, file_shapes: Mapping[str, tuple[
                                     f"saved weights hold {tuple(stored)}")
 
 
-def _check_state(have: Mapping[str, torch.Tensor], saved: Mapping[str, torch.Tensor]) -> None:
-    """The same names and shapes, or PlanMismatchError naming the first difference."""
+def _check_state(have: Mapping[str, torch.Tensor],
+                 stored: Mapping[str, tuple[tuple[int, ...], str]],
+                 aliases: Mapping[str, str]) -> None:
+    """The resized model's state and the file's header (through ``aliases``) hold the same
+    names, shapes and dtypes; else PlanMismatchError naming the first difference."""
+    used: set[str] = set()
     for name, t in have.items():
-        s = saved.get(name)
-        if s is None:
+        key = aliases.get(name, name)
+        entry = stored.get(key)
+        if entry is None:
             raise PlanMismatchError(f"{name!r} of the pruned model is not in the saved weights")
-        if tuple(s.shape) != tuple(t.shape):
+        used.add(key)
+        shape, dtype = entry
+        if shape != tuple(t.shape):
             raise PlanMismatchError(f"{name!r}: the pruned model has {tuple(t.shape)}, the saved "
-                                    f"weights {tuple(s.shape)}")
-    extra = [n for n in saved if n not in have]
+                                    f"weights {shape}")
+        if dtype != _STORED_DTYPES.get(t.dtype):
+            raise PlanMismatchError(f"{name!r}: the model holds {t.dtype}, the saved weights "
+                                    f"{dtype} (never cast)")
+    extra = [n for n in [*stored, *aliases] if n not in used and n not in have]
     if extra:
         raise PlanMismatchError(f"the saved weights hold {extra[0]!r}, which the pruned model "
                                 "does not have")

@@ -51,7 +51,8 @@ from .importance import CRITERIA, Criterion, Layout, criterion_by_name, layout, 
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
-__all__ = ["GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec", "plan"]
+__all__ = ["GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec", "plan",
+           "strict_loads"]
 
 #: the version of :meth:`Plan.to_json`'s format
 FORMAT = 1
@@ -198,37 +199,108 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any) -> Plan:
-        """Read :meth:`to_dict`'s data; :class:`~fxsym.errors.PlanError` if it is not a plan."""
+        """Read :meth:`to_dict`'s data; :class:`~fxsym.errors.PlanError` naming the first field
+        that is not what :meth:`to_dict` writes.
+
+        Strict, as for a file from a stranger: each field has its one JSON type (an integer is
+        never a float, a string or a bool: ``"keep": "0123456"`` or a size of ``16.9`` is an
+        error, not 7 units or 16), counts, sizes and indices are not negative, a group is
+        listed once, and the example inputs are checked as :func:`inputs_from_spec` checks
+        them. Whether the indices fit the model is :meth:`check`'s question."""
         try:
-            if not isinstance(data, dict) or data.get("format") != FORMAT:
+            d = _obj(data, "the plan")
+            if type(d.get("format")) is not int or d["format"] != FORMAT:
                 raise ValueError(f"not an fxsym plan of format {FORMAT}")
-            groups = tuple(
-                GroupChoice(str(g["name"]), int(g["size"]), int(g.get("unit", 1)),
-                            None if g.get("keep") is None else tuple(int(i) for i in g["keep"]),
-                            int(g.get("params_removed", 0)), int(g.get("macs_removed", 0)))
-                for g in data["groups"])
-            outputs = data.get("outputs")
+            groups: list[GroupChoice] = []
+            seen: set[str] = set()
+            for i, raw in enumerate(_array(d.get("groups"), "groups")):
+                g = _obj(raw, f"groups[{i}]")
+                name = _text(g.get("name"), f"groups[{i}].name")
+                if name in seen:
+                    raise ValueError(f"group {name!r} is listed twice")
+                seen.add(name)
+                size = _count(g.get("size"), f"{name}: size", 1)
+                keep = g.get("keep")
+                if keep is not None:
+                    keep = tuple(_count(k, f"{name}: keep[{j}]")
+                                 for j, k in enumerate(_array(keep, f"{name}: keep")))
+                groups.append(GroupChoice(
+                    name, size, _count(g.get("unit", 1), f"{name}: unit", 1), keep,
+                    _count(g.get("params_removed", 0), f"{name}: params_removed"),
+                    _count(g.get("macs_removed", 0), f"{name}: macs_removed")))
+            params, macs = _obj(d.get("params"), "params"), _obj(d.get("macs"), "macs")
+            shapes = {_text(k, "a parameter name"): tuple(
+                _count(n, f"shapes[{k!r}]") for n in _array(v, f"shapes[{k!r}]"))
+                for k, v in _obj(d.get("shapes"), "shapes").items()}
+            outputs = d.get("outputs")
+            if outputs is not None:
+                outputs = tuple(_key(o, "outputs") for o in _array(outputs, "outputs"))
+            inputs = d.get("inputs")
+            if inputs is not None:
+                _spec_tensors(inputs)
             return cls(
-                model=str(data["model"]), groups=groups,
-                params_before=int(data["params"]["before"]),
-                params_after=int(data["params"]["after"]),
-                macs_before=int(data["macs"]["before"]), macs_after=int(data["macs"]["after"]),
-                shapes={str(k): tuple(int(d) for d in v) for k, v in data["shapes"].items()},
-                inputs=data.get("inputs"),
-                outputs=None if outputs is None else tuple(outputs),
-                importance=str(data.get("importance", "")), scope=str(data.get("scope", "")),
-                extra=dict(data.get("extra") or {}))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                model=_text(d.get("model"), "model"), groups=tuple(groups),
+                params_before=_count(params.get("before"), "params.before"),
+                params_after=_count(params.get("after"), "params.after"),
+                macs_before=_count(macs.get("before"), "macs.before"),
+                macs_after=_count(macs.get("after"), "macs.after"),
+                shapes=shapes, inputs=inputs, outputs=outputs,
+                importance=_text(d.get("importance", ""), "importance"),
+                scope=_text(d.get("scope", ""), "scope"),
+                extra=dict(_obj(d.get("extra") or {}, "extra")))
+        except ValueError as exc:
             raise PlanError(f"not a valid fxsym plan: {exc}") from exc
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
-        """Read :meth:`to_json`'s text."""
+    def from_json(cls, text: str | bytes) -> Plan:
+        """Read :meth:`to_json`'s text (strict JSON: :func:`strict_loads`)."""
         try:
-            data = json.loads(text)
+            data = strict_loads(text)
         except ValueError as exc:
             raise PlanError(f"not a valid fxsym plan: {exc}") from exc
         return cls.from_dict(data)
+
+
+#: how deep :func:`strict_loads` lets arrays and objects nest (a plan needs 5)
+MAX_JSON_DEPTH = 32
+
+
+def strict_loads(text: str | bytes) -> Any:
+    """``json.loads`` for a file from a stranger: ``ValueError`` for text that is not UTF-8
+    JSON, ``NaN``/``Infinity`` or a number out of float range (``1e400``), a key repeated in
+    an object, or nesting deeper than :data:`MAX_JSON_DEPTH` (also where Python's own
+    recursion limit is met first)."""
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    def finite(literal: str) -> float:
+        value = float(literal)
+        if not math.isfinite(value):
+            raise ValueError(f"the number {literal:.40} is out of range")
+        return value
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise ValueError(f"the key {k!r:.40} appears twice in one object")
+            out[k] = v
+        return out
+
+    try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        value = json.loads(text, parse_constant=constant, parse_float=finite,
+                           object_pairs_hook=unique)
+    except RecursionError as exc:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH}") from exc
+    level: list[Any] = [value]
+    for _ in range(MAX_JSON_DEPTH + 1):
+        level = [c for v in level if isinstance(v, (list, dict))
+                 for c in (v.values() if isinstance(v, dict) else v)]
+        if not level:
+            return value
+    raise ValueError(f"nested deeper than {MAX_JSON_DEPTH}")
 
 
 def _class_path(model: nn.Module) -> str:
@@ -257,28 +329,99 @@ def input_spec(inputs: Any) -> Any:
         return None
 
 
+#: the most elements :func:`inputs_from_spec` makes, over all tensors (64 MiB of float32)
+MAX_INPUT_ELEMENTS = 2**24
+#: the dtypes an input spec may name, by the name :func:`input_spec` writes
+_DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values()
+           if isinstance(d, torch.dtype)}
+
+
 def inputs_from_spec(spec: Any) -> Any:
     """Example inputs matching :func:`input_spec`'s description (random floats, integer
-    zeros); ``None`` for ``None``."""
+    zeros); ``None`` for ``None``. A description that is not :func:`input_spec`'s, or that
+    asks for more than :data:`MAX_INPUT_ELEMENTS` elements in all, raises
+    :class:`~fxsym.errors.PlanError` before anything is allocated."""
     if spec is None:
         return None
+    try:
+        tensors = _spec_tensors(spec)
+    except ValueError as exc:
+        raise PlanError(f"the plan's example inputs are not readable: {exc}") from exc
+    total = sum(math.prod(shape) for shape, _ in tensors)
+    if total > MAX_INPUT_ELEMENTS:
+        raise PlanError(f"the plan's example inputs ask for {total:,} elements, more than "
+                        f"{MAX_INPUT_ELEMENTS:,}; pass example_inputs yourself")
     gen = torch.Generator().manual_seed(0)
 
-    def one(v: Any) -> Any:
+    def one(v: dict[str, Any]) -> Any:
         if "value" in v:
             return v["value"]
-        dtype = getattr(torch, v["dtype"])
-        shape = [int(d) for d in v["tensor"]]
+        dtype = _DTYPES[v["dtype"]]
         if dtype.is_floating_point:
-            return torch.randn(shape, generator=gen).to(dtype)
-        return torch.zeros(shape, dtype=dtype)
+            return torch.randn(v["tensor"], generator=gen).to(dtype)
+        return torch.zeros(v["tensor"], dtype=dtype)
 
-    try:
-        if "kwargs" in spec:
-            return {k: one(v) for k, v in spec["kwargs"].items()}
-        return tuple(one(v) for v in spec["args"])
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise PlanError(f"the plan's example inputs are not readable: {exc}") from exc
+    if "kwargs" in spec:
+        return {k: one(v) for k, v in spec["kwargs"].items()}
+    return tuple(one(v) for v in spec["args"])
+
+
+def _spec_tensors(spec: Any) -> list[tuple[list[int], str]]:
+    """Check that ``spec`` is what :func:`input_spec` writes (``ValueError`` naming what is
+    not); return the shape and dtype of each tensor it describes."""
+    d = _obj(spec, "inputs")
+    if set(d) == {"kwargs"}:
+        kw = _obj(d["kwargs"], "inputs.kwargs")
+        entries = [(f"inputs.kwargs[{k!r}]", v) for k, v in kw.items()]
+    elif set(d) == {"args"}:
+        entries = [(f"inputs.args[{i}]", v) for i, v in enumerate(_array(d["args"], "args"))]
+    else:
+        raise ValueError("inputs must hold 'args' or 'kwargs'")
+    tensors: list[tuple[list[int], str]] = []
+    for what, raw in entries:
+        v = _obj(raw, what)
+        if set(v) == {"value"}:
+            if not (v["value"] is None or type(v["value"]) in (bool, int, float, str)):
+                raise ValueError(f"{what}: a value must be a JSON scalar")
+        elif set(v) == {"tensor", "dtype"}:
+            shape = [_count(n, f"{what}: a size") for n in _array(v["tensor"], what)]
+            if _text(v["dtype"], f"{what}: dtype") not in _DTYPES:
+                raise ValueError(f"{what}: unknown dtype {v['dtype']!r}")
+            tensors.append((shape, v["dtype"]))
+        else:
+            raise ValueError(f"{what} must be {{'tensor', 'dtype'}} or {{'value'}}")
+    return tensors
+
+
+# -- strict reading of plan data: each field of its one JSON type ---------------------------
+def _obj(v: Any, what: str) -> dict[str, Any]:
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise ValueError(f"{what} must be a JSON object, got {type(v).__name__}")
+    return v
+
+
+def _array(v: Any, what: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise ValueError(f"{what} must be a JSON array, got {type(v).__name__}")
+    return v
+
+
+def _text(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{what} must be a string, got {v!r:.40}")
+    return v
+
+
+def _count(v: Any, what: str, low: int = 0) -> int:
+    if type(v) is not int or v < low:
+        raise ValueError(f"{what} must be an integer >= {low}, got {v!r:.40}")
+    return v
+
+
+def _key(v: Any, what: str) -> str | int:
+    if type(v) is not int and not isinstance(v, str):
+        raise ValueError(f"{what} must hold names or positions, got {v!r:.40}")
+    return v
 
 
 # -- MACs -----------------------------------------------------------------------------------
