@@ -1,6 +1,7 @@
 """Saving never loses what was there (issue 20 §2): links are never followed, an overwrite is
-atomic at every step (faults injected at each file-system call), a directory holding other
-files is refused unless asked, and files get the usual modes."""
+atomic at every step (faults injected at each file-system call), other files in the directory
+are kept (or the directory replaced whole when asked), the command line refuses a non-empty
+output unless --force, and files get the usual modes."""
 
 from __future__ import annotations
 
@@ -63,10 +64,7 @@ def test_a_symlinked_manifest_is_never_written_through(tmp_path: Path) -> None:
     out.mkdir()
     (out / "fxsym.json").symlink_to(victim)
     model, plan = _pruned(0.5, 0.0)
-    with pytest.raises(PlanError, match="not empty"):
-        fxsym.save(model, out, plan)
-    assert victim.read_text() == "precious" and (out / "fxsym.json").is_symlink()
-    fxsym.save(model, out, plan, overwrite=True)
+    fxsym.save(model, out, plan)
     assert victim.read_text() == "precious"
     assert sorted(p.name for p in out.iterdir()) == ["fxsym.json", "model.safetensors"]
     assert not (out / "fxsym.json").is_symlink()
@@ -80,17 +78,37 @@ def test_a_symlinked_weights_file_or_directory_is_never_written_through(tmp_path
     out = tmp_path / "save"
     out.mkdir()
     (out / "model.safetensors").symlink_to(victim)
+    (out / "notes.txt").symlink_to(victim)  # another link: kept as a link, never followed
     model, plan = _pruned(0.5, 0.0)
-    with pytest.raises(PlanError, match="not empty"):
-        fxsym.save(model, out, plan)
+    fxsym.save(model, out, plan)
     assert victim.read_bytes() == b"precious"
+    assert not (out / "model.safetensors").is_symlink()
+    assert (out / "notes.txt").is_symlink() and os.readlink(out / "notes.txt") == str(victim)
     real = tmp_path / "real"
     real.mkdir()
     link = tmp_path / "link"
     link.symlink_to(real, target_is_directory=True)
     with pytest.raises(PlanError, match="symbolic link"):
-        fxsym.save(model, link, plan, overwrite=True)
+        fxsym.save(model, link, plan)
     assert link.is_symlink() and not any(real.iterdir())
+
+
+def test_other_files_are_kept_or_replaced_whole_when_asked(tmp_path: Path) -> None:
+    out = tmp_path / "ckpt"
+    (out / "sub").mkdir(parents=True)
+    (out / "config.json").write_text('{"hidden_size": 8}')
+    (out / "sub" / "tokenizer.json").write_text("{}")
+    (out / "model.safetensors").write_bytes(b"weights save_pretrained wrote")
+    model, plan = _pruned(0.5, 0.0)
+    fxsym.save(model, out, plan)  # as after model.save_pretrained(out)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "fxsym.json", "model.safetensors", "sub"]
+    assert (out / "config.json").read_text() == '{"hidden_size": 8}'
+    assert (out / "sub" / "tokenizer.json").read_text() == "{}"
+    assert _same(_loads_as(out), model.state_dict())
+    fxsym.save(model, out, plan, keep_others=False)
+    assert sorted(p.name for p in out.iterdir()) == ["fxsym.json", "model.safetensors"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
 
 
 def test_files_have_the_usual_modes(tmp_path: Path) -> None:
@@ -112,7 +130,8 @@ class _Died(BaseException):
 #: every file-system step a save takes, as (owner, attribute)
 _STEPS: list[tuple[Any, str]] = [
     (os, "mkdir"), (os, "open"), (os, "write"), (os, "fsync"), (os, "close"), (os, "rename"),
-    (os, "replace"), (os, "unlink"), (os, "rmdir"), (shutil, "rmtree"),
+    (os, "replace"), (os, "unlink"), (os, "rmdir"), (os, "link"), (os, "symlink"),
+    (shutil, "rmtree"), (shutil, "copy2"),
     (safetensors.torch, "save_file"), (persist, "_exchange")]
 
 
@@ -164,6 +183,7 @@ def test_an_overwrite_stopped_at_any_step_leaves_the_old_or_the_new_save(
         parent = tmp_path / f"k{k}"
         out = parent / "save"
         fxsym.save(old_model, out, old_plan)
+        (out / "config.json").write_text("kept")
         with _fault_at(k, crash=crash) as calls:
             try:
                 fxsym.save(new_model, out, new_plan)
@@ -173,6 +193,7 @@ def test_an_overwrite_stopped_at_any_step_leaves_the_old_or_the_new_save(
         state = _loads_as(out)
         outcome = "new" if _same(state, new) else "old" if _same(state, old) else "neither"
         assert outcome != "neither", k
+        assert (out / "config.json").read_text() == "kept", k
         assert finished <= (outcome == "new"), k
         left = sorted(p.name for p in parent.iterdir() if p.name != "save")
         if not crash:  # cleaned up after itself, but for old contents it was removing

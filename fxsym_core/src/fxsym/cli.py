@@ -401,7 +401,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
                          exclude=args.exclude or ())
     with status("resizing"):
         plan.apply(model, sm)
-    save(model, args.output, plan, source=source, history=history, overwrite=args.force)
+    save(model, args.output, plan, source=source, history=history, keep_others=False)
     if args.json:
         print(plan.to_json())
         return 0

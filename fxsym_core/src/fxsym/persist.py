@@ -9,9 +9,9 @@ A saved directory holds two files and nothing executable:
   ``torchvision:resnet18`` spec of the command line; a library never runs it by itself).
 
 Saving is atomic and follows no link (:func:`replace_directory`): the new save is built in a
-fresh sibling directory and swapped in, so the directory holds the old save or the complete new
-one whenever the process stops; a directory holding anything but an earlier save is replaced
-only when the caller says ``overwrite``.
+fresh sibling directory (the directory's other files carried over, or not: ``keep_others``)
+and swapped in, so the directory holds the old save or the complete new one whenever the
+process stops.
 
 Loading replays the plans on a freshly built model of the same architecture: for each, analyze
 the model with example inputs of the recorded shapes, check the plan fits (:meth:`Plan.check
@@ -40,7 +40,7 @@ import secrets
 import shutil
 import stat
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,19 +63,19 @@ FORMAT = 1
 
 def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
          source: str | None = None, history: Sequence[Plan] = (),
-         overwrite: bool = False) -> Path:
+         keep_others: bool = True) -> Path:
     """Write ``model`` (pruned by ``plan``) to ``directory``: safetensors weights and
     ``fxsym.json``. ``source`` records how to build the unpruned model (free text for the
     caller, e.g. ``"timm:resnet18"``; the command line rebuilds from it); ``history`` the plans
     applied before ``plan``, first first (a model pruned again). Returns the directory.
 
-    The save is atomic (see :func:`replace_directory`): ``directory`` holds the old save or
-    the complete new one at every moment. It may be missing, empty or an earlier fxsym save
-    (two regular files); anything else (other files, a symbolic link in it) raises
-    :class:`~fxsym.errors.PlanError` unless ``overwrite``, which replaces the whole directory.
-    A ``directory`` that is itself a symbolic link is refused. Raises
-    :class:`~fxsym.errors.PlanError` too if the model's parameters do not have the plan's
-    shapes (the plan was not applied)."""
+    The save is atomic (see :func:`replace_directory`): ``directory`` holds what it held or
+    the complete new save at every moment, and no link is followed (a link named
+    ``fxsym.json`` is replaced, not written through). Its other files (a ``save_pretrained``
+    checkpoint's ``config.json``, say) are kept with ``keep_others`` (the default), else the
+    directory is replaced whole. A ``directory`` that is itself a symbolic link is refused
+    with :class:`~fxsym.errors.PlanError`; so is a model whose parameters do not have the
+    plan's shapes (the plan was not applied)."""
     from safetensors.torch import save_file
 
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -99,7 +99,7 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
         stored[name] = t.detach().to("cpu").contiguous()
     manifest = {"fxsym": FORMAT, "source": source, "aliases": aliases,
                 "history": [p.to_dict() for p in history], "plan": plan.to_dict()}
-    with replace_directory(out, overwrite=overwrite, replaceable=(MANIFEST, WEIGHTS)) as tmp:
+    with replace_directory(out, keep=_others if keep_others else None) as tmp:
         _write_new(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         save_file(stored, str(tmp / WEIGHTS), metadata={"format": "pt", "producer": "fxsym"})
         # safetensors writes 0600; give the weights the manifest's usual 0666-less-umask mode
@@ -108,16 +108,21 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
     return out
 
 
+def _others(name: str) -> bool:
+    return name not in (MANIFEST, WEIGHTS)
+
+
 @contextlib.contextmanager
-def replace_directory(directory: str | os.PathLike[str], *, overwrite: bool = False,
-                      replaceable: Sequence[str] = ()) -> Iterator[Path]:
+def replace_directory(directory: str | os.PathLike[str], *,
+                      keep: Callable[[str], bool] | None = None) -> Iterator[Path]:
     """Build a directory's new contents in a fresh sibling (yielded) and put it in place of
     ``directory`` when the block ends; on an error in the block, remove the sibling and leave
     ``directory`` as it was.
 
-    ``directory`` may be missing or empty; one holding anything but regular files named in
-    ``replaceable`` (an earlier save of the same kind) is refused with
-    :class:`~fxsym.errors.PlanError` before the block runs, unless ``overwrite``.
+    The entries of ``directory`` whose names ``keep`` accepts are carried into the sibling
+    before the block runs (hard links to the same files, a symbolic link as a link to the
+    same target, a folder as such a copy: nothing is read or followed; a regular file is
+    copied where the file system has no hard links); without ``keep`` none are.
 
     The sibling is made with ``mkdir`` (mode 0777 less the umask; files written in it get
     the usual 0666 less the umask), so no link can be in it. It replaces a missing or empty
@@ -133,16 +138,13 @@ def replace_directory(directory: str | os.PathLike[str], *, overwrite: bool = Fa
         raise PlanError(f"{out} is a symbolic link; give the directory itself")
     if out.exists() and not out.is_dir():
         raise PlanError(f"{out} exists and is not a directory")
-    if not overwrite:
-        other = [e for e in _entries(out)
-                 if e not in replaceable or not stat.S_ISREG(os.lstat(out / e).st_mode)]
-        if other:
-            raise PlanError(f"{out} is not empty ({other[0]!r} is not part of an earlier save); "
-                            "give an empty or new directory, or overwrite=True (--force) to "
-                            "replace it whole")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _fresh_sibling(out)
     try:
+        if keep is not None:
+            for name in _entries(out):
+                if keep(name):
+                    _carry(out / name, tmp / name)
         yield tmp
         _sync(tmp)
         try:
@@ -158,6 +160,24 @@ def replace_directory(directory: str | os.PathLike[str], *, overwrite: bool = Fa
         raise
     if replaced is not None:
         shutil.rmtree(replaced, ignore_errors=True)
+
+
+def _carry(src: Path, dst: Path) -> None:
+    """Put ``src`` at ``dst`` without reading or following it (see :func:`replace_directory`)."""
+    info = os.lstat(src)
+    if stat.S_ISLNK(info.st_mode):
+        os.symlink(os.readlink(src), dst)
+    elif stat.S_ISDIR(info.st_mode):
+        os.mkdir(dst, stat.S_IMODE(info.st_mode))
+        for name in _entries(src):
+            _carry(src / name, dst / name)
+    else:
+        try:
+            os.link(src, dst, follow_symlinks=False)
+        except OSError:
+            if not stat.S_ISREG(info.st_mode):
+                raise
+            shutil.copy2(src, dst, follow_symlinks=False)
 
 
 def _entries(path: Path) -> list[str]:
