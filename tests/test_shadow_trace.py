@@ -215,3 +215,35 @@ def test_a_forward_bound_to_the_instance_runs_on_the_shadow() -> None:
     assert _identity_state(model) == before
     assert not hasattr(inner, "seen_by_forward")
     assert sm.groups()
+
+
+class Holder:
+    """A plain object holding a module: the shadow tree shares it, it is not a container."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+
+class Reaching(nn.Module):
+    """Writes a traced value into a module reached through a plain object and through a tuple
+    held aside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.holder = Holder(self.lin)
+        self.aside = (self.lin,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        self.holder.module.last = y  # reaches the user's module: the guard takes it back
+        self.aside[0].seen = y  # the tuple holds the shadow: never reaches the user's
+        return y
+
+
+def test_the_guard_takes_back_a_graph_value_that_reached_the_model() -> None:
+    model = Reaching().eval()
+    model.lin.kept = "set before"
+    fxsym.analyze(model, example_inputs=(X,))
+    assert not hasattr(model.lin, "last") and not hasattr(model.lin, "seen")
+    assert model.lin.kept == "set before"

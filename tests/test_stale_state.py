@@ -170,6 +170,46 @@ def test_derived_tensors_not_shown_to_be_a_cache_are_refused_by_name() -> None:
     assert not sm.is_stale
 
 
+class ScaledLinear(nn.Linear):
+    """A leaf family (registered below) that caches a weight computed from its own."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__(n_in, n_out)
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if "w" not in self.cache:
+            self.cache["w"] = self.weight * 2
+        return nn.functional.linear(x, self.cache["w"], self.bias)
+
+
+def test_a_cache_a_leaf_fills_when_run_for_its_value_is_a_cache() -> None:
+    from fxsym_plugins_nn.modules import linear_info, linear_resize
+
+    fxsym.SymMap.register(ScaledLinear, resize=linear_resize)(linear_info)
+    try:
+        torch.manual_seed(0)
+        model = nn.Sequential(ScaledLinear(8, 12), nn.ReLU(), nn.Linear(12, 3)).eval()
+        with torch.no_grad():
+            model(X)
+        sm = fxsym.analyze(model, example_inputs=(X,))
+        assert sm.derived_state == {"0": {"cache": "cache"}}
+        (group,) = [g for g in sm.groups() if ("0", "out_features") in g.members]
+        fxsym.resize(model, sm, {group.name: [1, 4, 7]})
+        assert model[0].cache == {}
+        with torch.no_grad():
+            torch.testing.assert_close(model(X), _fresh_sequential(model))
+    finally:
+        fxsym.SymMap.unregister(ScaledLinear)
+
+
+def _fresh_sequential(model: nn.Module) -> torch.Tensor:
+    clone = copy.deepcopy(model)
+    clone[0].cache.clear()
+    with torch.no_grad():
+        return clone(X)
+
+
 def _biased_heads(sm: fxsym.SymMap) -> list[fxsym.SymGroup]:
     return [g for g in sm.groups() if any(s == "attention_biases:0" for _, s in g.members)]
 

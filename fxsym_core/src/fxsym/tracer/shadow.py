@@ -25,12 +25,12 @@ a trace context's record) and the traced GraphModule (which holds the user's mod
 
 **Derived state.** A dict attribute holding tensors that are neither a parameter nor a buffer
 of the tree (``attention_bias_cache`` after an eval forward) holds state derived from the
-model. In the shadow it is given *empty*; if the traced forward fills it again, the forward
-recomputes it when missing: it is a *cache*, and a resize may clear it. A dict the forward
-fills from empty is a cache too. A tensor-holding dict the forward does not refill, or an
-attribute the forward sets to a traced value, is *derived* state that is not proven
-recomputable. :meth:`ShadowTree.derived_state` reports both by qualified name; a resize reads
-it (:mod:`fxsym.resizing.engine`).
+model. In the shadow it is given *empty*; if the traced forward fills it again (or, for a
+leaf, its forward run for the leaf's value), the forward recomputes it when missing: it is a
+*cache*, and a resize may clear it. A dict the forward fills from empty is a cache too. A
+tensor-holding dict the forward does not refill, or an attribute the forward sets to a traced
+value, is *derived* state that is not proven recomputable. :meth:`ShadowTree.derived_state`
+reports both by qualified name; a resize reads it (:mod:`fxsym.resizing.engine`).
 
 Imports from fxsym: modstate.
 """
@@ -38,7 +38,9 @@ Imports from fxsym: modstate.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
+import operator
 import threading
 import types
 from collections import OrderedDict
@@ -84,6 +86,8 @@ class ShadowTree:
         self._registered: set[int] = set()
         #: (shadow, attribute, whether it held derived tensors, whether it was given empty)
         self._watched: list[tuple[nn.Module, str, bool, bool]] = []
+        #: (id of a shadow, attribute) given empty that a run of the leaf's copy filled
+        self._filled: set[tuple[int, str]] = set()
         self._names: dict[int, str] = {}
         order: list[nn.Module] = []
         self._make(root, "", order)
@@ -158,8 +162,13 @@ class ShadowTree:
         """``value`` with its containers copied and its modules, bound methods and partials
         pointing into the shadow tree."""
         kind = type(value)
-        if kind in _ATOMS or kind is tuple:
+        if kind in _ATOMS:
             return value
+        if kind is tuple:  # ``(self.a, self.b)`` kept aside: the shadows, in a new tuple
+            if all(type(v) in _ATOMS for v in value):
+                return value
+            items = tuple(map(self._copy, value))
+            return value if all(map(operator.is_, items, value)) else items
         if isinstance(value, nn.Module):
             return self._shadows.get(id(value), value)
         done = self._copies.get(id(value))
@@ -167,8 +176,8 @@ class ShadowTree:
             return done
         if kind in _PLAIN:
             new: Any = value.copy()
-        elif isinstance(value, (dict, list, set)):
-            new = _copy_container(value)
+        elif isinstance(value, (dict, list, set)):  # defaultdict, a user's subclass
+            new = copy.copy(value)
         elif kind is types.MethodType and id(value.__self__) in self._shadows:
             return types.MethodType(value.__func__, self._shadows[id(value.__self__)])
         elif kind is functools.partial and any(id(a) in self._shadows for a in value.args):
@@ -226,12 +235,22 @@ class ShadowTree:
         for shadow in self._shadows.values():
             yield shadow, self._originals[id(shadow)]
 
+    def ran_as_leaf(self, shadow: nn.Module, clone: nn.Module) -> None:
+        """Note the dicts given empty that a run of ``clone`` (a copy of the leaf ``shadow``,
+        run for its value) filled: the leaf's forward recomputes them when missing."""
+        for watched, key, _, emptied in self._watched:
+            if watched is shadow and emptied and vars(clone).get(key):
+                self._filled.add((id(shadow), key))
+
+    def _was_filled(self, shadow: nn.Module, key: str) -> bool:
+        return bool(vars(shadow).get(key)) or (id(shadow), key) in self._filled
+
     def unfilled(self) -> list[str]:
         """The dicts given empty although they held derived tensors that the traced forward
         did not fill again (``qualname.attribute``): a trace that failed may have needed them."""
         return [f"{self._names[id(self.original(shadow))]}.{key}"
                 for shadow, key, held, emptied in self._watched
-                if held and emptied and not vars(shadow).get(key)]
+                if held and emptied and not self._was_filled(shadow, key)]
 
     def derived_state(self) -> dict[str, dict[str, str]]:
         """After the trace: by module qualified name, each attribute holding state the model
@@ -241,7 +260,7 @@ class ShadowTree:
         found: dict[str, dict[str, str]] = {}
         for shadow, key, held, emptied in self._watched:
             name = self._names[id(self.original(shadow))]
-            if emptied and vars(shadow).get(key):
+            if emptied and self._was_filled(shadow, key):
                 found.setdefault(name, {})[key] = CACHE
             elif held:
                 found.setdefault(name, {})[key] = DERIVED
@@ -274,13 +293,6 @@ def _holds_proxy(value: Any) -> bool:
     if isinstance(value, dict) and not isinstance(value, nn.Module):
         return any(map(_holds_proxy, value.values()))
     return False
-
-
-def _copy_container(value: Any) -> Any:
-    """A copy of a dict, list or set of another type (``defaultdict``, a user subclass)."""
-    import copy
-
-    return copy.copy(value)
 
 
 def _is_object(value: Any) -> bool:

@@ -504,6 +504,8 @@ class FxsymTracer(torch.fx.Tracer):
             clone = self._meta_modules[id(mod)] = meta_copy(mod)
         with self._quietly(), torch.no_grad():
             value = clone(*args, **kwargs)
+        if self.shadows is not None:
+            self.shadows.ran_as_leaf(mod, clone)
         if key is not None:
             recorded = _recorded(value, args)
             if recorded is not None:
