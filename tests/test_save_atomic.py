@@ -121,6 +121,9 @@ def test_files_have_the_usual_modes(tmp_path: Path) -> None:
     for name in ("fxsym.json", "model.safetensors"):
         assert stat.S_IMODE(os.stat(tmp_path / "save" / name).st_mode) == 0o644, name
     assert stat.S_IMODE(os.stat(tmp_path / "save").st_mode) == 0o755
+    os.chmod(tmp_path / "save", 0o700)
+    fxsym.save(model, tmp_path / "save", plan)  # replaced: a private directory stays private
+    assert stat.S_IMODE(os.stat(tmp_path / "save").st_mode) == 0o700
 
 
 class _Died(BaseException):

@@ -124,8 +124,9 @@ def replace_directory(directory: str | os.PathLike[str], *,
     same target, a folder as such a copy: nothing is read or followed; a regular file is
     copied where the file system has no hard links); without ``keep`` none are.
 
-    The sibling is made with ``mkdir`` (mode 0777 less the umask; files written in it get
-    the usual 0666 less the umask), so no link can be in it. It replaces a missing or empty
+    The sibling is made with ``mkdir`` (the mode of the directory it replaces, else 0777 less
+    the umask; files written in it get the usual 0666 less the umask), so no link can be in
+    it. It replaces a missing or empty
     ``directory`` with one ``rename``, a non-empty one by exchanging the two atomically
     (Linux ``renameat2(RENAME_EXCHANGE)``) and removing the old contents: whenever the process
     stops, ``directory`` holds the old contents or the complete new ones. Where the exchange
@@ -141,6 +142,8 @@ def replace_directory(directory: str | os.PathLike[str], *,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = _fresh_sibling(out)
     try:
+        if out.exists():  # a private directory stays private
+            os.chmod(tmp, stat.S_IMODE(os.lstat(out).st_mode))
         if keep is not None:
             for name in _entries(out):
                 if keep(name):
