@@ -1,19 +1,34 @@
-"""Shared fixtures: plugins loaded once, and third-party plugin wheels built on the fly."""
+"""Shared fixtures: plugins loaded once, and third-party plugin wheels built on the fly.
+
+Hugging Face's caches live in a directory of this run, set before anything imports
+transformers (which reads them once): loading a checkpoint with ``trust_remote_code`` copies
+its module into ``HF_MODULES_CACHE``, never into the user's. ``HF_HUB_OFFLINE``: nothing is
+fetched from the Hub.
+"""
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-import torch
+_HF_HOME = tempfile.mkdtemp(prefix="fxsym-tests-hf-")
+atexit.register(shutil.rmtree, _HF_HOME, ignore_errors=True)
+os.environ.update(HF_HOME=_HF_HOME, HF_MODULES_CACHE=os.path.join(_HF_HOME, "modules"),
+                  HF_HUB_OFFLINE="1")
 
-import fxsym
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import fxsym  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from plugin_wheels import build_wheel, pip_install_target
+from plugin_wheels import build_wheel, pip_install_target  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -67,7 +67,7 @@ ALLOWED: dict[str, set[str]] = {
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "importance": {"errors", "resizing", "symbols"},
     "planning": {"console", "errors", "importance", "resizing", "symbols"},
-    "persist": {"analysis", "errors", "modstate", "planning", "symbols"},
+    "persist": {"analysis", "errors", "modstate", "planning", "plugins", "symbols"},
     "oracles": {"analysis", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -1,12 +1,17 @@
 """``fxsym.save`` / ``fxsym.load``: a pruned model as safetensors weights plus its plan.
 
-A saved directory holds two files and nothing executable:
+A saved directory holds two files of fxsym's:
 
 * ``model.safetensors``: the state dict (a tensor shared by several names stored once);
 * ``fxsym.json``: the :class:`~fxsym.planning.Plan` (after the plans applied before it, for a
-  model pruned several times: ``history``), the names sharing a stored tensor, and how to build
-  the unpruned model again when the caller said so (``source``, e.g. the
-  ``torchvision:resnet18`` spec of the command line; a library never runs it by itself).
+  model pruned several times: ``history``), the names sharing a stored tensor, the other files
+  written (``files``), and how to build the unpruned model again when the caller said so
+  (``source``, e.g. the ``torchvision:resnet18`` spec of the command line; a library never runs
+  it by itself);
+
+and the files plugins add so that the model's own library reads the directory too (the
+``fxsym_save_files`` hook: a Hugging Face model's ``config.json``). Loading with fxsym reads
+fxsym's two files only.
 
 Saving is atomic and follows no link (:func:`replace_directory`): the new save is built in a
 fresh sibling directory (the directory's other files carried over, or not: ``keep_others``)
@@ -25,7 +30,7 @@ directory may come from a stranger: its files must be regular and its JSON stric
 (:func:`read_manifest`), the inputs it records are bounded, and the weights' header must give
 every tensor of the resized model its name, shape and dtype before a tensor is read.
 
-Imports from fxsym: analysis, errors, modstate, planning, symbols.
+Imports from fxsym: analysis, errors, modstate, planning, plugins, symbols.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ from .analysis import analyze
 from .errors import PlanError, PlanMismatchError
 from .modstate import ModuleTreeState
 from .planning import Plan, inputs_from_spec, strict_loads
+from .plugins import get_plugin_manager
+from .plugins.calls import call_each
 from .symbols import SymMap
 
 __all__ = ["MANIFEST", "WEIGHTS", "is_saved", "load", "read_manifest", "replace_directory", "save"]
@@ -73,9 +80,10 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
     the complete new save at every moment, and no link is followed (a link named
     ``fxsym.json`` is replaced, not written through). Its other files (a ``save_pretrained``
     checkpoint's ``config.json``, say) are kept with ``keep_others`` (the default), else the
-    directory is replaced whole. A ``directory`` that is itself a symbolic link is refused
-    with :class:`~fxsym.errors.PlanError`; so is a model whose parameters do not have the
-    plan's shapes (the plan was not applied)."""
+    directory is replaced whole; the files the plugins give (``fxsym_save_files``) and those
+    an earlier save's manifest lists are never kept. A ``directory`` that is itself a symbolic
+    link is refused with :class:`~fxsym.errors.PlanError`; so is a model whose parameters do
+    not have the plan's shapes (the plan was not applied)."""
     from safetensors.torch import save_file
 
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -97,19 +105,19 @@ def save(model: nn.Module, directory: str | os.PathLike[str], plan: Plan, *,
         if key is not None:
             seen[key] = name
         stored[name] = t.detach().to("cpu").contiguous()
-    manifest = {"fxsym": FORMAT, "source": source, "aliases": aliases,
+    files = plugin_files(model, plan)
+    manifest = {"fxsym": FORMAT, "source": source, "aliases": aliases, "files": sorted(files),
                 "history": [p.to_dict() for p in history], "plan": plan.to_dict()}
-    with replace_directory(out, keep=_others if keep_others else None) as tmp:
+    ours = {MANIFEST, WEIGHTS, *files, *_earlier_files(out)}
+    with replace_directory(out, keep=(lambda n: n not in ours) if keep_others else None) as tmp:
         _write_new(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
         save_file(stored, str(tmp / WEIGHTS), metadata={"format": "pt", "producer": "fxsym"})
         # safetensors writes 0600; give the weights the manifest's usual 0666-less-umask mode
         os.chmod(tmp / WEIGHTS, stat.S_IMODE(os.lstat(tmp / MANIFEST).st_mode))
         _sync(tmp / WEIGHTS)
+        for name, data in files.items():
+            _write_new(tmp / name, data)
     return out
-
-
-def _others(name: str) -> bool:
-    return name not in (MANIFEST, WEIGHTS)
 
 
 @contextlib.contextmanager
@@ -270,6 +278,40 @@ def _sync(path: Path) -> None:
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def plugin_files(model: nn.Module, plan: Plan) -> dict[str, bytes]:
+    """The files the plugins' ``fxsym_save_files`` hooks add to a save of ``model``: checked
+    plain file names, one plugin each; :class:`~fxsym.errors.PlanError` if a plugin failed
+    (it is disabled) or gave a bad name."""
+    pm = get_plugin_manager()
+    failed = len(pm.failed)
+    files: dict[str, bytes] = {}
+    for plugin, given in call_each(pm, "fxsym_save_files",
+                                   lambda _: {"model": model, "plan": plan}):
+        for name, data in (given or {}).items():
+            if (not isinstance(name, str) or name in (MANIFEST, WEIGHTS, "", ".", "..")
+                    or Path(name).name != name or "\\" in name or name in files
+                    or not isinstance(data, bytes)):
+                raise PlanError(f"plugin {plugin!r} gave a file fxsym cannot save: {name!r}")
+            files[name] = data
+    if len(pm.failed) > failed:
+        failure = pm.failed[failed]
+        raise PlanError(f"plugin {failure.name!r} failed to give its files: {failure.error}")
+    return files
+
+
+def _earlier_files(directory: Path) -> tuple[str, ...]:
+    """The plugins' files an earlier save in ``directory`` lists (``files`` in its manifest, a
+    regular file), which a new save may replace; none if there is no such save."""
+    try:
+        data = strict_loads(_read_regular(directory / MANIFEST, MAX_MANIFEST_BYTES))
+    except (PlanError, ValueError):
+        return ()
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        return ()
+    return tuple(f for f in files if isinstance(f, str) and f and Path(f).name == f)
 
 
 def is_saved(directory: str | os.PathLike[str]) -> bool:

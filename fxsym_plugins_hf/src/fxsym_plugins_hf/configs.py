@@ -26,6 +26,10 @@ parameter dims that follow the field are read in the resized model.
 A family deriving ``head_dim`` from ``hidden // heads`` but reading a ``head_dim`` attribute of
 its config first is given one where the model built from the config then matches.
 
+A config the class's own checks refuse (Llama's ``hidden_size`` 39 with 4 heads of
+``head_dim`` 16) cannot describe the model either: each field changed counts as one size for
+the whole model (module ``""``).
+
 Each config field that holds one of these sizes (:data:`FIELDS`, through the config's
 ``attribute_map``; a field named ``encoder_*``/``decoder_*`` counts only the modules of that
 stack) is set where the size is alike in every module. Where it differs, or where the config
@@ -34,19 +38,18 @@ has no field for it and the value the family derives (``head_dim = hidden // hea
 :data:`NONUNIFORM`: ``{field: {module qualname: size}}`` (the field itself holds the largest
 size), and a :class:`fxsym.ResizeWarning` names the fields.
 
-Such a config must not load a model in plain transformers (its weights would not fit, or
-worse, fit wrongly). It keeps a :data:`GUARD`: ``configuration_files``, the list through which
-``PreTrainedConfig.get_config_dict`` picks a ``config.<version>.json`` for the running
-transformers version, read before any config class is chosen, for ``AutoConfig``, every
-``*Config.from_pretrained`` and so every ``from_pretrained`` of a model. Its one entry's
-"version" is :func:`guard_message`, which transformers fails to parse, raising an error that
-quotes it: fxsym is needed and how to load the model. The entry means nothing elsewhere, and
-``save_pretrained`` writes it with the config. Where the largest sizes would fail the config
-class's own checks (``hidden_size`` a multiple of the heads), the fields keep their values from
-before the resize, so ``save_pretrained`` (which runs those checks) still writes the directory.
+Such a config must not load a model as the original architecture: :func:`fxsym.save` writes
+it as a checkpoint of fxsym's own model type, with the sizes per module and a loader
+(:mod:`.checkpoint`). Where the largest sizes would fail the config class's own checks
+(``hidden_size`` a multiple of the heads), the fields keep their values from before the
+resize, so the config can still be copied, validated and written.
 
 The config is copied, never changed in place: every module holding the old config (or one of
-its sub-configs) is given the copy, so a failing resize transaction restores the old one.
+its sub-configs) is given the copy, so a failing resize transaction restores the old one. A
+copy of the config the model had before fxsym first resized it (the fields a resize wrote in
+place put back) stays on the model as :data:`UNPRUNED` (removed with the module's other new
+attributes if the resize fails): a checkpoint whose config cannot describe the model is loaded
+by building that one and replaying the plan.
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ from .attention import (
 
 #: the config attribute that records sizes the config cannot hold as one value
 NONUNIFORM = "fxsym_nonuniform"
-#: the config attribute that stops plain transformers from loading such a config
-GUARD = "configuration_files"
+#: the model attribute holding the config the model had before fxsym first resized it
+UNPRUNED = "_fxsym_unpruned_config"
 
 #: what a config field sizes -> the names families give it (canonical name first)
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -107,6 +110,8 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     memo: dict[int, Any] = {}
     new = copy.deepcopy(config, memo)
     before, changed = _before(model, config, sizes)
+    if UNPRUNED not in vars(model):  # before fxsym's first resize (fields it wrote put back)
+        vars(model)[UNPRUNED] = copy.deepcopy(before)
     written = frozenset(changed)  # read by the resized model's own forward: never reverted
     nonuniform: dict[str, dict[str, int]] = {}
     measured: list[str] = []
@@ -144,9 +149,10 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
             if not nonuniform:
                 differences = _differences(model, new, read)
         nonuniform.update(differences)
+    if not nonuniform and not _valid(new):  # alike everywhere, but not as the class allows
+        nonuniform = {field: {"": getattr(new, field)} for field in changed}
     if nonuniform:
         setattr(new, NONUNIFORM, nonuniform)
-        setattr(new, GUARD, [f"config.{guard_message(type(config).__name__)}.json"])
         if not _valid(new):
             for field in changed:
                 if field not in written:
@@ -159,8 +165,6 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     else:
         if NONUNIFORM in vars(new):
             delattr(new, NONUNIFORM)
-        if is_guarded(new):
-            delattr(new, GUARD)
     if new.to_dict() == config.to_dict():
         return
     for mod in model.modules():
@@ -168,22 +172,6 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
-
-
-def guard_message(config_class: str) -> str:
-    """What plain transformers says when asked to load a config that cannot describe the
-    model (quoted in its error)."""
-    return (f"this model was pruned by fxsym to sizes that differ between layers, which a "
-            f"{config_class} cannot describe, so transformers cannot load it; load it with fxsym "
-            "(pip install fxsym-plugins-hf): build the model from the original, unpruned config "
-            "and call fxsym.load(model, directory) on a directory written by "
-            "fxsym.save(model, directory, plan)")
-
-
-def is_guarded(config: Any) -> bool:
-    """Whether ``config`` carries the :data:`GUARD` of a model it cannot describe."""
-    files = vars(config).get(GUARD)
-    return isinstance(files, list) and any("fxsym" in str(f) for f in files)
 
 
 def _valid(config: Any) -> bool:

@@ -9,7 +9,8 @@ already); it fails, and ``fxsym plugins`` says why, when transformers is not ins
 work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks`,
 :mod:`.inputs` (default example inputs and outputs), :mod:`.attention` and :mod:`.discovery`
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
-(op rules), :mod:`.configs` (``model.config`` after a resize).
+(op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.checkpoint` (the
+files ``fxsym.save`` adds for a transformers model).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from torch import nn
 import fxsym
 from fxsym.plugins import get_plugin_manager
 
-from . import attention, configs, context, discovery, inputs, modules, rotary
+from . import attention, checkpoint, configs, context, discovery, inputs, modules, rotary
 from .perhead import PerHeadInputs
 
 if importlib.util.find_spec("transformers") is None:
@@ -91,3 +92,9 @@ class HuggingFacePlugin:
     def fxsym_after_resize(self, model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
         if _transformers_imported() and isinstance(model, nn.Module):
             configs.update_config(model, sizes, configs.attributes_read(symmap))
+
+    @fxsym.hookimpl
+    def fxsym_save_files(self, model: Any, plan: Any) -> dict[str, bytes] | None:
+        if _transformers_imported() and isinstance(model, nn.Module):
+            return checkpoint.save_files(model)
+        return None

@@ -2,9 +2,10 @@
 
 Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 
-* *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context`` and
-  ``fxsym_after_resize`` call every plugin. Each plugin gets its own ``register`` callable,
-  so conflicts and ``fxsym plugins`` name the distribution behind each contribution;
+* *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context``,
+  ``fxsym_after_resize`` and ``fxsym_save_files`` call every plugin. Each plugin gets its own
+  ``register`` callable, so conflicts and ``fxsym plugins`` name the distribution behind each
+  contribution;
 * *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_example_inputs``,
   ``fxsym_default_outputs``) answer one question per call: the first implementation in
   pluggy's order that returns something other than ``None`` decides, and hook wrappers see
@@ -121,4 +122,18 @@ def fxsym_after_resize(model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
       symbol and parameter member (``(owner, "name:dim")``) whose dimension the resize
       changed. Symbols a leaf's resize rule resizes inside it (:attr:`fxsym.Symbol.covers`)
       are not listed: read the resized modules.
+    """
+
+
+@hookspec
+def fxsym_save_files(model: Any, plan: Any) -> Any:
+    """The files :func:`fxsym.save` writes beside the weights and ``fxsym.json`` for
+    ``model`` (pruned by ``plan``), so that the directory is also what the model's own
+    library reads (the hf plugin: ``config.json``, as ``save_pretrained`` writes it):
+    ``{file name: bytes}``, or ``None``.
+
+    Called once per save, before anything is written. A name is a plain file name (no
+    directory part), not ``fxsym.json`` or ``model.safetensors``, and given by one plugin
+    only. If an implementation raises, the plugin is disabled and the save raises
+    :class:`~fxsym.errors.PlanError` with nothing written.
     """
