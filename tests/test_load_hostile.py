@@ -92,6 +92,14 @@ def test_a_recorded_input_dtype_is_a_dtype_name(saved: Path, dtype: Any) -> None
     _rejected(saved, PlanError, "dtype")
 
 
+def test_recorded_keyword_inputs_are_named_by_identifiers(saved: Path) -> None:
+    def change(d: dict[str, Any]) -> None:
+        d["plan"]["inputs"] = {"kwargs": {'x=print("PWNED")': d["plan"]["inputs"]["args"][0]}}
+
+    _edit(saved, change)
+    _rejected(saved, PlanError, "not a parameter name")
+
+
 def _returns_within(fn: Callable[[], None], seconds: float = 120) -> None:
     """``fn`` returns (it may raise) instead of blocking: run on a daemon thread."""
     done = threading.Event()

@@ -372,6 +372,9 @@ def _spec_tensors(spec: Any) -> list[tuple[list[int], str]]:
     d = _obj(spec, "inputs")
     if set(d) == {"kwargs"}:
         kw = _obj(d["kwargs"], "inputs.kwargs")
+        odd = [k for k in kw if not k.isidentifier()]
+        if odd:
+            raise ValueError(f"inputs.kwargs: {odd[0]!r:.40} is not a parameter name")
         entries = [(f"inputs.kwargs[{k!r}]", v) for k, v in kw.items()]
     elif set(d) == {"args"}:
         entries = [(f"inputs.args[{i}]", v) for i, v in enumerate(_array(d["args"], "args"))]
