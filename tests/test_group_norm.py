@@ -139,12 +139,24 @@ def test_groupnorm_over_a_concatenation_coarsens_each_branch() -> None:
     model(*_inputs())
 
 
-def test_groupnorm_whose_groups_straddle_a_concatenation_is_pinned() -> None:
-    model = ConcatGN(8, 4, groups=4).double().eval()  # groups of 3 channels: 8 + 4 cut one
-    sm = fxsym.analyze(model, example_inputs=_inputs())
-    members = {m for g in sm.groups() for m in g.members}
-    assert ("a", "out_channels") not in members and ("b", "out_channels") not in members
-    assert "concatenat" in str(sm.why_constant("a", "out_channels"))
+def test_groupnorm_group_straddling_a_concatenation_stays_whole() -> None:
+    """Norm groups of 3 over 8 + 4 channels: channels 6-8 (two of ``a``, one of ``b``) are
+    one norm group. Those entries are kept, constant; ``a``'s first 6 channels change a norm
+    group at a time, and ``b``'s last 3 are a single norm group (pinned: a group of one unit
+    cannot shrink)."""
+    model = ConcatGN(8, 4, groups=4).double().eval()
+    sm = assert_oracles(model, _inputs())
+    (a,) = sm.groups()
+    assert (a.size, a.unit) == (2, 3) and ("a", "out_channels") in a.members
+    assert "straddles" in str(sm.why_constant("b", "out_channels"))
+    resized = copy.deepcopy(model)
+    fxsym.resize(resized, fxsym.analyze(resized, example_inputs=_inputs()),
+                 {a.name: torch.tensor([1])})
+    assert (resized.a.out_channels, resized.norm.num_channels) == (5, 9)
+    assert resized.norm.num_groups == 3
+    x = _inputs()[0]
+    expected = _zeroed_reader(model, "out", [0, 1, 2])(x)
+    torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_functional_group_norm_ties_num_groups() -> None:

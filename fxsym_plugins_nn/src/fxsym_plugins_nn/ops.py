@@ -2152,9 +2152,10 @@ def _group_norm_fn(ctx: OpContext) -> Layout:
         traced = _traced_sizes((size,), 1)
         shape_read = groups == ctx.shape(x)[1] and traced and _same_size(ctx, traced[0], lay[1])
         if not shape_read and ctx.whole_units(lay[1], groups, "group_norm"):
-            run = dim_size(lay[1]) // groups
-            runs = tuple(Seg(s.group, s.length // run, 1) for s in ctx.table.resolve(lay[1]))
-            if not tie_size(ctx, size, runs):
+            channels = ctx.table.resolve(lay[1])
+            if len(channels) != 1:
+                ctx.fix(channels, "group_norm over a concatenation: num_groups is not tied")
+            elif not tie_size(ctx, size, (Seg(channels[0].group, groups, 1),)):
                 ctx.fix(lay[1], "group_norm's num_groups is a number: it cannot follow the "
                                 "channels kept")
     for idx, pname in ((2, "weight"), (3, "bias")):

@@ -147,22 +147,52 @@ class OpContext:
 
     def whole_units(self, dim: Dim, units: int, what: str) -> bool:
         """Let ``dim`` change only ``units`` equal runs of consecutive entries at a time (the
-        groups of a grouped convolution, of a group norm): each run must lie inside one
-        segment, and every group is coarsened so that each of its units is whole runs. Where
-        a run would straddle two segments (a concatenation cut inside a run), or the runs are
-        not equal, the dim is pinned with a reason naming ``what``; returns whether it held."""
+        groups of a grouped convolution, of a group norm): every group is coarsened so that
+        each of its units is whole runs. Where a run straddles two segments (a concatenation
+        whose parts are not whole runs), the entries of each group inside that run are cut
+        off as a constant block (:meth:`GroupTable.split`): the straddling run is always kept
+        whole, and every other run stays where a resize puts it, since the free blocks
+        around it change by whole runs. A group too small to hold a free run, or whose units
+        a cut would fall inside, is pinned. Returns whether the dim could be cut in runs (else
+        it is pinned, with a reason naming ``what``)."""
         size = dim_size(dim)
         if units <= 0 or size % units:
             self.fix(dim, f"{what}: {size} entries do not make {units} equal groups")
             return False
         run = size // units
-        if any(s.length % run for s in dim):
-            self.fix(dim, f"{what}: groups over concatenated inputs (a group of {run} entries "
-                          "straddles two of them)")
-            return False
-        for s in dim:
-            if s.group is not None:
-                self.table.constrain(s.group, s.length // run)
+        table = self.table
+        why = f"{what}: a group of {run} entries straddles concatenated inputs"
+        while True:
+            dim = table.resolve(dim)
+            offset, todo = 0, None
+            for seg in dim:
+                head, tail = -offset % run, (offset + seg.length) % run
+                offset += seg.length
+                if (head or tail) and seg.group is not None and not table.is_constant(
+                        seg.group):
+                    todo = seg, head, tail
+                    break
+            if todo is None:
+                break
+            seg, head, tail = todo
+            root = table.find(seg.group)  # type: ignore[arg-type]
+            per = seg.length // table.units[root]
+            if head + tail >= seg.length or head % per or tail % per:
+                table.fix(root, why)
+                continue
+            parts = [p // per for p in (head, seg.length - head - tail, tail) if p]
+            try:
+                blocks = table.split(root, parts)
+            except ValueError:
+                table.fix(root, why)
+                continue
+            if head:
+                table.fix(blocks[0], why)
+            if tail:
+                table.fix(blocks[-1], why)
+        for seg in dim:
+            if seg.group is not None and not table.is_constant(seg.group):
+                table.constrain(seg.group, seg.length // run)
         return True
 
     def produce(self, dim: Dim, source: Any) -> bool:
