@@ -35,6 +35,14 @@ TRACEABLE_ATTENTION = ("eager", "sdpa")
 TRACEABLE_EXPERTS = ("batched_mm",)
 
 
+def transformers_hook(hook: Any) -> bool:
+    """Whether a module hook is transformers' own: part of how the model computes (the
+    output-capturing hooks carry every layer's hidden state to the heads that read them), so
+    it runs while the model is traced (``fxsym_hook_computes``)."""
+    owner = getattr(hook, "__module__", None) or type(hook).__module__
+    return owner == "transformers" or owner.startswith("transformers.")
+
+
 def model_configs(model: nn.Module) -> list[Any]:
     """Every distinct transformers config reachable from ``model``'s modules."""
     from transformers import PretrainedConfig

@@ -65,6 +65,12 @@ class HuggingFacePlugin:
         return discovery.leaf_policy(module, qualname)
 
     @fxsym.hookimpl
+    def fxsym_hook_computes(self, module: Any, hook: Any) -> bool | None:
+        if not _transformers_imported():
+            return None
+        return context.transformers_hook(hook) or None
+
+    @fxsym.hookimpl
     def fxsym_register_op_rules(self, register: Any) -> None:
         from . import ops
 

@@ -157,6 +157,12 @@ def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
     return call_hook("fxsym_example_inputs", pm, model=model)
 
 
+def hook_computes(module: Any, hook: Any, pm: PluginManager | None = None) -> bool | None:
+    """The plugins' answer to ``fxsym_hook_computes``: ``True``/``False``, or ``None``."""
+    vote: object = call_hook("fxsym_hook_computes", pm, module=module, hook=hook)
+    return None if vote is None else bool(vote)
+
+
 def leaf_vote(module: Any, qualname: str, pm: PluginManager | None = None) -> bool | None:
     """The plugins' answer to ``fxsym_leaf_module``: ``True``/``False``, or ``None``."""
     vote: object = call_hook("fxsym_leaf_module", pm, module=module, qualname=qualname)

@@ -55,6 +55,20 @@ def fxsym_leaf_module(module: Any, qualname: str) -> bool | None:
     """
 
 
+@hookspec(firstresult=True)
+def fxsym_hook_computes(module: Any, hook: Any) -> bool | None:
+    """Whether forward (or pre-forward) hook ``hook`` registered on ``module`` is part of
+    how the model computes (``True``: it runs while the model is traced), an observer of the
+    user's (``False``: hidden while traced), or leaves the question to others (``None``).
+
+    When no plugin answers, torch's own hooks compute (``weight_norm``'s pre-hook computes
+    the weight) and every other hook is hidden, named by a ``hidden-hook`` trace-report line.
+    A library that carries values between modules through hooks (transformers 5 collects
+    hidden states that way) declares its hooks here: hidden, they would make the traced
+    program another one than the model runs.
+    """
+
+
 @hookspec
 def fxsym_register_op_rules(register: Any) -> None:
     """``register(target, rule)``: how a function or method moves elastic dimensions.

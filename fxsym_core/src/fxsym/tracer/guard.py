@@ -6,7 +6,8 @@ a forward performs would leave graph objects inside the model, and the tracer it
 graph values where sizes are read. A trace therefore runs a *shadow* of the module tree
 (:mod:`fxsym.tracer.shadow`): the user's modules are never written, not even for the duration
 of the trace, and the user's hooks, which the shadows do not hold, do not run (torch's own,
-such as ``torch.nn.utils.weight_norm``'s pre-hook, do). Global hooks
+such as ``torch.nn.utils.weight_norm``'s pre-hook, and those a plugin declares part of the
+computation, ``fxsym_hook_computes``, do). Global hooks
 (``register_module_forward_hook``) are process-wide and stay as they are.
 
 :class:`ModuleGuard` is the safety net around that: it takes a snapshot

@@ -16,8 +16,11 @@ the module's own class whose ``__dict__`` is a copy of the module's, with
   overrides it in the copy; modules sharing a config share its copy;
 * methods and ``functools.partial`` objects bound to a module of the tree bound to its shadow
   (a ``forward`` set on the instance, as accelerate's hooks do);
-* the hook tables holding torch's own hooks only (``weight_norm``'s pre-hook computes the
-  weight the module uses): the user's hooks do not run while a model is traced.
+* the hook tables holding only hooks that are part of the computation: torch's own
+  (``weight_norm``'s pre-hook computes the weight the module uses) and those a plugin
+  declares (``fxsym_hook_computes``; transformers' capturing hooks carry hidden states to
+  heads). The user's other hooks do not run while a model is traced; the modules that held
+  some are listed (:attr:`ShadowTree.hidden_hooks`) for the trace report.
 
 The tree answers which original a shadow stands for (:meth:`ShadowTree.original`; during
 the trace also :func:`original_module`), what a plugin deciding by identity (a leaf policy,
@@ -44,7 +47,7 @@ import operator
 import threading
 import types
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -73,11 +76,23 @@ def _is_torch_hook(hook: Any) -> bool:
     return owner == "torch" or owner.startswith("torch.")
 
 
+#: ``vote(module, hook)``: whether a forward hook of the user's ``module`` is part of how the
+#: model computes, or ``None`` (torch's own hooks compute, others do not)
+HookVote = Callable[[nn.Module, Any], "bool | None"]
+
+
 class ShadowTree:
     """The shadows of every module of ``root``'s tree (see the module docstring)."""
 
-    def __init__(self, root: nn.Module, *, empty_derived: bool = True) -> None:
+    def __init__(self, root: nn.Module, *, empty_derived: bool = True,
+                 vote: HookVote | None = None) -> None:
         self._empty_derived = empty_derived
+        self._vote = vote
+        #: qualified names of the modules whose forward hooks the shadows leave out
+        self.hidden_hooks: list[str] = []
+        #: ids of the shadows holding forward hooks other than torch's own (declared by a
+        #: plugin part of the computation)
+        self.hooked: set[int] = set()
         self._shadows: dict[int, nn.Module] = {}
         #: the user's object behind each shadow and each config copy, by id
         self._originals: dict[int, Any] = {}
@@ -118,7 +133,7 @@ class ShadowTree:
             if kind in _ATOMS:
                 state[key] = value
             elif key in _FORWARD_HOOKS:
-                state[key] = OrderedDict((k, h) for k, h in value.items() if _is_torch_hook(h))
+                state[key] = self._hooks(mod, shadow, value)
             elif key in _BACKWARD_HOOKS:
                 state[key] = OrderedDict()
             elif key == "_modules":
@@ -134,6 +149,20 @@ class ShadowTree:
                 state[key] = self._dict_attribute(shadow, key, value)
             else:
                 state[key] = self._copy(value)
+
+    def _hooks(self, mod: nn.Module, shadow: nn.Module, hooks: dict[int, Any]) -> Any:
+        """The forward hooks of ``mod`` that are part of the computation: torch's own and
+        those the vote declares; a module losing some is listed in :attr:`hidden_hooks`."""
+        kept = OrderedDict((k, h) for k, h in hooks.items() if self._computes(mod, h))
+        if len(kept) < len(hooks) and self._names[id(mod)] not in self.hidden_hooks:
+            self.hidden_hooks.append(self._names[id(mod)])
+        if any(not _is_torch_hook(h) for h in kept.values()):
+            self.hooked.add(id(shadow))
+        return kept
+
+    def _computes(self, mod: nn.Module, hook: Any) -> bool:
+        answer = None if self._vote is None else self._vote(mod, hook)
+        return _is_torch_hook(hook) if answer is None else answer
 
     def _dict_attribute(self, shadow: nn.Module, key: str, value: dict[Any, Any]) -> Any:
         """A user dict attribute, watched: given empty when it holds derived tensors (and

@@ -168,6 +168,16 @@ class FxsymTracer(torch.fx.Tracer):
         decided, self._decided = self._decided, None
         if decided is not None and decided[0] is m and decided[1] == module_qualified_name:
             return decided[2]
+        leaf = self._leaf_decision(m, module_qualified_name)
+        if leaf and self.shadows is not None and id(m) in self.shadows.hooked:
+            self.report.add("traced-into", module_qualified_name,
+                            f"{type(m).__name__} has forward hooks that are part of the "
+                            "computation (fxsym_hook_computes); traced into so that they run "
+                            "on the traced values")
+            return False
+        return leaf
+
+    def _leaf_decision(self, m: nn.Module, module_qualified_name: str) -> bool:
         vote = self.registry.leaf_vote(self.original(m), module_qualified_name)
         if vote is not None:
             return vote
@@ -977,10 +987,10 @@ def _trace(
     """Trace a shadow of ``model`` (:class:`~fxsym.tracer.shadow.ShadowTree`) with its dicts
     of derived tensors given empty; if that fails, or a module fell back to a leaf, while such
     a dict stayed empty, the forward may need it: trace again with it as it is."""
-    active_plugins()
+    vote = functools.partial(plugin_calls.hook_computes, pm=active_plugins())
     inputs = resolve_example_inputs(model, example_inputs)
     values, concrete, auto = _bind(model, inputs, concrete_args)
-    shadows = ShadowTree(model)
+    shadows = ShadowTree(model, vote=vote)
     try:
         gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
     except Exception:
@@ -989,7 +999,7 @@ def _trace(
         gm = None
     if gm is None or (shadows.unfilled() and any(
             e.kind == "leaf-fallback" for e in gm.trace_report.entries)):  # type: ignore[union-attr]
-        shadows = ShadowTree(model, empty_derived=False)
+        shadows = ShadowTree(model, empty_derived=False, vote=vote)
         gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
     gm.derived_state = shadows.derived_state()  # type: ignore[assignment]
     return gm
@@ -1002,6 +1012,11 @@ def _trace_tree(
 ) -> torch.fx.GraphModule:
     """One trace of the shadow tree; the GraphModule holds the user's modules."""
     report = TraceReport()
+    for name in shadows.hidden_hooks:
+        report.add("hidden-hook", name or type(model).__name__,
+                   "its forward hooks do not run while traced (no plugin declares them part "
+                   "of the computation, fxsym_hook_computes): a hook that changes or passes "
+                   "on values is not seen")
     tracer = FxsymTracer(values, report, defaults=auto)
     tracer.shadows = shadows
     with shadows.live(), plugin_calls.trace_contexts(shadows.root, inputs):
