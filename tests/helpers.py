@@ -8,12 +8,14 @@ from typing import Any
 from torch import nn
 
 import fxsym
-from fxsym.oracles import check_permutation, check_shrink
+from fxsym.oracles import check_permutation, check_shrink, check_values
 
 
 def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1,
                    expect_unchecked: bool = False) -> fxsym.SymMap:
-    """Analyze ``model``, then check permutation invariance and shrink runs.
+    """Analyze ``model``, then check permutation invariance, shrink runs and shrink values
+(dropping units equals zeroing them where they are read; groups whose dim meets a
+normalisation are not checked by value, and a model with none checked passes that oracle).
 
     The model is used as given (the oracles work on perturbed eval-mode copies). A model with
     no sortable group of size ≥ 2 leaves the permutation oracle *not checked*, which fails
@@ -29,6 +31,8 @@ def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1
     shrink = check_shrink(model, sm, example_inputs)
     assert shrink.status != "failed", f"shrink oracle: {shrink}"
     assert shrink.ok or expect_unchecked, f"shrink oracle: {shrink}"
+    values = check_values(model, sm, example_inputs)
+    assert values.status != "failed", f"value oracle: {values}"
     return sm
 
 

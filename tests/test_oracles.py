@@ -20,6 +20,7 @@ from fxsym import Symbol, SymInfo, SymMap
 from fxsym.oracles import (
     check_permutation,
     check_shrink,
+    check_values,
     moving_permutation,
     perturbed,
     run_model,
@@ -214,3 +215,97 @@ def test_shrink_oracle_checks_every_members_size() -> None:
     assert result.status == "failed" and result.failed == ["0.out_features"]
     assert sorted(result.details) == ["0.out_features: size [8], expected 4",
                                       "2.in_features: size [8], expected 4"]
+
+
+# -- the value oracle: dropping units equals zeroing them where they are read -----------------
+
+class ReadThrough(nn.Module):
+    """``c1``'s 8 channels read whole by ``c3`` and through ``op`` by ``c2``."""
+
+    def __init__(self, op: Any) -> None:
+        super().__init__()
+        self.op = op
+        self.c1 = nn.Conv2d(3, 8, 1)
+        self.c2 = nn.LazyConv2d(4, 1)
+        self.c3 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c1(x)
+        return self.c2(self.op(h)) + self.c3(h)
+
+
+def _wrong_symmap(traced: Any, run: Any) -> tuple[nn.Module, fxsym.SymMap, tuple[Any, ...]]:
+    """A SymMap that is wrong the way a rule's mistake makes it: analyzed while the model
+    computes ``traced``, then the model computes ``run``, which reads the same values at the
+    analyzed size but not after a resize."""
+    torch.manual_seed(0)
+    model = ReadThrough(traced)
+    x = (torch.randn(2, 3, 4, 4),)
+    model(*x)
+    sm = fxsym.analyze(model, example_inputs=x)
+    before = run_model(model, x)[0]
+    model.op = run
+    assert torch.equal(run_model(model, x)[0], before)  # the same model at this size
+    return model, sm, x
+
+
+def test_value_oracle_sees_a_window_that_a_shrink_moves() -> None:
+    # the groups of narrow(h, 1, 3, 2) (the tail free) given to narrow(h, 1, -5, 2): what the
+    # nn plugin built before issue 19 normalised a negative start as a front offset
+    model, sm, x = _wrong_symmap(lambda h: torch.narrow(h, 1, 3, 2),
+                                 lambda h: torch.narrow(h, 1, -5, 2))
+    assert [(g.name, g.size) for g in sm.groups()] == [("c1.out_channels#2", 3)]
+    assert check_permutation(model, sm, x).ok  # the other oracles cannot see it
+    assert check_shrink(model, sm, x).ok
+    result = check_values(model, sm, x)
+    assert result.status == "failed" and result.failed == ["c1.out_channels#2"], str(result)
+    right = fxsym.analyze(model, example_inputs=x)
+    assert check_values(model, right, x).ok
+
+
+@pytest.mark.parametrize(("traced", "run"), [
+    (lambda h: h * 2, lambda h: h * 2 if h.shape[1] % 2 == 0 else h),
+    (lambda h: h * 2, lambda h: h * 2 if h.shape[1] == 8 else h),
+    (lambda h: h + 8, lambda h: h + h.shape[1]),
+], ids=["parity", "equality", "size as a number"])
+def test_value_oracle_sees_a_size_that_python_read(traced: Any, run: Any) -> None:
+    # issue 19 section 1: the group of a model that doubles h, given to one that doubles it
+    # only at the size it was traced at (or adds its size): one dropped unit changes what runs
+    model, sm, x = _wrong_symmap(traced, run)
+    assert [g.name for g in sm.groups()] == ["c1.out_channels"]
+    result = check_values(model, sm, x, seeds=(0,))  # seed 0 drops one unit: 7 channels
+    assert result.status == "failed" and result.failed == ["c1.out_channels"], str(result)
+    assert any("differs" in d for d in result.details)
+
+
+def test_value_oracle_runs_in_float64_and_compares_tightly() -> None:
+    # a wrong group whose effect is 1e-7 of the output: float32 rounding would hide it
+    model, sm, x = _wrong_symmap(lambda h: h, lambda h: h + 1e-7 * (h.shape[1] - 8))
+    result = check_values(model, sm, x)
+    assert result.status == "failed" and not result.notes, str(result)
+
+
+def test_a_group_meeting_a_normalisation_is_not_checked_by_value() -> None:
+    class Normed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 8)
+            self.norm = nn.LayerNorm(8)
+            self.b = nn.Linear(8, 6)
+            self.c = nn.Linear(6, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.c(torch.relu(self.b(self.norm(self.a(x)))))
+
+    model = Normed()
+    x = (torch.randn(5, 4),)
+    sm = fxsym.analyze(model, example_inputs=x)
+    assert sorted(g.name for g in sm.groups()) == ["a.out_features", "b.out_features"]
+    result = check_values(model, sm, x)
+    assert result.ok and result.checked == 1, str(result)
+    assert list(result.unchecked) == ["a.out_features"]
+    assert "LayerNorm" in result.unchecked["a.out_features"]
+    alone = fxsym.analyze(nn.Sequential(nn.Linear(4, 8), nn.Softmax(-1), nn.Linear(8, 2)),
+                          example_inputs=x)
+    unchecked = check_values(alone.model, alone, x)
+    assert unchecked.status == "not checked" and "Softmax" in str(unchecked)

@@ -28,20 +28,20 @@ Imports from fxsym: analysis, resizing, symbols.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
-from torch import nn
+from torch import fx, nn
 from torch.utils import _pytree as pytree
 
-from .analysis import analyze
+from .analysis import TensorLayout, analyze
 from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
 from .resizing import resize
 from .resizing.declared import symbol_sizes
-from .symbols import ATTRIBUTE_PREFIX, SymMap, attribute_value
+from .symbols import ATTRIBUTE_PREFIX, SymGroup, SymMap, attribute_value
 
 Status = Literal["ok", "failed", "not checked"]
 
@@ -73,6 +73,9 @@ class OracleResult:
     details: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seeds: tuple[int, ...] = ()
+    #: groups the oracle could not check, with the reason (:func:`check_values`: a group
+    #: whose dim meets a normalisation is not checked by value)
+    unchecked: dict[str, str] = field(default_factory=dict)
 
     @property
     def status(self) -> Status:
@@ -87,8 +90,11 @@ class OracleResult:
 
     def __str__(self) -> str:
         if self.status == "ok":
-            return f"ok ({self.checked} groups, seeds {list(self.seeds)})"
+            text = f"ok ({self.checked} groups, seeds {list(self.seeds)})"
+            return text + (f", {len(self.unchecked)} not checked" if self.unchecked else "")
         if self.status == "not checked":
+            if self.unchecked:
+                return f"not checked ({len(self.unchecked)} groups: {self.unchecked})"
             return "not checked (no group to check)"
         shown = "; ".join(self.details[:5])
         return f"FAILED {self.failed[:5]} {self.error or ''} {shown}".strip()
@@ -178,7 +184,8 @@ def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float, at
     # output's scale (random-weight models can have large logits)
     return len(a) == len(b) and all(
         x.shape == y.shape and torch.allclose(
-            x.float(), y.float(), rtol=rtol, atol=atol * max(1.0, float(x.float().abs().max())))
+            x.double(), y.double(), rtol=rtol,
+            atol=atol * max(1.0, float(x.double().abs().max()) if x.numel() else 1.0))
         for x, y in zip(a, b)
     )
 
@@ -191,14 +198,16 @@ def _bound(model: nn.Module, symmap: SymMap, example_inputs: Any) -> SymMap:
 
 
 def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
-                      seeds: Iterable[int] = SEEDS, rtol: float = 1e-4,
-                      atol: float = 1e-4) -> OracleResult:
+                      seeds: Iterable[int] = SEEDS, rtol: float | None = None,
+                      atol: float | None = None) -> OracleResult:
     """Permute every sortable group at once on perturbed copies; name the failing groups.
 
     For each seed: a :func:`perturbed` copy is the reference; an identical copy has every
     sortable group of at least two units permuted by a :func:`moving_permutation`, in all
     members at once, and must give the same outputs. On a mismatch each group is permuted
-    alone (with the same permutation) to name the culprits.
+    alone (with the same permutation) to name the culprits. The copies run in float64
+    wherever the model runs in it, compared to :data:`VALUE_TOLERANCE` unless ``rtol`` and
+    ``atol`` say otherwise (``atol`` relative to each output's largest entry).
     """
     symmap = _bound(model, symmap, example_inputs)
     names = [g.name for g in symmap.groups() if g.is_sortable and g.size > 1]
@@ -206,16 +215,23 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     result = OracleResult(checked=len(names), seeds=seeds)
     if not names:
         return result
+    precision = _Precision(result)
     sizes = {g.name: g.size for g in symmap.groups()}
+
+    def permuted(seed: int, perms: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        dtype = precision.dtype
+        return _permuted(model, symmap, _cast_inputs(example_inputs, dtype), seed, perms, dtype)
+
     for seed in seeds:
-        reference = _permuted(model, symmap, example_inputs, seed, {})
+        reference = precision.run(lambda: permuted(seed, {}))  # noqa: B023 (run at once)
+        tol = VALUE_TOLERANCE[precision.dtype]
+        rtol_, atol_ = tol if rtol is None else rtol, tol if atol is None else atol
         gen = torch.Generator().manual_seed(seed)
         perms = {n: moving_permutation(sizes[n], gen) for n in names}
-        if _close(reference, _permuted(model, symmap, example_inputs, seed, perms), rtol, atol):
+        if _close(reference, permuted(seed, perms), rtol_, atol_):
             continue
         culprits = [n for n in names if not _close(
-            reference, _permuted(model, symmap, example_inputs, seed, {n: perms[n]}), rtol,
-            atol)]
+            reference, permuted(seed, {n: perms[n]}), rtol_, atol_)]
         result.failed += [n for n in culprits if n not in result.failed]
         if not culprits:
             result.error = (f"seed {seed}: outputs changed with all groups permuted, "
@@ -224,11 +240,12 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
 
 
 def _permuted(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: int,
-              perms: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """The outputs of the ``seed`` perturbed copy with ``perms`` applied. The copy is made
-    afresh each time (the perturbation is deterministic) and dropped after, so at most one
-    copy of the model is alive at once (ViT-H has 2.5 GB of weights)."""
+              perms: dict[str, torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
+    """The outputs of the ``seed`` perturbed copy, in ``dtype``, with ``perms`` applied. The
+    copy is made afresh each time (the perturbation is deterministic) and dropped after, so
+    at most one copy of the model is alive at once (ViT-H has 2.5 GB of weights)."""
     clone, sm = perturbed(model, seed, symmap)
+    clone.to(dtype)
     if perms:
         resize(clone, sm, perms)
     return run_model(clone, example_inputs, symmap.output_contract)
@@ -462,6 +479,541 @@ def _stale_attributes(mod: nn.Module, before: dict[str, tuple[int, ...]],
     return problems
 
 
+# -- the value oracle -------------------------------------------------------------------------
+
+#: the tolerance of the value oracle, relative to each output's largest entry, by the dtype it
+#: ran in (float64 wherever the model runs in it)
+VALUE_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4}
+
+#: ops that only pass some entries of their input on: a group's entries they leave out are
+#: discarded, not read (which the comparison checks: a wrong layout moves what they keep)
+_DISCARDING = frozenset({"getitem", "narrow", "split", "chunk", "tensor_split", "unbind",
+                         "split_with_sizes", "select", "index_select", "hsplit", "vsplit"})
+#: ops whose every output entry is a sum of products with the entries of the dims they
+#: contract: dropping an entry equals zeroing it in a parameter operand
+_LINEAR_READS = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "addmv", "mv",
+                           "einsum", "tensordot", "conv1d", "conv2d", "conv3d",
+                           "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"})
+
+
+@dataclass
+class _Read:
+    """Where the value oracle zeroes a group's dropped entries in the reference: the
+    ``arg``-th input (a position or a keyword) of the ``call``-th call of module ``target``,
+    or (``arg is None``) the parameter or buffer ``target`` itself; ``dims`` are the tensor
+    dims carrying the group, with their layouts."""
+
+    target: str
+    arg: int | str | None
+    dims: tuple[tuple[int, Sequence[Any]], ...]
+    call: int = 0
+
+
+@dataclass
+class _Call:
+    """The ``call``-th call of module ``target`` in the graph: the layouts of its tensor
+    arguments (by position or keyword) and of its output, and the groups it meets."""
+
+    target: str
+    call: int
+    args: dict[int | str, Any]
+    output: Any
+    roots: set[int]
+
+
+@dataclass
+class _ValuePlan:
+    """Per group root: the reads to zero, or the reason it is not checked by value; and the
+    module calls, which :func:`_mixing_modules` probes."""
+
+    reads: dict[int, list[_Read]] = field(default_factory=dict)
+    unchecked: dict[int, str] = field(default_factory=dict)
+    calls: list[_Call] = field(default_factory=list)
+
+
+def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
+                 seeds: Iterable[int] = (0, 1), tolerance: float | None = None
+                 ) -> OracleResult:
+    """Drop units of every group and compare by value with the model whose consumers no
+    longer read those units.
+
+    For each seed a :func:`perturbed` copy, in float64 wherever the model runs in it, gives
+    two models: the copy resized to keep every group but some of its units (seed 0 drops one
+    unit, seed 1 and later half of them, at random places, the blocks of a ``chunk`` alike),
+    and the full copy in which every read of a dropped unit sees zero: the inputs of every
+    module call that reads the group (a conv's or a linear's input: zeroing a unit there is
+    zeroing its columns) and the parameter operands of functional linear ops (``F.linear``,
+    ``matmul``...) where the group's dim is contracted. Where the analysis is right the
+    dropped units have no other way to the outputs, so both models compute the same outputs,
+    to :data:`VALUE_TOLERANCE` relative to each output's scale. A window that a resize moves
+    (a slice counted from the end whose tail was left free), a branch on a size, a size used
+    as a number all change the outputs. On a mismatch each group is dropped alone to name
+    the culprits.
+
+    Where a group's dim meets an op that mixes its entries (a normalisation over it, a
+    softmax along it, a reduction or a product of two activations over it), dropping is not
+    zeroing even for a right group: the group is *not checked by value*, listed with the reason
+    in ``unchecked``, and counts neither way; ``status`` is ``"not checked"`` when no group
+    was checked. The layouts come from the analysis (``GroupAnalysis.node_layouts``).
+    """
+    symmap = _bound(model, symmap, example_inputs)
+    seeds = tuple(seeds)
+    result = OracleResult(seeds=seeds)
+    analysis = symmap.analysis
+    graph = symmap.graph
+    groups = [g for g in symmap.groups() if g.size > 1]
+    if analysis is None or graph is None or not groups:
+        return result
+    plan = _value_plan(symmap, graph)
+    names = {g.id: g.name for g in symmap.groups()}
+    by_name = {g.name: g for g in symmap.groups()}
+    classes: list[list[Any]] = []
+    seen: set[str] = set()
+    for g in groups:
+        if g.name in seen:
+            continue
+        members = [g, *(by_name[n] for n in g.same_size if n in by_name)]
+        seen.update(m.name for m in members)
+        why = next((f"{names[m.id]}: {plan.unchecked[m.id]}" for m in members
+                    if m.id in plan.unchecked), None)
+        if why is None:
+            why = next((w for m in members if (w := _inside_leaf(symmap, m))), None)
+        if why is None and any(m.size < 2 for m in members):
+            why = "a block of a chunk has one unit"
+        if why is not None:
+            for m in members:
+                result.unchecked[m.name] = why
+            continue
+        classes.append(members)
+    precision = _Precision(result, tolerance)
+    if classes:
+        gen = torch.Generator().manual_seed(seeds[0] if seeds else 0)
+        mixing = _mixing_modules(model, symmap, example_inputs, plan, seeds[0] if seeds else 0,
+                                 precision, [d for c in classes for d in _drops(c, 0, gen)])
+        for c in [c for c in classes if any(m.id in mixing for m in c)]:
+            why = next(f"{m.name}: {mixing[m.id]}" for m in c if m.id in mixing)
+            result.unchecked.update({m.name: why for m in c})
+            classes.remove(c)
+    result.checked = sum(len(c) for c in classes)
+    if not classes:
+        return result
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(seed)
+        drops = {c[0].name: _drops(c, seed, gen) for c in classes}
+        if _same_values(model, symmap, example_inputs, seed, precision, plan,
+                        [d for c in classes for d in drops[c[0].name]], result):
+            continue
+        culprits = [c for c in classes if not _same_values(
+            model, symmap, example_inputs, seed, precision, plan, drops[c[0].name], None)]
+        for c in culprits:
+            for m in c:
+                _blame(result, m.name)
+        if not culprits:
+            result.error = (f"seed {seed}: outputs changed with every group dropped at once, "
+                            "but with none alone")
+    return result
+
+
+def _inside_leaf(symmap: SymMap, group: SymGroup) -> str | None:
+    """Why ``group`` cannot be checked by value if a member sizes something inside a module
+    called as a leaf (heads inside an attention module): the graph does not show its reads."""
+    analysis = symmap.analysis
+    modules = dict(symmap.model.named_modules())
+    for qualname, sname in group.members:
+        mod = modules.get(qualname)
+        if (analysis is not None and (qualname, sname) in analysis.param_members) or (
+                sname.startswith(ATTRIBUTE_PREFIX) or mod is None or mod not in symmap):
+            continue
+        if sname in symmap[mod] and not symmap.get_symbol(mod, sname).is_cross_layer:
+            return f"{qualname}.{sname} sizes the inside of a leaf module, whose reads " \
+                   "the traced graph does not show"
+    return None
+
+
+def _drops(members: list[Any], seed: int, gen: torch.Generator) -> list[tuple[Any, list[int]]]:
+    """The units each group of a same-size class drops for ``seed``: one for seed 0, half for
+    the others, at random places, as many in every group of the class."""
+    size = members[0].size
+    count = 1 if seed == 0 else max(1, size // 2)
+    return [(m, sorted(torch.randperm(m.size, generator=gen)[:count].tolist()))
+            for m in members]
+
+
+def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: int,
+                 precision: _Precision, plan: _ValuePlan,
+                 drops: list[tuple[Any, list[int]]], result: OracleResult | None) -> bool:
+    """Whether the copy with ``drops`` resized away computes what the full copy computes with
+    those units zeroed where they are read; mismatches are described in ``result``."""
+    dropped = {g.id: torch.tensor(units) for g, units in drops}
+
+    def zeroed_run() -> list[torch.Tensor]:
+        clone, sm = perturbed(model, seed, symmap)
+        clone.to(precision.dtype)
+        handles = _zero_reads(clone, plan, dropped, sm.analysis.table if sm.analysis else None)
+        try:
+            return run_model(clone, _cast_inputs(example_inputs, precision.dtype),
+                             symmap.output_contract)
+        finally:
+            for h in handles:
+                h.remove()
+
+    reference = precision.run(zeroed_run)
+    dtype, tol = precision.dtype, precision.tolerance
+    inputs = _cast_inputs(example_inputs, dtype)
+    clone, sm = perturbed(model, seed, symmap)
+    clone.to(dtype)
+    keep = {g.name: [u for u in range(g.size) if u not in set(units)] for g, units in drops}
+    try:
+        resize(clone, sm, keep)
+        out = run_model(clone, inputs, symmap.output_contract)
+    except Exception as exc:
+        if result is not None:
+            result.details.append(f"seed {seed}: the dropped model fails: "
+                                  f"{type(exc).__name__}: {exc}")
+        return False
+    if len(out) != len(reference):
+        return False
+    same = True
+    for i, (a, b) in enumerate(zip(out, reference)):
+        scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
+        if a.shape != b.shape or not torch.allclose(a.to(dtype), b.to(dtype), rtol=tol,
+                                                     atol=tol * scale):
+            same = False
+            if result is not None:
+                diff = float((a - b).abs().max()) if a.shape == b.shape else float("nan")
+                result.details.append(f"seed {seed}: output {i} differs by {diff:.3g} "
+                                      f"(scale {scale:.3g})")
+    return same
+
+
+class _Precision:
+    """The dtype the oracles run in: float64 until a run in it fails, then float32 (with a
+    note in the result), and the tolerance that goes with it."""
+
+    def __init__(self, result: OracleResult, tolerance: float | None = None) -> None:
+        self.dtype = torch.float64
+        self.result = result
+        self._tolerance = tolerance
+
+    @property
+    def tolerance(self) -> float:
+        return self._tolerance if self._tolerance is not None else VALUE_TOLERANCE[self.dtype]
+
+    def run(self, fn: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+        try:
+            return fn()
+        except Exception as exc:
+            if self.dtype != torch.float64:
+                raise
+            self.dtype = torch.float32
+            self.result.notes.append(f"the model does not run in float64 ({type(exc).__name__}"
+                                     f": {exc}): compared in float32")
+            return fn()
+
+
+def _cast_inputs(example_inputs: Any, dtype: torch.dtype) -> Any:
+    return pytree.tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor)
+                           and t.is_floating_point() else t, example_inputs)
+
+
+def _entries(table: Any, dim: Sequence[Any], dropped: dict[int, torch.Tensor]) -> torch.Tensor:
+    """The entries of a dim laid out as ``dim`` that belong to the ``dropped`` units (by
+    group root)."""
+    parts: list[torch.Tensor] = []
+    offset = 0
+    for seg in dim:
+        length = seg.units * seg.block
+        root = table.find(seg.group) if seg.group is not None else None
+        units = dropped.get(root) if root is not None else None
+        if units is not None and len(units):
+            per_unit = seg.units // table.units[root]
+            fine = (units[:, None] * per_unit + torch.arange(per_unit)[None, :]).flatten()
+            block = torch.arange(seg.block)
+            parts.append((fine[:, None] * seg.block + block[None, :]).flatten() + offset)
+        offset += length
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+def _zeroed(t: Any, dims: Sequence[tuple[int, Sequence[Any]]], table: Any,
+            dropped: dict[int, torch.Tensor]) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return t
+    for d, dim in dims:
+        idx = _entries(table, dim, dropped)
+        if idx.numel() and d < t.dim() and t.shape[d] == sum(s.units * s.block for s in dim):
+            t = t.index_fill(d, idx.to(t.device), 0)
+    return t
+
+
+def _zero_reads(clone: nn.Module, plan: _ValuePlan, dropped: dict[int, torch.Tensor],
+                table: Any) -> list[Any]:
+    """Zero the dropped units where ``plan`` says they are read: parameters in place (the
+    copy's), module inputs by forward pre-hooks; the hooks' handles."""
+    calls: dict[str, dict[int, list[_Read]]] = {}
+    for root, reads in plan.reads.items():
+        if root not in dropped:
+            continue
+        for r in reads:
+            if r.arg is None:
+                tensor = _attribute(clone, r.target)
+                if isinstance(tensor, torch.Tensor):
+                    with torch.no_grad():
+                        tensor.copy_(_zeroed(tensor, r.dims, table, {root: dropped[root]}))
+            else:
+                calls.setdefault(r.target, {}).setdefault(r.call, []).append(r)
+    modules = dict(clone.named_modules())
+    handles = []
+    for target, by_call in calls.items():
+        count = [0]
+
+        def pre_hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     by_call: dict[int, list[_Read]] = by_call,
+                     count: list[int] = count) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            reads = by_call.get(count[0], [])
+            count[0] += 1
+            new_args, new_kwargs = list(args), dict(kwargs)
+            for r in reads:
+                if isinstance(r.arg, int) and r.arg < len(new_args):
+                    new_args[r.arg] = _zeroed(new_args[r.arg], r.dims, table, dropped)
+                elif isinstance(r.arg, str) and r.arg in new_kwargs:
+                    new_kwargs[r.arg] = _zeroed(new_kwargs[r.arg], r.dims, table, dropped)
+            return tuple(new_args), new_kwargs
+
+        if target in modules:
+            handles.append(modules[target].register_forward_pre_hook(pre_hook,
+                                                                     with_kwargs=True))
+    return handles
+
+
+def _value_plan(symmap: SymMap, graph: Any) -> _ValuePlan:
+    """Walk the traced graph: for every searchable group, the reads to zero and the ops that
+    mix its entries (see :func:`check_values`)."""
+    analysis = symmap.analysis
+    assert analysis is not None
+    table = analysis.table
+    layouts = analysis.node_layouts
+    roots = {g.id for g in symmap.groups()}
+    plan = _ValuePlan()
+    calls: dict[str, int] = {}
+
+    def carried(layout: Any) -> dict[int, list[tuple[int, Sequence[Any]]]]:
+        out: dict[int, list[tuple[int, Sequence[Any]]]] = {}
+        if not isinstance(layout, TensorLayout):
+            return out
+        for d, dim in enumerate(layout):
+            for seg in dim:
+                root = table.find(seg.group) if seg.group is not None else None
+                if root in roots and (d, dim) not in out.get(root, []):
+                    out.setdefault(root, []).append((d, dim))
+        return out
+
+    def unchecked(root: int, why: str) -> None:
+        plan.unchecked.setdefault(root, why)
+
+    for node in graph.nodes:
+        if node.op not in ("call_module", "call_function", "call_method"):
+            continue
+        if not any(carried(layouts.get(a.name)) for a in node.all_input_nodes):
+            continue
+        outputs = _tensor_layouts(layouts.get(node.name))
+        if not outputs and node.op != "call_module":
+            continue  # a size, a dtype: reading it is a guard, which the comparison sees
+        out_roots = {r for lay in outputs for r in carried(lay)}
+        name = _node_op(node)
+        if node.op == "call_module":
+            call = calls.get(node.target, 0)
+            calls[node.target] = call + 1
+            args = [*enumerate(node.args), *node.kwargs.items()]
+            inputs = {key: carried(layouts.get(a.name)) for key, a in args
+                      if isinstance(a, fx.Node)}
+            for key, found in inputs.items():
+                for root, dims in found.items():
+                    plan.reads.setdefault(root, []).append(
+                        _Read(node.target, key, tuple(dims), call))
+            plan.calls.append(_Call(
+                node.target, call,
+                {key: layouts.get(a.name) for key, a in args if isinstance(a, fx.Node)},
+                layouts.get(node.name),
+                {r for found in inputs.values() for r in found} | out_roots))
+            continue
+        first = node.args[0] if node.args else None
+        mixed = _function_mixes(node, name, _ndim(layouts, node))
+        exits: set[int] = set()
+        for source in node.all_input_nodes:
+            for root, dims in carried(layouts.get(source.name)).items():
+                if source is first and any(d in mixed for d, _ in dims):
+                    unchecked(root, f"{name} at {node.name} mixes its entries")
+                elif root not in out_roots and name not in _DISCARDING:
+                    exits.add(root)
+        for root in exits:
+            params = [a for a in node.all_input_nodes if a.op == "get_attr"
+                      and root in carried(layouts.get(a.name))]
+            if name not in _LINEAR_READS or not params:
+                unchecked(root, f"{name} at {node.name} reads it")
+                continue
+            for p in params:
+                plan.reads.setdefault(root, []).append(
+                    _Read(p.target, None, tuple(carried(layouts.get(p.name))[root])))
+    return plan
+
+
+def _ndim(layouts: Any, node: Any) -> int:
+    """The number of dims of the node's first input (0 if it is not a traced tensor)."""
+    first = node.args[0] if node.args else None
+    layout = layouts.get(first.name) if isinstance(first, fx.Node) else None
+    return len(layout) if isinstance(layout, TensorLayout) else 0
+
+
+def _tensor_layouts(layout: Any) -> list[Any]:
+    if isinstance(layout, TensorLayout):
+        return [layout]
+    if isinstance(layout, (tuple, list)):
+        return [t for item in layout for t in _tensor_layouts(item)]
+    if isinstance(layout, dict):
+        return [t for item in layout.values() for t in _tensor_layouts(item)]
+    return []
+
+
+def _node_op(node: Any) -> str:
+    if node.op == "call_method":
+        return str(node.target)
+    return str(getattr(node.target, "__name__", node.target)).lstrip("_")
+
+
+def _arg(node: Any, index: int, name: str, default: Any = None) -> Any:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+def _function_mixes(node: Any, name: str, ndim: int) -> set[int]:
+    """The dims of its first input whose entries a normalising op mixes (``softmax`` along
+    a dim, ``layer_norm`` over its last dims, ``normalize``, ``group_norm`` over channels,
+    attention over the features of its heads)."""
+    every = set(range(ndim))
+
+    def dims(value: Any) -> set[int]:
+        if isinstance(value, int) and ndim:
+            return {value % ndim}
+        return every
+
+    if name in ("softmax", "log_softmax", "softmin", "normalize"):
+        default = 1 if name == "normalize" else None
+        at = 2 if name == "normalize" else 1
+        return dims(_arg(node, at, "dim", default))
+    if name in ("layer_norm", "rms_norm"):
+        shape = _arg(node, 1, "normalized_shape")
+        k = len(shape) if isinstance(shape, (tuple, list)) else 1
+        return set(range(ndim - k, ndim))
+    if name in ("group_norm", "local_response_norm"):
+        return {1} if ndim > 1 else every
+    if name == "instance_norm":
+        return set(range(2, ndim))
+    if name == "scaled_dot_product_attention":
+        return {ndim - 1} if ndim else every
+    return set()
+
+
+def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan: _ValuePlan,
+                    seed: int, precision: _Precision, drops: list[tuple[Any, list[int]]]
+                    ) -> dict[int, str]:
+    """The groups met by a module call where dropping units is not zeroing them, with the
+    reason: every module call that meets a dropped group is run once more, resized, on its
+    input in the full copy with the dropped entries taken out, and must give that call's
+    output with them taken out. A per-channel module (a batch norm, a depthwise conv) and a
+    linear reader (a conv, a linear: its input is zeroed where the group is read) pass; a
+    layer norm over the group's dim, an attention module whose output channels read every head
+    do not. Modules are probed, not named."""
+    analysis = symmap.analysis
+    assert analysis is not None
+    table = analysis.table
+    dropped = {g.id: torch.tensor(units) for g, units in drops}
+    probed = [c for c in plan.calls if c.roots & dropped.keys()]
+    if not probed:
+        return {}
+    records: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+
+    def recorded_run() -> list[torch.Tensor]:
+        records.clear()
+        clone = perturbed(model, seed)
+        clone.to(precision.dtype)
+        modules = dict(clone.named_modules())
+        handles = _zero_reads(clone, plan, dropped, table)
+        for target in {c.target for c in probed}:
+            counter = [0]
+
+            def hook(mod: nn.Module, args: Any, kwargs: Any, output: Any, target: str = target,
+                     counter: list[int] = counter) -> None:
+                records[(target, counter[0])] = (args, kwargs, output)
+                counter[0] += 1
+
+            if target in modules:
+                handles.append(modules[target].register_forward_hook(hook, with_kwargs=True))
+        try:
+            return run_model(clone, _cast_inputs(example_inputs, precision.dtype),
+                             symmap.output_contract)
+        finally:
+            for h in handles:
+                h.remove()
+
+    precision.run(recorded_run)
+    small, sm = perturbed(model, seed, symmap)
+    small.to(precision.dtype)
+    try:
+        resize(small, sm, {g.name: [u for u in range(g.size) if u not in set(units)]
+                           for g, units in drops})
+    except Exception:
+        return {}  # the comparison reports it
+    modules = dict(small.named_modules())
+    mixing: dict[int, str] = {}
+    for c in probed:
+        record = records.get((c.target, c.call))
+        mod = modules.get(c.target)
+        if record is None or mod is None:
+            continue
+        args, kwargs, output = record
+        try:
+            with torch.no_grad():
+                got = mod(*(_kept(a, c.args.get(i), table, dropped) for i, a in enumerate(args)),
+                          **{k: _kept(v, c.args.get(k), table, dropped)
+                             for k, v in kwargs.items()})
+            same = _same_tree(got, _kept(output, c.output, table, dropped),
+                              precision.tolerance)
+        except Exception:
+            same = False
+        if not same:
+            for root in sorted(c.roots & dropped.keys()):
+                mixing.setdefault(root, f"{c.target} ({type(mod).__name__}) mixes the units "
+                                        "it reads: dropping them is not zeroing them there")
+    return mixing
+
+
+def _kept(value: Any, layout: Any, table: Any, dropped: dict[int, torch.Tensor]) -> Any:
+    """``value`` without the entries of the dropped units, as ``layout`` lays them out."""
+    if isinstance(value, torch.Tensor) and isinstance(layout, TensorLayout):
+        for d, dim in enumerate(layout):
+            gone = _entries(table, dim, dropped)
+            if gone.numel() and d < value.dim():
+                keep = torch.ones(value.shape[d], dtype=torch.bool)
+                keep[gone] = False
+                value = value.index_select(d, keep.nonzero().flatten().to(value.device))
+        return value
+    if isinstance(value, (tuple, list)) and isinstance(layout, (tuple, list)) and not (
+            isinstance(layout, TensorLayout)) and len(value) == len(layout):
+        return type(value)(_kept(v, lay, table, dropped) for v, lay in zip(value, layout))
+    return value
+
+
+def _same_tree(a: Any, b: Any, tol: float) -> bool:
+    xs = [t for t in pytree.tree_leaves(a) if isinstance(t, torch.Tensor)]
+    ys = [t for t in pytree.tree_leaves(b) if isinstance(t, torch.Tensor)]
+    return len(xs) == len(ys) and all(
+        x.shape == y.shape and torch.allclose(
+            x.double(), y.double(), rtol=tol,
+            atol=tol * max(1.0, float(y.double().abs().max()) if y.numel() else 1.0))
+        for x, y in zip(xs, ys))
+
+
 def coverage(symmap: SymMap) -> float:
     """The share of *producing* modules whose output belongs to a searchable group.
 
@@ -489,6 +1041,6 @@ def coverage(symmap: SymMap) -> float:
     return len(live) / len(modules)
 
 
-__all__ = ["NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "SEEDS", "OracleResult",
-           "check_permutation", "check_shrink", "coverage", "moving_permutation", "perturbed",
-           "run_model"]
+__all__ = ["NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "SEEDS", "VALUE_TOLERANCE",
+           "OracleResult", "check_permutation", "check_shrink", "check_values", "coverage",
+           "moving_permutation", "perturbed", "run_model"]

@@ -523,6 +523,11 @@ class GroupAnalysis:
     #: functional ``linear``/``conv``/``embedding``/``matmul`` in a module traced into), in
     #: searchable groups or not
     param_producers: frozenset[SymbolKey] = frozenset()
+    #: the layout of every value of the traced graph, by node name (see
+    #: :mod:`fxsym.analysis.layout`; group ids are looked up through ``table``): where each
+    #: group's entries lie in every tensor, which the value oracle reads to find the ops that
+    #: read a group (:func:`fxsym.oracles.check_values`)
+    node_layouts: Mapping[str, Any] = field(default_factory=dict)
 
 
 class SymMap:

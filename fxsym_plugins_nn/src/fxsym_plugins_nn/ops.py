@@ -547,8 +547,10 @@ def cross(ctx: OpContext) -> Layout:
 
 def narrow(ctx: OpContext) -> Layout:
     """``narrow(x, d, start, length)``: a slice; the whole dim passes. A part given by
-    numbers is ``x[start:start + length]`` along ``d`` (:func:`slice_dim`: the head and the
-    part kept are pinned, the tail may change); other parts pin the dim."""
+    numbers is ``x[start:start + length]`` along ``d`` (:func:`slice_dim`), a negative start
+    counting from the end as in a slice: ``narrow(x, d, 3, 2)`` pins the head and the part
+    kept (the tail may change), ``narrow(x, d, -5, 2)`` is ``x[-5:-3]`` and pins the part kept
+    and the tail (the head may change). Other parts pin the dim."""
     x = ctx.arg(0, "input")
     lay = list(ctx.tensor_layout(x))
     d = _norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lay))
@@ -557,8 +559,8 @@ def narrow(ctx: OpContext) -> Layout:
     if out[d] != n:
         start, length = ctx.arg(2, "start"), ctx.arg(3, "length")
         if type(start) is int and type(length) is int and not is_fixed(lay[d]):
-            start = start % n
-            lay[d] = slice_dim(ctx, lay[d], start, start + length, n,
+            stop = start + length if start >= 0 or start + length < 0 else None
+            lay[d] = slice_dim(ctx, lay[d], start, stop, n,
                                "narrow keeps a part of an elastic dim, of a size written "
                                "as a number")
             lay = list(ctx.table.resolve_layout(TensorLayout(lay)))

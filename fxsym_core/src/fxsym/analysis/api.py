@@ -170,6 +170,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
                             if _whole(an, table, (q, s), r)) for r in roots},
         param_producers=frozenset((q, s) for found in table.producers.values()
                                   for _, q, s, _ in found if (q, s) in an.param_members),
+        node_layouts={n.name: table.resolve_layout(lay) for n, lay in an.env.items()},
     ))
 
 
