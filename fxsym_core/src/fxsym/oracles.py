@@ -5,8 +5,12 @@
   to name the culprit.
 * :func:`check_shrink` — halving every group must give a model that runs, keeps its output
   shapes, and whose every member has the chosen size.
+* :func:`check_values` — dropping units of a group must compute what the full model computes
+  with those units zeroed where they are read (a conv's or linear's input columns); a group
+  whose dim meets an op that mixes its entries (a normalisation over it) is listed as not
+  checked by value.
 
-Three rules make the oracles able to fail:
+Four rules make the oracles able to fail:
 
 * **Perturbed weights.** Each check runs on :func:`perturbed` copies: every floating
   parameter and norm statistic gets noise scaled to that tensor. Constant initialisations
@@ -14,11 +18,15 @@ Three rules make the oracles able to fail:
   hide a member missing from a group; unscaled noise would overflow deep nets.
 * **Permutations that move.** For every sortable group of at least two units, each seed draws
   a permutation that moves at least one entry (an identity permutation checks nothing).
+* **Float64, tight tolerance.** The permutation and value oracles run in float64 wherever
+  the model runs in it and compare at 1e-9 of the output's scale (:data:`VALUE_TOLERANCE`),
+  so rounding neither hides a wrong group nor fails a right one; a model that fails in
+  float64, or computes some values in float32 anyway, is compared at 1e-4, with a note.
 * **Nothing checked is not ok.** A result has a ``status``: ``"ok"``, ``"failed"`` or
   ``"not checked"`` (no sortable group of size ≥ 2, or no group at all); ``ok`` is true only
   for ``"ok"``.
 
-Both oracles test the SymMap they are given (copied together with the model, so the copy's
+The oracles test the SymMap they are given (copied together with the model, so the copy's
 groups are the caller's groups), work on deep copies put in eval mode, and never touch the
 caller's model: not its weights, not its training flag, not its attributes.
 
@@ -35,6 +43,7 @@ from typing import Any, Literal
 import torch
 from torch import fx, nn
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .analysis import TensorLayout, analyze
 from .analysis.analyzer import resolve_dim
@@ -219,12 +228,11 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     sizes = {g.name: g.size for g in symmap.groups()}
 
     def permuted(seed: int, perms: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        dtype = precision.dtype
-        return _permuted(model, symmap, _cast_inputs(example_inputs, dtype), seed, perms, dtype)
+        return _permuted(model, symmap, example_inputs, seed, perms, precision)
 
     for seed in seeds:
         reference = precision.run(lambda: permuted(seed, {}))  # noqa: B023 (run at once)
-        tol = VALUE_TOLERANCE[precision.dtype]
+        tol = precision.tolerance
         rtol_, atol_ = tol if rtol is None else rtol, tol if atol is None else atol
         gen = torch.Generator().manual_seed(seed)
         perms = {n: moving_permutation(sizes[n], gen) for n in names}
@@ -240,15 +248,16 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
 
 
 def _permuted(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: int,
-              perms: dict[str, torch.Tensor], dtype: torch.dtype) -> list[torch.Tensor]:
-    """The outputs of the ``seed`` perturbed copy, in ``dtype``, with ``perms`` applied. The
-    copy is made afresh each time (the perturbation is deterministic) and dropped after, so
-    at most one copy of the model is alive at once (ViT-H has 2.5 GB of weights)."""
+              perms: dict[str, torch.Tensor], precision: _Precision) -> list[torch.Tensor]:
+    """The outputs of the ``seed`` perturbed copy, in the ``precision``'s dtype, with
+    ``perms`` applied. The copy is made afresh each time (the perturbation is deterministic)
+    and dropped after, so at most one copy of the model is alive at once (ViT-H has 2.5 GB of
+    weights)."""
     clone, sm = perturbed(model, seed, symmap)
-    clone.to(dtype)
+    clone.to(precision.dtype)
     if perms:
         resize(clone, sm, perms)
-    return run_model(clone, example_inputs, symmap.output_contract)
+    return precision.forward(clone, example_inputs, symmap.output_contract)
 
 
 def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
@@ -651,21 +660,19 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
         clone.to(precision.dtype)
         handles = _zero_reads(clone, plan, dropped, sm.analysis.table if sm.analysis else None)
         try:
-            return run_model(clone, _cast_inputs(example_inputs, precision.dtype),
-                             symmap.output_contract)
+            return precision.forward(clone, example_inputs, symmap.output_contract)
         finally:
             for h in handles:
                 h.remove()
 
     reference = precision.run(zeroed_run)
     dtype, tol = precision.dtype, precision.tolerance
-    inputs = _cast_inputs(example_inputs, dtype)
     clone, sm = perturbed(model, seed, symmap)
     clone.to(dtype)
     keep = {g.name: [u for u in range(g.size) if u not in set(units)] for g, units in drops}
     try:
         resize(clone, sm, keep)
-        out = run_model(clone, inputs, symmap.output_contract)
+        out = precision.forward(clone, example_inputs, symmap.output_contract)
     except Exception as exc:
         if result is not None:
             result.details.append(f"seed {seed}: the dropped model fails: "
@@ -687,19 +694,28 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
 
 
 class _Precision:
-    """The dtype the oracles run in: float64 until a run in it fails, then float32 (with a
-    note in the result), and the tolerance that goes with it."""
+    """The dtype the oracles run in and the tolerance that goes with it: float64 until a run
+    in it fails, then float32; the float32 tolerance too where a float64 run computes some of
+    its values in a lower precision (a norm that casts to float32 inside, a table kept in
+    float32), seen by watching every op of the first run. Each fallback leaves a note in the
+    result."""
 
     def __init__(self, result: OracleResult, tolerance: float | None = None) -> None:
         self.dtype = torch.float64
         self.result = result
         self._tolerance = tolerance
+        self._lowered = False
+        self._watched = False
 
     @property
     def tolerance(self) -> float:
-        return self._tolerance if self._tolerance is not None else VALUE_TOLERANCE[self.dtype]
+        if self._tolerance is not None:
+            return self._tolerance
+        return VALUE_TOLERANCE[torch.float32 if self._lowered else self.dtype]
 
     def run(self, fn: Callable[[], list[torch.Tensor]]) -> list[torch.Tensor]:
+        """``fn()`` (which runs a copy through :meth:`forward`), again in float32 if it fails
+        in float64."""
         try:
             return fn()
         except Exception as exc:
@@ -709,6 +725,43 @@ class _Precision:
             self.result.notes.append(f"the model does not run in float64 ({type(exc).__name__}"
                                      f": {exc}): compared in float32")
             return fn()
+
+    def forward(self, model: nn.Module, inputs: Any,
+                contract: Contract | None) -> list[torch.Tensor]:
+        """:func:`run_model` on ``inputs`` cast to :attr:`dtype`; the first run in float64 is
+        watched for values computed in a lower precision."""
+        inputs = _cast_inputs(inputs, self.dtype)
+        if self._watched or self.dtype != torch.float64:
+            return run_model(model, inputs, contract)
+        watch = _LowerPrecision()
+        with watch:
+            out = run_model(model, inputs, contract)
+        self._watched = True
+        if watch.seen is not None:
+            self._lowered = True
+            self.result.notes.append(f"the model computes some values in {watch.seen[1]} in "
+                                     f"float64 ({watch.seen[0]}): compared at the float32 "
+                                     "tolerance")
+        return out
+
+
+class _LowerPrecision(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sees the first op whose floating result is not float64: ``(op, dtype)``."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.seen: tuple[str, str] | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.seen is None:
+            for t in pytree.tree_leaves(out):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and (
+                        t.dtype != torch.float64):
+                    self.seen = (str(func), str(t.dtype).removeprefix("torch."))
+                    break
+        return out
 
 
 def _cast_inputs(example_inputs: Any, dtype: torch.dtype) -> Any:
@@ -950,8 +1003,7 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
             if target in modules:
                 handles.append(modules[target].register_forward_hook(hook, with_kwargs=True))
         try:
-            return run_model(clone, _cast_inputs(example_inputs, precision.dtype),
-                             symmap.output_contract)
+            return precision.forward(clone, example_inputs, symmap.output_contract)
         finally:
             for h in handles:
                 h.remove()
