@@ -523,10 +523,11 @@ class GroupAnalysis:
     #: functional ``linear``/``conv``/``embedding``/``matmul`` in a module traced into), in
     #: searchable groups or not
     param_producers: frozenset[SymbolKey] = frozenset()
-    #: the layout of every value of the traced graph, by node name (see
-    #: :mod:`fxsym.analysis.layout`; group ids are looked up through ``table``): where each
-    #: group's entries lie in every tensor, which the value oracle reads to find the ops that
-    #: read a group (:func:`fxsym.oracles.check_values`)
+    #: the layout of every tensor value of the traced graph, by node name: a ``TensorLayout``
+    #: (see :mod:`fxsym.analysis.layout`; group ids are looked up through ``table``), tuples
+    #: and dicts of them for containers, ``None`` for anything else (sizes included): where
+    #: each group's entries lie in every tensor, which the value oracle reads to find the ops
+    #: that read a group (:func:`fxsym.oracles.check_values`)
     node_layouts: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -641,8 +642,12 @@ class SymMap:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SymMap:
         """A deep copy that shares :attr:`registry` (it belongs to the plugin manager, not to
-        the model)."""
+        the model) and the analysis' node layouts (plain immutable data, one entry per node of
+        the graph: copying it for every oracle copy would cost more than the model)."""
         memo[id(self.registry)] = self.registry
+        analysis = self.__dict__.get("_analysis")
+        if analysis is not None:
+            memo[id(analysis.node_layouts)] = analysis.node_layouts
         clone = object.__new__(type(self))
         memo[id(self)] = clone
         for key, value in self.__dict__.items():

@@ -15,6 +15,7 @@ from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import ReportEntry, TraceReport
 from .analyzer import Analyzer, analyze_graph
 from .groups import GroupTable
+from .layout import SizeLayout, TensorLayout
 from .outputs import Contract, normalize_contract
 
 
@@ -170,7 +171,8 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
                             if _whole(an, table, (q, s), r)) for r in roots},
         param_producers=frozenset((q, s) for found in table.producers.values()
                                   for _, q, s, _ in found if (q, s) in an.param_members),
-        node_layouts={n.name: table.resolve_layout(lay) for n, lay in an.env.items()},
+        node_layouts={n.name: _tensor_layouts(table.resolve_layout(lay))
+                      for n, lay in an.env.items()},
     ))
 
 
@@ -199,6 +201,20 @@ def _mark_details(an: Analyzer) -> None:
 
     an.report.entries = [dataclasses.replace(e, detail=True) if detail(e) else e
                          for e in an.report.entries]
+
+
+def _tensor_layouts(layout: Any) -> Any:
+    """``layout`` with only its tensors' layouts: a size's layout (which records the nodes
+    that used it) becomes ``None``."""
+    if isinstance(layout, TensorLayout):
+        return layout
+    if isinstance(layout, SizeLayout):
+        return None
+    if isinstance(layout, (tuple, list)):
+        return tuple(_tensor_layouts(x) for x in layout)
+    if isinstance(layout, dict):
+        return {k: _tensor_layouts(v) for k, v in layout.items()}
+    return None
 
 
 def _whole(an: Analyzer, table: GroupTable, key: SymbolKey, root: int) -> bool:
