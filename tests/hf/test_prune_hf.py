@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import CONFIGS, build
+from helpers import group_with
 
 import fxsym
 
@@ -20,6 +21,10 @@ INPUTS = {"input_ids": torch.tensor([[1, 5, 7, 9, 11, 2]])}
 def _logits(model: torch.nn.Module, inputs: dict[str, Any] = INPUTS) -> torch.Tensor:
     with torch.no_grad():
         return model(**inputs).logits
+
+def _mlp(sm: fxsym.SymMap, layer: int) -> str:
+    """The name of the group of a llama layer's MLP width."""
+    return group_with(sm, f"model.layers.{layer}.mlp.gate_proj", "out_features").name
 
 
 @pytest.mark.parametrize("model_type", ["llama", "bert"])
@@ -77,10 +82,10 @@ def test_a_uniform_resize_after_a_non_uniform_one_lifts_the_mark(tmp_path: Path)
     model = build("llama")
     sm = fxsym.analyze(model)
     with pytest.warns(fxsym.ResizeWarning):
-        fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64})
+        fxsym.resize(model, sm, {_mlp(sm, 0): 64})
     assert "fxsym_nonuniform" in model.config.to_dict()
     sm = fxsym.analyze(model)
-    fxsym.resize(model, sm, {"model.layers.1.mlp.gate_proj.out_features": 64})
+    fxsym.resize(model, sm, {_mlp(sm, 1): 64})
     assert "fxsym_nonuniform" not in model.config.to_dict()
     model.save_pretrained(tmp_path)
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 from conftest import CONFIGS, build
-from helpers import stale_sizes
+from helpers import group_with, stale_sizes
 
 import fxsym
 from fxsym.oracles import coverage
@@ -29,6 +29,15 @@ def _logits(model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
     with torch.no_grad():
         return model(**inputs).logits
 
+def _mlp(sm: fxsym.SymMap, layer: int) -> str:
+    """The name of the group of a llama layer's MLP width."""
+    return group_with(sm, f"model.layers.{layer}.mlp.gate_proj", "out_features").name
+
+
+def _heads(sm: fxsym.SymMap, layer: int) -> str:
+    """The name of the group of a llama layer's key/value heads."""
+    return group_with(sm, f"model.layers.{layer}.self_attn", "heads").name
+
 
 def _rebuilt(model: torch.nn.Module) -> torch.nn.Module:
     """A fresh model of the same class built from ``model.config``, with its weights."""
@@ -38,11 +47,15 @@ def _rebuilt(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _groups(sm: fxsym.SymMap, **sizes: int) -> dict[str, int]:
-    """Every group whose name ends with a key of ``sizes`` (dots as ``__``) -> that size."""
+    """Every group holding a member ``module.symbol`` that ends with a key of ``sizes`` (dots
+    as ``__``; a whole name part) -> that size. Found by members, not by group names (a
+    library release may change which member roots a group)."""
     out: dict[str, int] = {}
     for g in sm.groups():
+        names = [f".{q}.{s}" for q, s in g.members]
         for suffix, n in sizes.items():
-            if g.name.endswith(suffix.replace("__", ".")):
+            key = suffix.replace("__", ".")
+            if any(name.endswith(key if key.startswith(".") else f".{key}") for name in names):
                 out[g.name] = n
     return out
 
@@ -52,13 +65,13 @@ def test_projections_inside_attention_leaves_are_members_of_their_groups() -> No
     model = build("llama")
     sm = fxsym.analyze(model)
     attn = "model.layers.0.self_attn"
-    heads = set(sm.group(f"{attn}.heads").members)
+    heads = set(group_with(sm, attn, "heads").members)
     assert {(f"{attn}.{p}_proj", "out_features") for p in "qkv"} <= heads
     assert (f"{attn}.o_proj", "in_features") in heads
-    queries = set(sm.group(f"{attn}.queries_per_kv").members)
+    queries = set(group_with(sm, attn, "queries_per_kv").members)
     assert {(f"{attn}.q_proj", "out_features"), (f"{attn}.o_proj", "in_features")} <= queries
     assert (f"{attn}.k_proj", "out_features") not in queries
-    hidden = set(sm.group("model.embed_tokens.embedding_dim").members)
+    hidden = set(group_with(sm, "model.embed_tokens", "embedding_dim").members)
     assert {(f"{attn}.{p}_proj", "in_features") for p in "qkv"} <= hidden
     assert (f"{attn}.o_proj", "out_features") in hidden
     # their symbols follow the groups instead of being constant
@@ -75,11 +88,11 @@ def test_projections_inside_attention_leaves_are_members_of_their_groups() -> No
 def test_fused_and_unprojected_attention_members(family: str, attn: str, qkv: list[str],
                                                   o: str | None) -> None:
     sm = fxsym.analyze(build(family))
-    heads = set(sm.group(f"{attn}.heads").members)
+    heads = set(group_with(sm, attn, "heads").members)
     assert {(f"{attn}.{p}", "out_features") for p in qkv} <= heads
     if o is not None:
         assert (f"{attn}.{o}", "in_features") in heads
-        assert (f"{attn}.{qkv[0]}", "out_features") in sm.group(f"{attn}.head_dim").members
+        assert (f"{attn}.{qkv[0]}", "out_features") in group_with(sm, attn, "head_dim").members
 
 
 # -- config after a resize -------------------------------------------------------------------
@@ -152,8 +165,8 @@ def test_nonuniform_shrink_marks_the_config() -> None:
     sm = fxsym.analyze(model)
     old = model.config
     with pytest.warns(fxsym.ResizeWarning, match="intermediate_size"):
-        fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64,
-                                 "model.layers.1.self_attn.heads": 1})
+        fxsym.resize(model, sm, {_mlp(sm, 0): 64,
+                                 _heads(sm, 1): 1})
     cfg = model.config
     assert cfg is not old and old.intermediate_size == 128 and not hasattr(old,
                                                                             "fxsym_nonuniform")
@@ -167,8 +180,8 @@ def test_nonuniform_shrink_marks_the_config() -> None:
     # the fields hold the largest size; a uniform resize afterwards clears the mark
     assert (cfg.intermediate_size, cfg.num_attention_heads) == (128, 4)
     sm = fxsym.analyze(model)
-    fxsym.resize(model, sm, {"model.layers.1.mlp.gate_proj.out_features": 64,
-                             "model.layers.0.self_attn.heads": 1})
+    fxsym.resize(model, sm, {_mlp(sm, 1): 64,
+                             _heads(sm, 0): 1})
     assert (model.config.intermediate_size, model.config.num_key_value_heads) == (64, 1)
     assert not hasattr(model.config, "fxsym_nonuniform")
 
@@ -197,7 +210,7 @@ def test_after_resize_hook_arguments_and_a_failing_hook_rolls_back(fail: bool) -
     config, weight = model.config, model.model.layers[0].mlp.gate_proj.weight
     with fxsym.use_plugins(pm):
         sm = fxsym.analyze(model)
-    name = "model.layers.0.mlp.gate_proj.out_features"
+    name = _mlp(sm, 0)
     if not fail:
         fxsym.resize(model, sm, {name: [0, 2, 5]})
         kept, sizes = recorder.calls[0]
@@ -222,7 +235,7 @@ def test_a_config_warning_made_an_error_rolls_back_without_disabling_the_plugin(
     with warnings.catch_warnings():
         warnings.simplefilter("error", fxsym.ResizeWarning)
         with pytest.raises(fxsym.ResizeError, match="does not describe"):
-            fxsym.resize(model, sm, {"model.layers.0.mlp.gate_proj.out_features": 64})
+            fxsym.resize(model, sm, {_mlp(sm, 0): 64})
     assert model.config is config and model.model.layers[0].mlp.gate_proj.out_features == 128
     assert get_plugin_manager().has_plugin("hf")
 
@@ -340,7 +353,7 @@ def test_a_field_sizing_dims_that_now_differ_is_marked() -> None:
     model = build("deberta-v2")
     sm = fxsym.analyze(model)
     with pytest.warns(fxsym.ResizeWarning, match="pooler_hidden_size"):
-        fxsym.resize(model, sm, {"pooler.dense.out_features": 32})
+        fxsym.resize(model, sm, {group_with(sm, "pooler.dense", "out_features").name: 32})
     assert is_guarded(model.config)
     assert model.config.fxsym_nonuniform["pooler_hidden_size"] == {
         "pooler.dense.weight:0": 32, "pooler.dense.weight:1": 64, "pooler.dense.bias:0": 32}
