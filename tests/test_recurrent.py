@@ -20,6 +20,7 @@ from helpers import assert_oracles
 from torch import nn
 
 import fxsym
+import fxsym.oracles
 
 
 class Tagger(nn.Module):
@@ -170,3 +171,19 @@ def test_final_states_carry_their_groups(proj_size: int) -> None:
     assert ("head_c", "in_features") in hidden.members
     h_group = _group(sm, ("rnn", "proj_size")) if proj_size else hidden
     assert ("head_h", "in_features") in h_group.members
+
+
+def test_timm_sequencer_keeps_its_lstm_groups() -> None:
+    """timm's Sequencer2d (the class ``timm.create_model("sequencer2d_s")`` builds, at a
+    small width): every block's two bidirectional LSTMs (over rows and columns) have their
+    hidden size as a group, the ``fc`` after their concatenated outputs reading both halves
+    of each."""
+    from timm.models.sequencer import Sequencer2d
+    torch.manual_seed(0)
+    model = Sequencer2d(num_classes=10, img_size=32, layers=(1, 1, 1, 1),
+                        embed_dims=(16, 24, 24, 24), hidden_sizes=(4, 6, 6, 6)).double().eval()
+    x = (torch.randn(1, 3, 32, 32, dtype=torch.float64),)
+    sm = assert_oracles(model, x, min_groups=8)
+    hidden = _group(sm, ("stages.0.blocks.0.rnn_tokens.rnn_v", "hidden_size"))
+    assert ("stages.0.blocks.0.rnn_tokens.fc", "in_features") in hidden.members
+    assert fxsym.oracles.coverage(sm) > 0.9
