@@ -44,7 +44,7 @@ ORDER = [
     "importance",  # where each group's units lie in the parameters; importance criteria
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
-    "oracles",     # permutation and shrink oracles
+    "oracles",     # permutation, shrink and value oracles
     "passes",      # optimize: passes, patterns, verification
     "report_html",  # the HTML and DOT pictures of an analysis
     "demo",        # the demo model of ``fxsym analyze``
@@ -68,7 +68,7 @@ ALLOWED: dict[str, set[str]] = {
     "importance": {"errors", "resizing", "symbols"},
     "planning": {"console", "errors", "importance", "resizing", "symbols"},
     "persist": {"analysis", "errors", "modstate", "planning", "plugins", "symbols"},
-    "oracles": {"analysis", "resizing", "symbols"},
+    "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},
     "report_html": {"errors", "importance", "naming", "planning", "symbols"},

@@ -30,7 +30,7 @@ The oracles test the SymMap they are given (copied together with the model, so t
 groups are the caller's groups), work on deep copies put in eval mode, and never touch the
 caller's model: not its weights, not its training flag, not its attributes.
 
-Imports from fxsym: analysis, resizing, symbols.
+Imports from fxsym: analysis, modstate, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .analysis import TensorLayout, analyze
 from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
+from .modstate import CACHE
 from .resizing import resize
 from .resizing.declared import symbol_sizes
 from .symbols import ATTRIBUTE_PREFIX, SymGroup, SymMap, attribute_value
@@ -138,7 +139,9 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
 
     With ``symmap`` (computed for ``model``), the copy and a copy of the SymMap are made
     together and returned as ``(model_copy, symmap_copy)``: the copy's groups are the given
-    ones, bound to the copied modules.
+    ones, bound to the copied modules; and the caches the trace found
+    (:attr:`SymMap.derived_state`, filled from the weights before the noise) are emptied, so
+    the copy recomputes them from its own weights.
     """
     if symmap is not None:
         clone, sm = copy.deepcopy((model, symmap))
@@ -149,7 +152,15 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
     with torch.no_grad():
         for name, tensor in _perturbable(clone):
             _add_noise(tensor, gen, multiplicative=name.endswith("running_var"))
-    return clone if sm is None else (clone, sm)
+    if sm is None:
+        return clone
+    modules = dict(clone.named_modules())
+    for qualname, attrs in sm.derived_state.items():
+        for attr, kind in attrs.items():
+            container = vars(modules[qualname]).get(attr) if qualname in modules else None
+            if kind == CACHE and isinstance(container, (dict, list, set)):
+                container.clear()
+    return clone, sm
 
 
 def _perturbable(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
@@ -988,7 +999,7 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
 
     def recorded_run() -> list[torch.Tensor]:
         records.clear()
-        clone = perturbed(model, seed)
+        clone, _ = perturbed(model, seed, symmap)
         clone.to(precision.dtype)
         modules = dict(clone.named_modules())
         handles = _zero_reads(clone, plan, dropped, table)
