@@ -81,13 +81,21 @@ def save_files(model: nn.Module) -> dict[str, bytes] | None:
         "architectures": [f"FxsymPruned{type(model).__name__}"],
         "auto_map": {"AutoConfig": f"{MODULE}.FxsymPrunedConfig", **auto},
         "model_class": type(model).__name__,
-        "unpruned_config": base.to_dict(),
-        "pruned_config": {k: v for k, v in config.to_dict().items() if k != "model_type"},
+        "unpruned_config": _json(base),
+        "pruned_config": {k: v for k, v in _json(config).items() if k != "model_type"},
         "transformers_version": transformers.__version__,
     }
     files["config.json"] = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
     files[f"{MODULE}.py"] = (Path(__file__).with_name("remote_loader.py")).read_bytes()
     return files
+
+
+def _json(config: Any) -> dict[str, Any]:
+    """``config`` as ``save_pretrained`` writes it (the fields that differ from the class's
+    defaults; infinities and NaNs encoded as transformers encodes them)."""
+    data: dict[str, Any] = json.loads(config.to_json_string(use_diff=True))
+    data.pop("transformers_version", None)
+    return data
 
 
 def _auto_classes(model: nn.Module) -> list[str]:
