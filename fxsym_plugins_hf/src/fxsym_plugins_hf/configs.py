@@ -8,9 +8,12 @@ hidden size, MLP) is seen the same way:
 * every attention module with query/key/value projections (a leaf or traced through): the
   hidden size it reads, its query heads, key/value heads and ``head_dim``
   (:func:`.attention.current_layout`);
-* the MLP: every ``nn.Linear``/``Conv1D`` outside attention whose features were
-  ``(hidden, intermediate)`` or ``(intermediate, hidden)`` before the resize (``sizes`` gives
-  the old lengths);
+* the MLP: the parameter dims that follow the intermediate field when the model is built on
+  the meta device from the old config and from one with that field changed
+  (:class:`_Prober`), never the projections whose length happens to be equal (an LM head
+  with ``vocab_size == intermediate_size``); only a class that cannot be built on meta falls
+  back to the ``nn.Linear``/``Conv1D`` outside attention whose features were
+  ``(hidden, intermediate)`` or ``(intermediate, hidden)`` before the resize;
 * attention traced through: the head counts and ``head_dim`` attributes the resize changed as
   group members (``(module, "attr:num_heads")``; a field of the shared config written in place,
   ``"attr:config.num_attention_heads"``, counts with its old value from ``sizes``), else the
@@ -112,12 +115,13 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     before, changed = _before(model, config, sizes)
     if UNPRUNED not in vars(model):  # before fxsym's first resize (fields it wrote put back)
         vars(model)[UNPRUNED] = copy.deepcopy(before)
+    prober = _Prober(model, before)
     written = frozenset(changed)  # read by the resized model's own forward: never reverted
     nonuniform: dict[str, dict[str, int]] = {}
     measured: list[str] = []
     for what, names in FIELDS.items():
         for field in _fields(before, names):
-            found = _found(model, before, what, field, sizes, attention)
+            found = _found(model, before, what, field, sizes, attention, prober)
             if not found:
                 continue
             measured.append(field)
@@ -140,7 +144,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         if any(key.endswith(".shape") for key in differences):  # fields of other names?
             known = {f for names in FIELDS.values() for f in _fields(before, names)}
             skip = known | set(changed) | _read_fields(read)
-            for field, found in _probed_fields(model, before, sizes, skip).items():
+            for field, found in _probed_fields(prober, before, sizes, skip).items():
                 if len(set(found.values())) > 1:
                     nonuniform[field] = found
                 elif getattr(before, field) != (value := next(iter(found.values()))):
@@ -224,13 +228,15 @@ def _before(model: nn.Module, config: Any, sizes: Sizes) -> tuple[Any, list[str]
 
 
 def _found(model: nn.Module, config: Any, what: str, field: str, sizes: Sizes,
-           attention: Mapping[str, tuple[int, int, int, int]]) -> dict[str, int]:
-    """``{module qualname: size now}`` for what ``field`` sizes: from the MLP projections,
-    the attention leaves' layouts, else the attention modules traced through (their
-    attributes) or the input embeddings."""
+           attention: Mapping[str, tuple[int, int, int, int]], prober: _Prober
+           ) -> dict[str, int]:
+    """``{module qualname: size now}`` for what ``field`` sizes: the dims that follow the
+    field when the model is built from it (the MLP's), the attention leaves' layouts, else
+    the attention modules traced through (their attributes) or the input embeddings."""
     scope = _scope(field)
     if what == "intermediate_size":
-        return _mlp_sizes(model, config, field, sizes, attention)
+        probed = prober.follow(field, _old_value(config, field) or _derived_mlp(config))
+        return _mlp_sizes(model, config, field, sizes, attention) if probed is None else probed
     found: dict[str, int] = {}
     if what in _ATTENTION:
         found = {q: lay[_ATTENTION[what]] for q, lay in attention.items()
@@ -317,34 +323,55 @@ def _with_head_dim(model: nn.Module, new: Any, derived: dict[str, dict[str, int]
     return True
 
 
-def _probed_fields(model: nn.Module, before: Any, sizes: Sizes, skip: set[str]
+def _probed_fields(prober: _Prober, before: Any, sizes: Sizes, skip: set[str]
                    ) -> dict[str, dict[str, int]]:
     """The other int fields of the config (not in :data:`FIELDS`, not in ``skip``) whose value
-    was the old length of a dimension the resize changed (DeBERTa's ``pooler_hidden_size``):
-    ``{field: {where: length now}}`` at each parameter or buffer dim the field sizes, found by
-    building the model on the meta device from ``before`` and from ``before`` with the field
-    set to another value (the dims that follow it are the field's); ``where`` is the owning
-    module, or ``"<tensor>:<dim>"`` where one module's dims differ. Only fields whose dims did
-    change are returned; they are candidates, which :func:`_differences` checks."""
+    was the old length of a dimension the resize changed (DeBERTa's ``pooler_hidden_size``)
+    and whose dims did change (:meth:`_Prober.follow`): candidates, which
+    :func:`_differences` checks."""
     olds = {old for old, now in sizes.values() if old != now}
-    candidates = [f for f, v in vars(before).items()
-                  if f not in skip and not f.startswith("_") and isinstance(v, int)
-                  and not isinstance(v, bool) and v in olds]
-    base = _meta_shapes(model, before) if candidates else None
-    if base is None:
-        return {}
-    now = _shapes(model)
     out: dict[str, dict[str, int]] = {}
-    for field in candidates:
-        old = getattr(before, field)
-        probe = copy.deepcopy(before)
-        setattr(probe, field, 3 * old)
-        shapes = _meta_shapes(model, probe)
-        if shapes is None:
+    for field, old in vars(before).items():
+        if (field in skip or field.startswith("_") or not isinstance(old, int)
+                or isinstance(old, bool) or old not in olds):
             continue
+        found = prober.follow(field, old)
+        if found and any(v != old for v in found.values()):
+            out[field] = found
+    return out
+
+
+class _Prober:
+    """Which parameter and buffer dims a config field sizes, found by building the model on
+    the meta device from the config as it was before the resize and from a copy with the
+    field set to another value: the dims that follow the field are the field's, whatever
+    other fields hold the same number (``vocab_size == intermediate_size``)."""
+
+    def __init__(self, model: nn.Module, before: Any) -> None:
+        self.model = model
+        self.before = before
+        self._base: dict[str, tuple[int, ...]] | None = None
+        self._now: dict[str, tuple[int, ...]] = {}
+        self._built = False
+
+    def follow(self, field: str, old: int | None) -> dict[str, int] | None:
+        """``{where: length now}`` at each dim ``field`` (of value ``old``) sizes: ``where``
+        is the owning module, or ``"<tensor>:<dim>"`` where one module's dims differ;
+        ``None`` if the model cannot be built on the meta device from the config."""
+        if not self._built:
+            self._built = True
+            self._base = _meta_shapes(self.model, self.before)
+            self._now = _shapes(self.model)
+        if self._base is None or not old:
+            return None
+        probe = copy.deepcopy(self.before)
+        setattr(probe, field, 3 * old)
+        shapes = _meta_shapes(self.model, probe)
+        if shapes is None:
+            return None
         where: dict[str, dict[str, int]] = {}
-        for name, shape in base.items():
-            other, current = shapes.get(name), now.get(name)
+        for name, shape in self._base.items():
+            other, current = shapes.get(name), self._now.get(name)
             if other is None or current is None or not len(other) == len(shape) == len(
                     current):
                 continue
@@ -358,9 +385,7 @@ def _probed_fields(model: nn.Module, before: Any, sizes: Sizes, skip: set[str]
                 found[owner] = next(iter(dims.values()))
             else:
                 found.update(dims)
-        if any(v != old for v in found.values()):
-            out[field] = found
-    return out
+        return found
 
 
 def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
@@ -395,6 +420,14 @@ def _attention_layouts(model: nn.Module) -> dict[str, tuple[int, int, int, int]]
 def _old_value(config: Any, field: str | None) -> int | None:
     value = getattr(config, field, None) if field else None
     return value if isinstance(value, int) else None
+
+
+def _derived_mlp(config: Any) -> int | None:
+    """Four times the hidden size: the MLP width GPT-2 and its relatives derive from an
+    intermediate field left ``None``."""
+    hidden_fields = _fields(config, FIELDS["hidden_size"])
+    hidden = _old_value(config, hidden_fields[0] if hidden_fields else None)
+    return None if hidden is None else 4 * hidden
 
 
 def _mlp_sizes(model: nn.Module, config: Any, field: str, sizes: Sizes,
