@@ -22,7 +22,7 @@ Per model the fingerprint holds:
 * ``symbols``: every symbol the traced graph reached -> its dimension's segments, each
   ``"<units>"`` (fixed), ``"<group>*<units>x<block>"`` (a searchable group) or
   ``"const*<units>x<block>: <reason>"`` (a constant group and why it is constant);
-* ``report``: the trace-report lines;
+* ``report``: every trace-report line (details included: ``TraceReport.entries``);
 * ``nodes``: every graph node -> ``"<op> <target> -> <value>"``, the value being the node's
   ``meta["val"]`` (shape, dtype and strides of a tensor; an int; containers element by
   element).
@@ -89,8 +89,8 @@ def fingerprint(sm: fxsym.SymMap) -> dict[str, Any]:
             target = node.target if isinstance(node.target, str) else getattr(
                 node.target, "__name__", str(node.target))
             nodes[node.name] = f"{node.op} {target} -> {_describe(node.meta.get('val'))}"
-    return {"groups": groups, "symbols": symbols, "report": [str(e) for e in sm.trace_report],
-            "nodes": nodes}
+    report = [str(e) for e in sm.trace_report.entries]
+    return {"groups": groups, "symbols": symbols, "report": report, "nodes": nodes}
 
 
 def _torchvision(names: list[str] | None) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
