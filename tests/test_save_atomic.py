@@ -111,6 +111,19 @@ def test_other_files_are_kept_or_replaced_whole_when_asked(tmp_path: Path) -> No
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
 
 
+def test_the_current_directory_is_never_replaced(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    model, plan = _pruned(0.5, 0.0)
+    (tmp_path / "inner").mkdir()
+    monkeypatch.chdir(tmp_path / "inner")
+    for where in (".", "..", str(tmp_path)):
+        with pytest.raises(PlanError, match="current directory"):
+            fxsym.save(model, where, plan)
+    fxsym.save(model, "sub", plan)
+    assert (tmp_path / "inner" / "sub" / "fxsym.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "inner").iterdir()) == ["sub"]
+
+
 def test_files_have_the_usual_modes(tmp_path: Path) -> None:
     model, plan = _pruned(0.5, 0.0)
     old = os.umask(0o022)

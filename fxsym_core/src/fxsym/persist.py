@@ -142,7 +142,11 @@ def replace_directory(directory: str | os.PathLike[str], *,
     moved back if the second rename fails; a crash between the two leaves it beside
     ``directory`` as ``.NAME.fxsym-*``. A ``directory`` that is a symbolic link is refused
     (:class:`~fxsym.errors.PlanError`): the link is never followed or replaced."""
-    out = Path(directory)
+    out = Path(os.path.abspath(directory))
+    here = os.getcwd()
+    if not out.name or here == str(out) or here.startswith(str(out) + os.sep):
+        raise PlanError(f"{directory} is the current directory or holds it; give another one "
+                        "(it is replaced by a new directory)")
     if out.is_symlink():
         raise PlanError(f"{out} is a symbolic link; give the directory itself")
     if out.exists() and not out.is_dir():
