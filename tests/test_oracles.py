@@ -309,3 +309,35 @@ def test_a_group_meeting_a_normalisation_is_not_checked_by_value() -> None:
                           example_inputs=x)
     unchecked = check_values(alone.model, alone, x)
     assert unchecked.status == "not checked" and "Softmax" in str(unchecked)
+
+
+def test_oracles_fall_back_to_float32_with_a_note() -> None:
+    class Float32Inside(nn.Module):
+        """Casts to float32 in the middle, as Llama's RMSNorm does."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.a(x))
+            return self.b(h.float().to(h.dtype))
+
+    class Float32Only(Float32Inside):
+        """Multiplies by a plain float32 tensor (not a buffer, so ``.to`` leaves it): a matmul
+        of float64 by float32 fails."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.mix = torch.eye(3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x) @ self.mix
+
+    x = (torch.randn(5, 4),)
+    for cls, note in ((Float32Inside, "float32 tolerance"), (Float32Only, "does not run")):
+        model = cls()
+        sm = fxsym.analyze(model, example_inputs=x)
+        for result in (check_permutation(model, sm, x), check_values(model, sm, x)):
+            assert result.ok, str(result)
+            assert len(result.notes) == 1 and note in result.notes[0], result.notes
