@@ -341,3 +341,18 @@ def test_oracles_fall_back_to_float32_with_a_note() -> None:
         for result in (check_permutation(model, sm, x), check_values(model, sm, x)):
             assert result.ok, str(result)
             assert len(result.notes) == 1 and note in result.notes[0], result.notes
+
+
+def test_value_oracle_probes_modules_by_value_and_in_place_modules_pass() -> None:
+    # a batch norm and in-place activations between two convs keep each channel to itself:
+    # every group is checked by value (the probe copies what an in-place module rewrites)
+    model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.BatchNorm2d(6), nn.ReLU(inplace=True),
+                          nn.Conv2d(6, 6, 3, groups=6), nn.Hardswish(inplace=True),
+                          nn.Conv2d(6, 4, 1), nn.ReLU(inplace=True), nn.Flatten(),
+                          nn.LazyLinear(3))
+    x = (torch.randn(2, 3, 7, 7),)
+    model(*x)
+    sm = fxsym.analyze(model, example_inputs=x)
+    result = check_values(model, sm, x)
+    assert result.ok and not result.unchecked and result.checked == len(sm.groups()) == 2, \
+        str(result)

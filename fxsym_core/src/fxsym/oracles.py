@@ -585,19 +585,19 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     if analysis is None or graph is None or not groups:
         return result
     plan = _value_plan(symmap, graph)
-    names = {g.id: g.name for g in symmap.groups()}
     by_name = {g.name: g for g in symmap.groups()}
-    classes: list[list[Any]] = []
+    modules = dict(symmap.model.named_modules())
+    classes: list[list[SymGroup]] = []
     seen: set[str] = set()
     for g in groups:
         if g.name in seen:
             continue
         members = [g, *(by_name[n] for n in g.same_size if n in by_name)]
         seen.update(m.name for m in members)
-        why = next((f"{names[m.id]}: {plan.unchecked[m.id]}" for m in members
+        why = next((f"{m.name}: {plan.unchecked[m.id]}" for m in members
                     if m.id in plan.unchecked), None)
         if why is None:
-            why = next((w for m in members if (w := _inside_leaf(symmap, m))), None)
+            why = next((w for m in members if (w := _inside_leaf(symmap, modules, m))), None)
         if why is None and any(m.size < 2 for m in members):
             why = "a block of a chunk has one unit"
         if why is not None:
@@ -634,11 +634,10 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     return result
 
 
-def _inside_leaf(symmap: SymMap, group: SymGroup) -> str | None:
+def _inside_leaf(symmap: SymMap, modules: dict[str, nn.Module], group: SymGroup) -> str | None:
     """Why ``group`` cannot be checked by value if a member sizes something inside a module
     called as a leaf (heads inside an attention module): the graph does not show its reads."""
     analysis = symmap.analysis
-    modules = dict(symmap.model.named_modules())
     for qualname, sname in group.members:
         mod = modules.get(qualname)
         if (analysis is not None and (qualname, sname) in analysis.param_members) or (
@@ -650,7 +649,8 @@ def _inside_leaf(symmap: SymMap, group: SymGroup) -> str | None:
     return None
 
 
-def _drops(members: list[Any], seed: int, gen: torch.Generator) -> list[tuple[Any, list[int]]]:
+def _drops(members: list[SymGroup], seed: int, gen: torch.Generator
+           ) -> list[tuple[SymGroup, list[int]]]:
     """The units each group of a same-size class drops for ``seed``: one for seed 0, half for
     the others, at random places, as many in every group of the class."""
     size = members[0].size
@@ -661,7 +661,7 @@ def _drops(members: list[Any], seed: int, gen: torch.Generator) -> list[tuple[An
 
 def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: int,
                  precision: _Precision, plan: _ValuePlan,
-                 drops: list[tuple[Any, list[int]]], result: OracleResult | None) -> bool:
+                 drops: list[tuple[SymGroup, list[int]]], result: OracleResult | None) -> bool:
     """Whether the copy with ``drops`` resized away computes what the full copy computes with
     those units zeroed where they are read; mismatches are described in ``result``."""
     dropped = {g.id: torch.tensor(units) for g, units in drops}
@@ -979,7 +979,7 @@ def _function_mixes(node: Any, name: str, ndim: int) -> set[int]:
 
 
 def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan: _ValuePlan,
-                    seed: int, precision: _Precision, drops: list[tuple[Any, list[int]]]
+                    seed: int, precision: _Precision, drops: list[tuple[SymGroup, list[int]]]
                     ) -> dict[int, str]:
     """The groups met by a module call where dropping units is not zeroing them, with the
     reason: every module call that meets a dropped group is run once more, resized, on its
@@ -1004,15 +1004,8 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
         modules = dict(clone.named_modules())
         handles = _zero_reads(clone, plan, dropped, table)
         for target in {c.target for c in probed}:
-            counter = [0]
-
-            def hook(mod: nn.Module, args: Any, kwargs: Any, output: Any, target: str = target,
-                     counter: list[int] = counter) -> None:
-                records[(target, counter[0])] = (args, kwargs, output)
-                counter[0] += 1
-
             if target in modules:
-                handles.append(modules[target].register_forward_hook(hook, with_kwargs=True))
+                handles += _recorder(modules[target], target, records)
         try:
             return precision.forward(clone, example_inputs, symmap.output_contract)
         finally:
@@ -1049,6 +1042,30 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
                 mixing.setdefault(root, f"{c.target} ({type(mod).__name__}) mixes the units "
                                         "it reads: dropping them is not zeroing them there")
     return mixing
+
+
+def _recorder(mod: nn.Module, target: str,
+              records: dict[tuple[str, int], tuple[Any, Any, Any]]) -> list[Any]:
+    """Hooks recording each call's inputs (as the module gets them, after the zeroing
+    pre-hooks) and output, copied: an in-place module (``ReLU(inplace=True)``) or op
+    downstream rewrites them."""
+    calls: list[tuple[Any, Any]] = []
+
+    def copied(value: Any) -> Any:
+        return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
+
+    def before(mod: nn.Module, args: Any, kwargs: Any) -> None:
+        calls.append(copied((args, kwargs)))
+
+    def after(mod: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        call = len(outputs)
+        outputs.append(copied(output))
+        records[(target, call)] = (*calls[call], outputs[call])
+
+    outputs: list[Any] = []
+
+    return [mod.register_forward_pre_hook(before, with_kwargs=True),
+            mod.register_forward_hook(after, with_kwargs=True)]
 
 
 def _kept(value: Any, layout: Any, table: Any, dropped: dict[int, torch.Tensor]) -> Any:
