@@ -237,7 +237,7 @@ class Plan:
                 outputs = tuple(_key(o, "outputs") for o in _array(outputs, "outputs"))
             inputs = d.get("inputs")
             if inputs is not None:
-                _spec_tensors(inputs)
+                _spec_shapes(inputs)
             return cls(
                 model=_text(d.get("model"), "model"), groups=tuple(groups),
                 params_before=_count(params.get("before"), "params.before"),
@@ -344,10 +344,10 @@ def inputs_from_spec(spec: Any) -> Any:
     if spec is None:
         return None
     try:
-        tensors = _spec_tensors(spec)
+        shapes = _spec_shapes(spec)
     except ValueError as exc:
         raise PlanError(f"the plan's example inputs are not readable: {exc}") from exc
-    total = sum(math.prod(shape) for shape, _ in tensors)
+    total = sum(math.prod(shape) for shape in shapes)
     if total > MAX_INPUT_ELEMENTS:
         raise PlanError(f"the plan's example inputs ask for {total:,} elements, more than "
                         f"{MAX_INPUT_ELEMENTS:,}; pass example_inputs yourself")
@@ -366,9 +366,9 @@ def inputs_from_spec(spec: Any) -> Any:
     return tuple(one(v) for v in spec["args"])
 
 
-def _spec_tensors(spec: Any) -> list[tuple[list[int], str]]:
+def _spec_shapes(spec: Any) -> list[list[int]]:
     """Check that ``spec`` is what :func:`input_spec` writes (``ValueError`` naming what is
-    not); return the shape and dtype of each tensor it describes."""
+    not); return the shape of each tensor it describes."""
     d = _obj(spec, "inputs")
     if set(d) == {"kwargs"}:
         kw = _obj(d["kwargs"], "inputs.kwargs")
@@ -380,7 +380,7 @@ def _spec_tensors(spec: Any) -> list[tuple[list[int], str]]:
         entries = [(f"inputs.args[{i}]", v) for i, v in enumerate(_array(d["args"], "args"))]
     else:
         raise ValueError("inputs must hold 'args' or 'kwargs'")
-    tensors: list[tuple[list[int], str]] = []
+    shapes: list[list[int]] = []
     for what, raw in entries:
         v = _obj(raw, what)
         if set(v) == {"value"}:
@@ -389,11 +389,11 @@ def _spec_tensors(spec: Any) -> list[tuple[list[int], str]]:
         elif set(v) == {"tensor", "dtype"}:
             shape = [_count(n, f"{what}: a size") for n in _array(v["tensor"], what)]
             if _text(v["dtype"], f"{what}: dtype") not in _DTYPES:
-                raise ValueError(f"{what}: unknown dtype {v['dtype']!r}")
-            tensors.append((shape, v["dtype"]))
+                raise ValueError(f"{what}: unknown dtype {v['dtype']!r:.40}")
+            shapes.append(shape)
         else:
             raise ValueError(f"{what} must be {{'tensor', 'dtype'}} or {{'value'}}")
-    return tensors
+    return shapes
 
 
 # -- strict reading of plan data: each field of its one JSON type ---------------------------
