@@ -662,7 +662,7 @@ def _criterion_scores(model: nn.Module, symmap: SymMap, importance: Any,
         label, scores = "given", dict(importance)
     else:
         raise PlanError(f"importance must be a criterion's name ({', '.join(CRITERIA)}), a "
-                        f"criterion or {{group name: scores}}; got {importance!r}")
+                        f"criterion or {{group name: scores}}; got a {type(importance).__name__}")
     if not isinstance(scores, Mapping):
         raise PlanError(f"the {label} importance returned a {type(scores).__name__}, not "
                         "{group name: scores}")
@@ -694,7 +694,8 @@ def _check_finite(model: nn.Module, lay: Layout, group: SymGroup, scores: torch.
         rows = s.index[torch.isin(s.unit, bad)]
         if rows.numel() and not torch.isfinite(p.detach().index_select(s.dim, rows)).all():
             holders.append(s.param)
-    where = f": {', '.join(holders)} holds NaN or inf there" if holders else ""
+    verb = "holds" if len(holders) == 1 else "hold"
+    where = f": {', '.join(holders)} {verb} NaN or inf there" if holders else ""
     raise PlanError(f"the {label} importance of group {group.name!r} is NaN or infinite for "
                     f"{units}{where}; repair the weights, leave the group whole "
                     f"(exclude={group.name!r}) or give finite scores")

@@ -540,12 +540,11 @@ class SymMap:
 
     def __init__(self, model: nn.Module) -> None:
         from .registry import get_registry
+        from .tracer.report import TraceReport
 
         self.model = model
         #: the registry the SymInfos came from; resizing the model looks up its rules here
         self.registry: Registry = get_registry()
-        from .tracer.report import TraceReport
-
         #: what :func:`fxsym.analyze` reported while tracing (fallback leaves, boundaries);
         #: empty until then
         self.trace_report: TraceReport = TraceReport()
