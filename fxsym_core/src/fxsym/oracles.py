@@ -877,11 +877,7 @@ def _value_plan(symmap: SymMap, graph: Any) -> _ValuePlan:
     for node in graph.nodes:
         if node.op not in ("call_module", "call_function", "call_method"):
             continue
-        if not any(carried(layouts.get(a.name)) for a in node.all_input_nodes):
-            continue
         outputs = _tensor_layouts(layouts.get(node.name))
-        if not outputs and node.op != "call_module":
-            continue  # a size, a dtype: reading it is a guard, which the comparison sees
         out_roots = {r for lay in outputs for r in carried(lay)}
         name = _node_op(node)
         if node.op == "call_module":
@@ -894,12 +890,15 @@ def _value_plan(symmap: SymMap, graph: Any) -> _ValuePlan:
                 for root, dims in found.items():
                     plan.reads.setdefault(root, []).append(
                         _Read(node.target, key, tuple(dims), call))
-            plan.calls.append(_Call(
-                node.target, call,
-                {key: layouts.get(a.name) for key, a in args if isinstance(a, fx.Node)},
-                layouts.get(node.name),
-                {r for found in inputs.values() for r in found} | out_roots))
+            met = {r for found in inputs.values() for r in found} | out_roots
+            if met:  # a producer too: a recurrent one reads its own units
+                plan.calls.append(_Call(
+                    node.target, call,
+                    {key: layouts.get(a.name) for key, a in args if isinstance(a, fx.Node)},
+                    layouts.get(node.name), met))
             continue
+        if not outputs or not any(carried(layouts.get(a.name)) for a in node.all_input_nodes):
+            continue  # no group read; or a size, a dtype: a guard, which the comparison sees
         first = node.args[0] if node.args else None
         mixed = _function_mixes(node, name, _ndim(layouts, node))
         exits: set[int] = set()
