@@ -53,18 +53,7 @@ def test_the_draw_reaches_every_form() -> None:
     assert set(STEPS) <= kinds
 
 
-#: the issue 19 forms not fixed on main yet: form -> the section that fixes it (the value
-#: oracle catches them; ``input_merge`` and ``cache`` pass: their groups are pinned today)
-PENDING = {
-    "branch_parity": "issue 19 section 1: a size compared in an if is a guard",
-    "branch_equal": "issue 19 section 1: a size compared in an if is a guard",
-    "size_value": "issue 19 section 1: a size used as a number is a guard",
-}
-
-
-@pytest.mark.parametrize("form", [
-    pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=PENDING[f]))
-    if f in PENDING else f for f in GUARDED])
+@pytest.mark.parametrize("form", GUARDED)
 def test_fuzzed_nets_with_issue19_forms(form: str) -> None:
     """Ten nets, each with ``form`` once among its random steps."""
     for seed in range(10):

@@ -202,7 +202,8 @@ def constant_fill(ctx: OpContext) -> Layout:
         if isinstance(lay, SizeLayout) and len(lay) == 1 and not lay.derived and dim_size(
                 lay[0]) == n:
             dim = lay[0]
-            tie_size(ctx, lay, dim)  # records the use of an attribute read
+            if not tie_size(ctx, lay, dim):  # an attribute read tied, or a size read
+                size_checked(ctx, lay)
         elif isinstance(lay, SizeLayout):
             ctx.fix(lay, "a size computed from sizes makes a new tensor")
         dims.append(dim)
@@ -898,8 +899,8 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
     run (their blocks grow by the inner sizes), or in one dim whose outer dims are fixed (a
     copy of it per outer entry); one dim split into several keeps its
     group on the outermost piece when that piece is exactly the group's units. ``literal``
-    marks output dims whose size the model wrote as a number: a group landing there becomes
-    constant, since the model would not follow a resize.
+    marks output dims whose size cannot follow a resize (:func:`_literal`: written as a number,
+    or read from a fixed dim): a group landing there becomes constant.
     """
     for i, s in enumerate(in_shape):
         if s == 1 and not is_fixed(lay[i]):
@@ -940,7 +941,8 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
     if literal is not None:
         for i, lit in enumerate(literal):
             if lit and i < len(out) and not is_fixed(out[i]):
-                ctx.fix(out[i], "reshaped to a size written as a literal")
+                ctx.fix(out[i], "reshaped to a literal size, which cannot follow a resize (a "
+                        "number, or a size read from a fixed dim)")
                 out[i] = fixed_dim(out_shape[i])
     return TensorLayout(out)
 
@@ -1084,7 +1086,7 @@ def view(ctx: OpContext) -> Layout:
         else:
             items.append(a if al is None else al)
             raws.append(a)
-    literal = [isinstance(a, int) and not isinstance(a, bool) and a != -1 for a in items]
+    literal = [_literal(ctx, a) for a in items]
     fused = _split_fixed_part(ctx, lay, ctx.shape(x), ctx.out_shape(), items, raws)
     if fused is not None:
         out, done = fused
@@ -1094,22 +1096,41 @@ def view(ctx: OpContext) -> Layout:
         return out
     dims = [ctx.table.resolve(d) for d in out]  # groups the reshape cut into blocks
     for i, item in enumerate(items):
-        if i != done and isinstance(item, SizeLayout) and any(not is_fixed(d) for d in item):
-            if tie_size(ctx, item, dims[i]):  # an int read from a module attribute
-                continue
-            if item.derived and _product_follows(ctx, raws[i], dims[i]):
-                size_checked(ctx, item)
-                continue
-            item = ctx.table.resolve_layout(item)
-            if _share_of_size(ctx, raws[i], dims[i]):
-                continue
-            if not item.derived and len(item) == 1 and _tie_equal_sizes(ctx, item[0], dims[i]):
-                continue
-            if item.derived or len(item) != 1 or not _keeps_size(ctx, item[0], dims[i]):
-                ctx.fix(item, "a size read from one dim reshapes another")
-                ctx.fix(dims[i], "a size read from one dim reshapes another")
-                dims[i] = fixed_dim(ctx.out_shape()[i])
+        if not isinstance(item, SizeLayout):
+            continue
+        if i != done and any(not is_fixed(d) for d in item) and not _follows(
+                ctx, item, dims[i], raws[i]):
+            ctx.fix(item, "a size read from one dim reshapes another")
+            ctx.fix(dims[i], "a size read from one dim reshapes another")
+            dims[i] = fixed_dim(ctx.out_shape()[i])
+        size_checked(ctx, item)  # a literal, checked above, or pinned
     return TensorLayout(dims)
+
+
+def _follows(ctx: OpContext, item: SizeLayout, dim: Dim, raw: Any) -> bool:
+    """Whether ``item``, a traced size sizing ``dim`` in a reshape, keeps sizing it right
+    under every resize (or is made to: an attribute tied, a same-size class)."""
+    if tie_size(ctx, item, dim):  # an int read from a module attribute
+        return True
+    if item.derived and _product_follows(ctx, raw, dim):
+        return True
+    item = ctx.table.resolve_layout(item)
+    if _share_of_size(ctx, raw, dim):
+        return True
+    if not item.derived and len(item) == 1 and _tie_equal_sizes(ctx, item[0], dim):
+        return True
+    return not item.derived and len(item) == 1 and _keeps_size(ctx, item[0], dim)
+
+
+def _literal(ctx: OpContext, item: Any) -> bool:
+    """Whether a reshape's size argument cannot follow a resize: a number (other than -1),
+    arithmetic on fixed sizes, or a size read from a dim no group sizes (``C`` of
+    ``B, N, C = x.shape`` reshaping heads merged back, where ``x``'s channels are fixed)."""
+    if isinstance(item, SizeLayout):
+        return all(is_fixed(d) for d in ctx.table.resolve_layout(item))
+    if isinstance(item, torch.fx.Node):
+        item = item.meta.get("val")
+    return type(item) is int and item != -1
 
 
 def _split_fixed_part(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
@@ -1274,16 +1295,41 @@ def expand(ctx: OpContext) -> Layout:
     out_shape = ctx.out_shape()
     n = len(out_shape)
     name = ctx.node.target if isinstance(ctx.node.target, str) else ""
+    sizes = _expand_sizes(ctx, n) if name == "expand" else None
     dims: list[Dim] = []
     for i in range(n):
         j = i - (n - len(shape))
         if j >= 0 and shape[j] == out_shape[i]:
+            size = sizes[i] if sizes is not None else -1
+            if isinstance(size, SizeLayout) and _same_dim(
+                    ctx, ctx.table.resolve(lay[j]), ctx.table.resolve_layout(size)[0]):
+                size_checked(ctx, size)  # x.expand(b, x.size(1), h, w)
+            elif sizes is not None and size != -1 and not is_fixed(lay[j]):
+                ctx.fix(lay[j], "expand to a size that does not follow an elastic dim")
+                dims.append(fixed_dim(out_shape[i]))
+                continue
             dims.append(lay[j])
         else:
             if j >= 0 and not is_fixed(lay[j]):
                 ctx.fix(lay[j], f"{name or 'expand'} changes an elastic dim")
             dims.append(fixed_dim(out_shape[i]))
     return TensorLayout(dims)
+
+
+def _expand_sizes(ctx: OpContext, n: int) -> list[Any] | None:
+    """The ``n`` sizes ``x.expand(...)`` was given: each a size's layout (a traced size read
+    directly from one dim), ``-1``, or another int; ``None`` if they cannot be read."""
+    args: Any = ctx.node.args[1:] or ctx.node.kwargs.get("size", ())
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        args = args[0]
+    if len(args) != n:
+        return None
+    out: list[Any] = []
+    for a in args:
+        lay = ctx.layout(a) if isinstance(a, torch.fx.Node) else None
+        direct = isinstance(lay, SizeLayout) and not lay.derived and len(lay) == 1
+        out.append(lay if direct else ctx.val(a))
+    return out
 
 
 def trailing_spatial(k: int) -> Rule:
@@ -1726,7 +1772,9 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
             for i, d in enumerate(lay[len(lay) - len(shape):]):
                 if traced and tie_size(ctx, sizes[i], d):
                     continue
-                if not is_fixed(d) and not (traced and _same_size(ctx, traced[i], d)):
+                if traced and _same_size(ctx, traced[i], d):
+                    size_checked(ctx, sizes[i])
+                elif not is_fixed(d):
                     ctx.fix(d, "layer_norm's normalized_shape is a literal")
             d = len(lay) - 1
         else:
@@ -2153,7 +2201,9 @@ def _group_norm_fn(ctx: OpContext) -> Layout:
         size = ctx.layout(g_arg)
         traced = _traced_sizes((size,), 1)
         shape_read = groups == ctx.shape(x)[1] and traced and _same_size(ctx, traced[0], lay[1])
-        if not shape_read and ctx.whole_units(lay[1], groups, "group_norm"):
+        if shape_read:
+            size_checked(ctx, size)
+        elif ctx.whole_units(lay[1], groups, "group_norm"):
             channels = ctx.table.resolve(lay[1])
             if len(channels) != 1:
                 ctx.fix(channels, "group_norm over a concatenation: num_groups is not tied")

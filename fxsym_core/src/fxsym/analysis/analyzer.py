@@ -24,11 +24,12 @@ from ..errors import PluginError
 from ..naming import qualname
 from ..symbols import Symbol, SymMap
 from ..tracer.configs import CONFIG_META
-from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
+from ..tracer.questions import ATTRIBUTE_META
 from ..tracer.report import TraceReport
 from .attributes import ATTRIBUTE_PREFIX, check_uses
 from .context import OpContext, Unsupported
 from .groups import GroupTable
+from .guards import decide, due_guards
 from .layout import (
     AttributeSize,
     Dim,
@@ -99,6 +100,7 @@ class Analyzer:
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
+        due = due_guards(self.gm.graph)
         for node in self.gm.graph.nodes:
             if ATTRIBUTE_META in node.meta:  # a get_attr, or an element of a tuple read
                 self.env[node] = self._attribute(node)
@@ -110,6 +112,8 @@ class Analyzer:
                 self._fix_outputs(node)
             else:
                 self.env[node] = self._visit(node)
+            for guard in due.get(node, ()):  # its reads have layouts now
+                decide(self, guard, node)
         if self.config_reads:
             self._hidden_config_readers()
         resolve = self.table.resolve_layout  # read groups split since as their blocks
@@ -157,8 +161,7 @@ class Analyzer:
                 if rule is None:
                     return self.boundary(node, f"no op rule for {qualname(node.target)}")
                 result = rule(ctx)
-            if self.attribute_groups:
-                check_uses(ctx, result)
+            check_uses(ctx, result)
             return result
         except Unsupported as exc:
             return self.boundary(node, str(exc) or "unsupported")
@@ -176,8 +179,9 @@ class Analyzer:
     def _attribute(self, node: torch.fx.Node) -> Layout:
         """An int attribute of a module read as a size (see :mod:`fxsym.analysis.attributes`):
         a group of its own whose member is ``(owner, "attr:name")`` (``"attr:name[i]"`` for
-        element ``i`` of a tuple of ints), pinned if Python read its value at trace time. Every
-        read of one attribute has the same layout."""
+        element ``i`` of a tuple of ints). Questions Python asked of its value at trace time
+        are guards, decided once their reads have layouts (:mod:`fxsym.analysis.guards`).
+        Every read of one attribute has the same layout."""
         owner, name = node.meta[ATTRIBUTE_META]
         target = f"{owner}.{name}" if owner else name
         known = self.attribute_reads.get(target)
@@ -203,14 +207,6 @@ class Analyzer:
             self.attribute_reads[target] = known
             if shared is not None:
                 self.config_reads[shared] = known
-        question = node.meta.get(CONCRETE_META)
-        if question is not None and isinstance(known, SizeLayout):  # pinned without a report
-            # line: alone, it sizes nothing yet
-            for dim in known:
-                for seg in dim:
-                    if seg.group is not None:
-                        self.table.fix(seg.group, f"the trace depends on the value of {target} "
-                                       f"({question})")
         return known
 
     def _hidden_config_readers(self) -> None:
@@ -330,11 +326,12 @@ class Analyzer:
         return fixed_layout(node.meta.get("val"))
 
     def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None, *,
-            sizes_no_tensor: bool = False) -> None:
-        """Make every group in ``layout`` constant; a report line names ``node``.
-        ``sizes_no_tensor``: ``layout`` is a number read from a module attribute that the node
-        takes as something other than a tensor size (a pooling's ``kernel_size``); a line only
-        about such numbers is a detail of the report (:func:`fxsym.analysis.api.analyze`)."""
+            sizes_no_tensor: bool = False, kind: str = "boundary") -> bool:
+        """Make every group in ``layout`` constant; where that changed one and ``node`` is
+        given, a report line of ``kind`` names it. ``sizes_no_tensor``: ``layout`` is a number
+        read from a module attribute that the node takes as something other than a tensor size
+        (a pooling's ``kernel_size``); a line only about such numbers is a detail of the report
+        (:func:`fxsym.analysis.api.analyze`). Returns whether a group changed."""
         changed = False
         dims = [layout] if _is_dim(layout) else list(iter_dims(layout))
         for dim in dims:
@@ -343,11 +340,12 @@ class Analyzer:
                     changed |= self.table.fix(seg.group, reason)
         if changed and node is not None:
             where = _where(node)
-            self.report.add("boundary", where, reason)
+            self.report.add(kind, where, reason)
             self.pin_sites.extend((seg.group, where, reason) for dim in dims for seg in dim
                                   if seg.group is not None)
             self.number_sites[(where, reason)] = sizes_no_tensor and self.number_sites.get(
                 (where, reason), True)
+        return changed
 
     def _owned_by_family(self, target: str) -> bool:
         owner = target.rpartition(".")[0]

@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from ..symbols import ATTRIBUTE_PREFIX
-from ..tracer.proxy import ATTRIBUTE_META, CONCRETE_META
+from ..tracer.questions import ATTRIBUTE_META, CONCRETE_META
 from .context import OpContext, Unsupported
 from .layout import AttributeSize, Dim, SizeLayout, TensorLayout, dim_size
 
@@ -61,23 +61,31 @@ def size_checked(ctx: OpContext, size: SizeLayout) -> None:
 
 
 def check_uses(ctx: OpContext, result: Any) -> None:
-    """After a node's rule ran: pin the attribute sizes among its inputs that the rule did not
-    map. A rule maps one by tying it (:func:`tie_size`) or by computing a size or a shape
-    tuple from it (its result is a :class:`SizeLayout`, or a tuple of them and ints, checked
-    where it is used)."""
+    """After a node's rule ran: pin the sizes among its inputs that the rule did not map.
+
+    A rule maps one by tying it (:func:`tie_size`), by recording that it proved the dim it
+    sizes (:func:`size_checked`), or by computing a size or a shape tuple from it (its result
+    is a :class:`SizeLayout`, or a tuple of them and ints, checked where it is used). An
+    attribute read used any other way is pinned; so is a size read from an elastic dim that
+    flows into a tensor op as a number (``y + x.shape[1]``, ``torch.tensor(C)``): a guard
+    whose value the graph would keep after a resize, reported as such."""
     node = ctx.node
     if not isinstance(ctx.value, torch.Tensor) and (
             isinstance(result, SizeLayout) or _is_shape(result)):
         return
+    tensor = isinstance(ctx.value, torch.Tensor)
     for arg in node.all_input_nodes:
         for lay in _sizes(ctx.analyzer.env.get(arg)):
-            if not _has_attribute(ctx, lay):
-                continue
             if node in lay.uses:
                 continue
-            ctx.analyzer.fix(lay, f"a size read from a module attribute is used by {_op(node)}, "
-                             "which does not say which dim it sizes", node,
-                             sizes_no_tensor=_sizes_no_tensor(ctx, lay))
+            if _has_attribute(ctx, lay):
+                ctx.analyzer.fix(lay, f"a size read from a module attribute is used by "
+                                 f"{_op(node)}, which does not say which dim it sizes", node,
+                                 sizes_no_tensor=_sizes_no_tensor(ctx, lay))
+            elif tensor and _elastic(ctx, lay):
+                ctx.analyzer.fix(lay, f"{arg.name}, a size read from an elastic dim, is used "
+                                 f"as a number by {_op(node)}, which would keep its value "
+                                 "after a resize", node, kind="guard")
 
 
 def _sizes_no_tensor(ctx: OpContext, lay: SizeLayout) -> bool:
@@ -113,6 +121,12 @@ def _sizes(lay: Any) -> list[SizeLayout]:
     if isinstance(lay, tuple) and not isinstance(lay, TensorLayout):
         return [x for x in lay if isinstance(x, SizeLayout)]
     return []
+
+
+def _elastic(ctx: OpContext, lay: SizeLayout) -> bool:
+    table = ctx.table
+    return any(seg.group is not None and not table.is_constant(seg.group)
+               for d in table.resolve_layout(lay) for seg in d)
 
 
 def _has_attribute(ctx: OpContext, lay: SizeLayout) -> bool:

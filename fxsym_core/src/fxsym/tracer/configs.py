@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import nn
 
-from .proxy import ATTRIBUTE_META
+from .questions import ATTRIBUTE_META
 
 #: module attribute names holding a config object whose int fields are traced
 CONFIG_ATTRIBUTES = ("config",)

@@ -18,20 +18,14 @@ import torch
 import torch.fx
 
 from ..errors import TraceError
+from .questions import record_guard, record_size_guard
 
 _MISSING = object()
-
-#: ``node.meta`` key of a ``get_attr`` node reading an int attribute of a module the tracer
-#: traced into: ``(module qualname, attribute name)``
-ATTRIBUTE_META = "fxsym_attribute"
-#: ``node.meta`` key set on such a node when Python asked for a value computed from it at
-#: trace time (the question asked): the trace depends on the attribute's value
-CONCRETE_META = "fxsym_concrete"
 
 #: attributes answered with a Python value instead of a graph node
 CONCRETE_ATTRIBUTES = frozenset({"ndim", "dtype", "is_cuda", "is_sparse", "is_quantized", "layout"})
 #: methods answered with a Python value instead of a graph node
-CONCRETE_METHODS = frozenset({"dim", "ndimension", "is_floating_point", "is_complex", "numel",
+CONCRETE_METHODS = frozenset({"dim", "ndimension", "is_floating_point", "is_complex",
                               "element_size", "is_contiguous"})
 
 
@@ -56,14 +50,25 @@ class ShapeProxy(torch.fx.Proxy):
                 f"is unknown. {hint} (a leaf policy or SymMap.register)."
             )
         if isinstance(val, (int, float)):
-            mark_concrete(self.node, question)
+            record_guard(self.node, question, val, self._where())
         return val
+
+    def _where(self) -> str:
+        scope = getattr(self.tracer, "scope", None)
+        return str(getattr(scope, "module_path", "") or "")
+
+    def _length(self, question: str) -> int:
+        """``len()`` of the value; of a tensor, a question asked of its first dim's size."""
+        val = self._value(question)
+        if isinstance(val, torch.Tensor) and val.dim():
+            record_size_guard(self.node, 0, question, len(val), self._where())
+        return len(val)
 
     def __bool__(self) -> bool:
         return bool(self._value("bool()"))
 
     def __len__(self) -> int:
-        return len(self._value("len()"))
+        return self._length("len()")
 
     def __index__(self) -> int:
         return int(self._value("an integer index"))
@@ -78,8 +83,9 @@ class ShapeProxy(torch.fx.Proxy):
         val = value_of(self.node)
         if val is _MISSING:
             return super().__iter__()
+        n = self._length("iteration") if isinstance(val, torch.Tensor) else len(val)
         # torch.fx.Proxy gets __getitem__ at run time (its magic methods are not declared)
-        return (self[i] for i in range(len(val)))  # type: ignore[index]
+        return (self[i] for i in range(n))  # type: ignore[index]
 
     def __getattr__(self, name: str) -> Any:
         if name in CONCRETE_ATTRIBUTES or name in CONCRETE_METHODS:
@@ -88,21 +94,6 @@ class ShapeProxy(torch.fx.Proxy):
                 attr = getattr(val, name)
                 return attr if name in CONCRETE_ATTRIBUTES else _Constant(attr)
         return ShapeAttribute(self, name)
-
-
-def mark_concrete(node: torch.fx.Node, question: str) -> None:
-    """Mark the attribute reads (:data:`ATTRIBUTE_META`) that the scalar ``node`` was computed
-    from, through other scalars, as read by Python at trace time (:data:`CONCRETE_META`)."""
-    seen: set[torch.fx.Node] = set()
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        if n in seen or isinstance(n.meta.get("val"), torch.Tensor):
-            continue
-        seen.add(n)
-        if ATTRIBUTE_META in n.meta:
-            n.meta.setdefault(CONCRETE_META, f"{question} of {n.target}")
-        todo.extend(n.all_input_nodes)
 
 
 class _Constant:

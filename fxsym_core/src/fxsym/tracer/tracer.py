@@ -64,7 +64,8 @@ from .guard import (
     tracing_here,
     tracing_thread,
 )
-from .proxy import ATTRIBUTE_META, ShapeProxy, value_of
+from .proxy import ShapeProxy, value_of
+from .questions import ATTRIBUTE_META, CONCRETE_META
 from .report import TraceReport
 from .shadow import ShadowTree
 from .values import op_value
@@ -300,7 +301,7 @@ class FxsymTracer(torch.fx.Tracer):
         with _traced_factories():
             graph = super().trace(root, concrete_args)
         for node in reversed(list(graph.nodes)):  # attributes the forward did not read
-            if ATTRIBUTE_META in node.meta and not node.users:
+            if ATTRIBUTE_META in node.meta and not node.users and CONCRETE_META not in node.meta:
                 graph.erase_node(node)
         return graph
 
@@ -1106,7 +1107,8 @@ def _drop_concretization_checks(graph: torch.fx.Graph, auto: set[str]) -> None:
             graph.erase_node(node)
         elif node.op == "call_function" and node.target in answered and _not_tensor(node):
             graph.erase_node(node)
-        elif node.op == "call_method" and node.target in ("size", "dim") and _not_tensor(node):
+        elif node.op == "call_method" and node.target in ("size", "dim", "numel") and _not_tensor(
+                node):
             graph.erase_node(node)
         elif node.op == "placeholder" and str(node.target).startswith(auto_prefixes):
             graph.erase_node(node)

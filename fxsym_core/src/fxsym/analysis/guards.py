@@ -1,0 +1,251 @@
+"""Deciding the guards of a trace: questions Python asked about sizes at trace time.
+
+The tracer records each question Python asked of a value computed from sizes — a
+comparison in an ``if`` or an ``assert``, ``bool()``, ``int()``, ``float()``, an index,
+``len()``, ``numel()`` — as a :class:`~fxsym.tracer.questions.Guard` on the nodes it reads
+(``node.meta[CONCRETE_META]``). Its answer is baked into the graph, so once its reads have
+layouts the analyzer decides it (:func:`decide`), in this order:
+
+1. it reads no elastic group: nothing to do;
+2. **it ties what it compares**: ``a == b`` answered ``True`` (or ``a != b`` answered
+   ``False``) where ``a`` and ``b`` are each a size read or an int attribute read as a size.
+   An attribute is unified with the dim it equals, so it becomes a member of that group and
+   ``resize`` writes it (``if y.shape[1] == self.ch:``, diffusers' ``assert
+   hidden_states.shape[1] == self.channels``); two tensor dims of one group each become a
+   same-size class (their entries independent, their counts equal);
+3. **it holds for every size**: each read lies in an interval — its current length at most,
+   and at least one unit of each elastic group it holds (a resize keeps a subset of the
+   entries, and at least one unit) — and the expression, evaluated over intervals
+   (``+ - * // /``, comparisons, ``not``), gives one answer on all of them: ``C > 0``,
+   ``C >= 1``, ``C <= 8`` for ``C == 8``, truth of ``C``. ``int()``, ``float()``, an index or
+   ``len()`` must have one value over the intervals (a size read from a fixed dim);
+4. otherwise it **pins** every group it reads, with a ``guard`` line in the trace report
+   naming the question, the expression and where it was asked.
+
+Imports from fxsym: tracer (questions).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch.fx
+
+from ..tracer.questions import CONCRETE_META, Apply, AttributeRead, Guard, SizeRead
+from .context import OpContext, Unsupported
+from .layout import Dim, SizeLayout, TensorLayout
+
+if TYPE_CHECKING:
+    from .analyzer import Analyzer
+
+Interval = tuple[float, float]
+
+
+def due_guards(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[Guard]]:
+    """Each guard of ``graph``, keyed by the last node (in graph order) it reads: the node
+    after whose visit every read has its layout."""
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    due: dict[torch.fx.Node, list[Guard]] = {}
+    seen: set[int] = set()
+    for node in graph.nodes:
+        for guard in node.meta.get(CONCRETE_META, ()):
+            if id(guard) in seen:
+                continue
+            seen.add(id(guard))
+            reads = [r.node for r in guard.reads()]
+            last = max(reads, key=lambda n: order.get(n, -1))
+            due.setdefault(last, []).append(guard)
+    return due
+
+
+def decide(an: Analyzer, guard: Guard, at: torch.fx.Node) -> None:
+    """Decide ``guard`` (see the module docstring); ``at`` is its last read, visited."""
+    dims: dict[int, Dim | None] = {id(r): _dim(an, r) for r in guard.reads()}
+    elastic = [d for d in dims.values() if d is not None and _elastic(an, d)]
+    if not elastic:
+        return
+    if _tie(an, guard, dims, at) or _holds(an, guard, dims):
+        return
+    where = f"{guard.where or '<root>'} (node {guard.node})"
+    reason = f"the trace depends on {guard}, asked in {guard.where or '<root>'}"
+    report = _produces(an, elastic)
+    changed = False
+    for d in elastic:
+        changed |= an.fix(d, reason)
+        an.pin_sites.extend((s.group, where, reason) for s in d if s.group is not None)
+    if changed and report:
+        an.report.add("guard", where, reason)
+
+
+def _dim(an: Analyzer, read: SizeRead | AttributeRead) -> Dim | None:
+    lay = an.env.get(read.node)
+    if isinstance(read, SizeRead):
+        if isinstance(lay, TensorLayout) and read.dim < len(lay):
+            return an.table.resolve(lay[read.dim])
+        return None
+    if isinstance(lay, SizeLayout) and len(lay) == 1:
+        return an.table.resolve(lay[0])
+    return None
+
+
+def _elastic(an: Analyzer, dim: Dim) -> bool:
+    return any(s.group is not None and not an.table.is_constant(s.group) for s in dim)
+
+
+def _produces(an: Analyzer, dims: list[Dim]) -> bool:
+    """Whether a group of ``dims`` has a producer (a pinned lone attribute is not worth a
+    report line: it sizes nothing)."""
+    table = an.table
+    return any(table.producers.get(table.find(g)) for d in dims for s in d
+               if (g := s.group) is not None)
+
+
+def _tie(an: Analyzer, guard: Guard, dims: dict[int, Dim | None], at: torch.fx.Node) -> bool:
+    """``a == b`` known true of two reads: tie them (see the module docstring)."""
+    e = guard.expr
+    if not (isinstance(e, Apply) and len(e.args) == 2 and guard.question == "bool()" and (
+            (e.fn is operator.eq and guard.answer) or (e.fn is operator.ne and not guard.answer))):
+        return False
+    a, b = e.args
+    if not (isinstance(a, (SizeRead, AttributeRead)) and isinstance(b, (SizeRead, AttributeRead))):
+        return False
+    da, db = dims[id(a)], dims[id(b)]
+    if da is None or db is None:
+        return False
+    table = an.table
+    if isinstance(a, AttributeRead) or isinstance(b, AttributeRead):
+        try:
+            OpContext(an, at).unify(da, db)
+        except Unsupported:
+            return False
+        return True
+    if _same(an, da, db):
+        return True
+    if len(da) != 1 or len(db) != 1 or da[0].group is None or db[0].group is None:
+        return False
+    ra, rb = table.find(da[0].group), table.find(db[0].group)
+    if ra in table.children or rb in table.children or da[0].length != db[0].length:
+        return False
+    if table.units[ra] != table.units[rb] or da[0].block != db[0].block:
+        return False
+    table.tie_sizes(ra, rb)
+    return True
+
+
+def _same(an: Analyzer, a: Dim, b: Dim) -> bool:
+    find = an.table.find
+    return len(a) == len(b) and all(
+        sa.length == sb.length and (
+            sa.group == sb.group or (sa.group is not None and sb.group is not None
+                                     and find(sa.group) == find(sb.group)))
+        for sa, sb in zip(a, b))
+
+
+def _holds(an: Analyzer, guard: Guard, dims: dict[int, Dim | None]) -> bool:
+    """Whether the guard gives its answer for every size its reads may take."""
+    found = _interval(an, guard.expr, dims)
+    if found is None:
+        return False
+    if guard.question == "bool()":
+        return _truth(found) == bool(guard.answer)
+    return found[0] == found[1]
+
+
+def _interval(an: Analyzer, e: Any, dims: dict[int, Dim | None]) -> Interval | None:
+    if isinstance(e, (SizeRead, AttributeRead)):
+        d = dims.get(id(e))
+        return None if d is None else _range(an, d)
+    if isinstance(e, bool | int | float):
+        return (float(e), float(e))
+    if not isinstance(e, Apply) or e.fn is None:
+        return None
+    args = [_interval(an, a, dims) for a in e.args]
+    if any(a is None for a in args):
+        return None
+    return _apply(e.fn, args)  # type: ignore[arg-type]
+
+
+def _range(an: Analyzer, dim: Dim) -> Interval:
+    """The sizes ``dim`` may take: at least one unit of each elastic group, at most now."""
+    table = an.table
+    lo = hi = 0
+    for s in dim:
+        hi += s.length
+        if s.group is None or table.is_constant(s.group):
+            lo += s.length
+        else:
+            lo += max(1, s.length // table.units[table.find(s.group)])
+    return (float(lo), float(hi))
+
+
+_UNKNOWN: Interval = (0.0, 1.0)  # a comparison that may go either way
+
+
+def _apply(fn: Any, args: list[Interval]) -> Interval | None:
+    if len(args) == 1:
+        (lo, hi), = args
+        if fn is operator.neg:
+            return (-hi, -lo)
+        if fn is operator.not_:
+            truth = _truth((lo, hi))
+            return _UNKNOWN if truth is None else _bool(not truth)
+        return None
+    if len(args) != 2:
+        return None
+    (alo, ahi), (blo, bhi) = args
+    if fn is operator.add:
+        return (alo + blo, ahi + bhi)
+    if fn is operator.sub:
+        return (alo - bhi, ahi - blo)
+    if fn is operator.mul:
+        products = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        return (min(products), max(products))
+    if fn in (operator.floordiv, operator.truediv) and blo == bhi and blo > 0:
+        if fn is operator.floordiv:
+            return (float(alo // blo), float(ahi // blo))
+        return (alo / blo, ahi / blo)
+    if fn in (operator.and_, operator.or_):
+        ta, tb = _truth((alo, ahi)), _truth((blo, bhi))
+        if fn is operator.and_ and (ta is False or tb is False):
+            return _bool(False)
+        if fn is operator.or_ and (ta is True or tb is True):
+            return _bool(True)
+        return _UNKNOWN if ta is None or tb is None else _bool(fn(ta, tb))
+    compare = _COMPARE.get(fn)
+    if compare is None:
+        return None
+    found: Interval = compare(alo, ahi, blo, bhi)
+    return found
+
+
+def _truth(i: Interval) -> bool | None:
+    lo, hi = i
+    if lo > 0 or hi < 0:
+        return True
+    if lo == hi == 0:
+        return False
+    return None
+
+
+def _bool(v: bool) -> Interval:
+    return (1.0, 1.0) if v else (0.0, 0.0)
+
+
+def _decided(always: bool, never: bool) -> Interval:
+    return _bool(True) if always else _bool(False) if never else _UNKNOWN
+
+
+_COMPARE: dict[Any, Any] = {
+    operator.lt: lambda alo, ahi, blo, bhi: _decided(ahi < blo, alo >= bhi),
+    operator.le: lambda alo, ahi, blo, bhi: _decided(ahi <= blo, alo > bhi),
+    operator.gt: lambda alo, ahi, blo, bhi: _decided(alo > bhi, ahi <= blo),
+    operator.ge: lambda alo, ahi, blo, bhi: _decided(alo >= bhi, ahi < blo),
+    operator.eq: lambda alo, ahi, blo, bhi: _decided(alo == ahi == blo == bhi,
+                                                     ahi < blo or bhi < alo),
+    operator.ne: lambda alo, ahi, blo, bhi: _decided(ahi < blo or bhi < alo,
+                                                     alo == ahi == blo == bhi),
+}
+
+
+__all__ = ["decide", "due_guards"]
