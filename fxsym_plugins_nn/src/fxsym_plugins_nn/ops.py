@@ -1846,7 +1846,13 @@ def patch_merging_pad(ctx: OpContext) -> Layout:
 
 def _of_model_tensors_only(node: Any) -> bool:
     """Whether ``node`` is computed from the model's own tensors alone: no graph input reaches
-    it (``self.weight.T``, ``self.weight * self.gain``), so it is a weight, not an activation."""
+    it (``self.weight.T``, ``self.weight * self.gain``), so it is a weight, not an activation.
+
+    A selection by position (``self.gate_up_proj[expert_ids]``, ``index_select``) counts as the
+    tensor it selects from, whatever computed the positions: each selected slice is one of the
+    model's own, so its other dims still hold the weight's entries one for one (the experts a
+    router picks per token, each a ``[2I, H]`` matrix). The indexed dim itself is pinned by the
+    indexing rule, so it is never declared a producer through this."""
     if not isinstance(node, torch.fx.Node):
         return False
     seen: set[torch.fx.Node] = set()
@@ -1858,8 +1864,28 @@ def _of_model_tensors_only(node: Any) -> bool:
         seen.add(n)
         if n.op == "placeholder" or len(seen) > 64:
             return False
-        queue.extend(n.all_input_nodes)
+        selected = _selected_from(n)
+        queue.extend([selected] if selected is not None else n.all_input_nodes)
     return True
+
+
+def _selected_from(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor ``node`` selects entries of by a tensor of positions (``x[index]``,
+    ``x.index_select(d, index)``), or ``None``."""
+    if node.op not in ("call_function", "call_method") or not node.args:
+        return None
+    source = node.args[0]
+    if not isinstance(source, torch.fx.Node):
+        return None
+    if node.target in (torch.index_select, "index_select"):
+        return source
+    if node.target is operator.getitem and len(node.args) > 1:
+        items = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+        if any(isinstance(i, torch.fx.Node) for i in items) and all(
+                isinstance(i, torch.fx.Node) or i is None or i is Ellipsis
+                or i == slice(None) for i in items):
+            return source
+    return None
 
 
 def _matmul_layout(ctx: OpContext, a: Any, b: Any) -> TensorLayout:

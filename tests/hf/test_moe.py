@@ -1,0 +1,67 @@
+"""Mixture-of-experts families (issue 21, part 1): transformers 5 fuses each layer's experts
+into 3-D parameters, ``experts.gate_up_proj`` ``[E, 2I, H]`` and ``experts.down_proj``
+``[E, H, I]``, read per routed token by ``gate_up_proj[expert_ids]`` (the ``batched_mm``
+experts kernel fxsym traces). The expert FFN width ``I`` (alike in every expert) is a group per
+layer; shared experts are plain MLPs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from helpers import assert_oracles, group_with
+from torch import nn
+
+import fxsym
+from fxsym.tracer import resolve_example_inputs
+
+transformers = pytest.importorskip("transformers")
+
+_BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=100, max_position_embeddings=64, num_experts_per_tok=2)
+
+#: model_type -> (config overrides, experts, intermediate field)
+MOE: dict[str, dict[str, Any]] = {
+    "mixtral": dict(_BASE, intermediate_size=32, num_local_experts=4),
+    "qwen3_moe": dict(_BASE, head_dim=16, moe_intermediate_size=32, intermediate_size=48,
+                      num_experts=4, decoder_sparse_step=1),
+    "qwen2_moe": dict(_BASE, moe_intermediate_size=32, intermediate_size=48,
+                      shared_expert_intermediate_size=24, num_experts=4, decoder_sparse_step=1),
+    "olmoe": dict(_BASE, intermediate_size=32, num_experts=4),
+}
+
+
+def build_moe(model_type: str) -> nn.Module:
+    cfg = transformers.AutoConfig.for_model(model_type, **MOE[model_type])
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_expert_ffn_width_is_a_group_per_layer(family: str) -> None:
+    model = build_moe(family)
+    inputs = resolve_example_inputs(model, None)
+    sm = assert_oracles(model, inputs, min_groups=3)
+    widths = [group_with(sm, f"model.layers.{i}.mlp.experts", "gate_up_proj:1") for i in (0, 1)]
+    assert widths[0].name != widths[1].name
+    for i, width in enumerate(widths):
+        experts = f"model.layers.{i}.mlp.experts"
+        assert width.size == 32
+        assert {(experts, "gate_up_proj:1"), (experts, "down_proj:2")} <= set(width.members)
+    fxsym.resize(model, sm, {widths[0].name: 16})
+    experts = model.model.layers[0].mlp.experts
+    assert experts.gate_up_proj.shape[1:] == (32, 64)
+    assert experts.down_proj.shape[1:] == (64, 16)
+    assert model.model.layers[1].mlp.experts.down_proj.shape[2] == 32
+    with torch.no_grad():
+        assert model(**inputs).logits.shape[-1] == 100
+
+
+def test_shared_expert_width_is_a_group() -> None:
+    model = build_moe("qwen2_moe")
+    sm = fxsym.analyze(model, example_inputs=resolve_example_inputs(model, None))
+    shared = group_with(sm, "model.layers.0.mlp.shared_expert.gate_proj", "out_features")
+    assert shared.size == 24
+    assert ("model.layers.0.mlp.shared_expert.down_proj", "in_features") in shared.members
