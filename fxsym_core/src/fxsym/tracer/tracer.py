@@ -498,7 +498,7 @@ class FxsymTracer(torch.fx.Tracer):
         if rule is not None and not forward_hooked(mod) and "forward" not in vars(mod):
             was, self._quiet = self._quiet, True  # the module's attributes read as they are
             try:
-                value = rule(mod, args, kwargs)
+                value = rule(self.original(mod), args, kwargs)
             except Exception:
                 value = None
             finally:
