@@ -65,3 +65,23 @@ def test_shared_expert_width_is_a_group() -> None:
     shared = group_with(sm, "model.layers.0.mlp.shared_expert.gate_proj", "out_features")
     assert shared.size == 24
     assert ("model.layers.0.mlp.shared_expert.down_proj", "in_features") in shared.members
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_width_pruned_experts_round_trip_through_from_pretrained(family: str,
+                                                                 tmp_path: Any) -> None:
+    """A uniform plan halves every group, the expert width included: the config's intermediate
+    field follows the fused expert tensors, so transformers' own loader rebuilds the model."""
+    model = build_moe(family)
+    sm = fxsym.analyze(model)
+    fxsym.plan(model, sm, ratio=0.5, scope="uniform").apply(model, sm)
+    experts = model.model.layers[0].mlp.experts
+    assert experts.gate_up_proj.shape == (4, 32, 32)  # E constant, 2I and H halved
+    assert experts.down_proj.shape == (4, 32, 16)
+    assert not getattr(model.config, "fxsym_nonuniform", None)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
