@@ -3,9 +3,9 @@ oracles — permutation, shrink runs, shrink values.
 
 The default suite runs :data:`DEFAULT` nets; ``pytest -m zoo`` runs the rest of :data:`ZOO`. A net
 may have no group (every size pinned) — the oracles then report "not checked", which passes —
-but no oracle may fail. The forms of issue 19 whose fix is not in yet run as strict xfails,
-each naming its section; a fix makes them pass, which fails the suite until they are moved
-into the plain draw.
+but no oracle may fail. The forms of issue 19 (branches and values on sizes, sizes merged
+from the input's shape, caches) are put into ten more nets each; the value oracle is the one
+that fails on the branch and value forms when the analysis keeps a group a guard read.
 """
 
 from __future__ import annotations
