@@ -2,7 +2,8 @@
 into 3-D parameters, ``experts.gate_up_proj`` ``[E, 2I, H]`` and ``experts.down_proj``
 ``[E, H, I]``, read per routed token by ``gate_up_proj[expert_ids]`` (the ``batched_mm``
 experts kernel fxsym traces). The expert FFN width ``I`` (alike in every expert) is a group per
-layer; shared experts are plain MLPs.
+layer (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE, PhiMoE); shared experts are plain MLPs.
+The number of experts is still constant: the router's ``topk`` pins it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 _BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=100, max_position_embeddings=64, num_experts_per_tok=2)
 
-#: model_type -> (config overrides, experts, intermediate field)
+#: model_type -> config overrides
 MOE: dict[str, dict[str, Any]] = {
     "mixtral": dict(_BASE, intermediate_size=32, num_local_experts=4),
     "qwen3_moe": dict(_BASE, head_dim=16, moe_intermediate_size=32, intermediate_size=48,
@@ -30,7 +31,11 @@ MOE: dict[str, dict[str, Any]] = {
     "qwen2_moe": dict(_BASE, moe_intermediate_size=32, intermediate_size=48,
                       shared_expert_intermediate_size=24, num_experts=4, decoder_sparse_step=1),
     "olmoe": dict(_BASE, intermediate_size=32, num_experts=4),
+    "granitemoe": dict(_BASE, intermediate_size=32, num_local_experts=4),
+    "phimoe": dict(_BASE, intermediate_size=32, num_local_experts=4),
 }
+#: where a family keeps a layer's experts, if not at ``mlp.experts``
+EXPERTS = {"granitemoe": "block_sparse_moe.experts"}
 
 
 def build_moe(model_type: str) -> nn.Module:
@@ -44,17 +49,18 @@ def test_expert_ffn_width_is_a_group_per_layer(family: str) -> None:
     model = build_moe(family)
     inputs = resolve_example_inputs(model, None)
     sm = assert_oracles(model, inputs, min_groups=3)
-    widths = [group_with(sm, f"model.layers.{i}.mlp.experts", "gate_up_proj:1") for i in (0, 1)]
+    path = EXPERTS.get(family, "mlp.experts")
+    widths = [group_with(sm, f"model.layers.{i}.{path}", "gate_up_proj:1") for i in (0, 1)]
     assert widths[0].name != widths[1].name
     for i, width in enumerate(widths):
-        experts = f"model.layers.{i}.mlp.experts"
+        experts = f"model.layers.{i}.{path}"
         assert width.size == 32
         assert {(experts, "gate_up_proj:1"), (experts, "down_proj:2")} <= set(width.members)
     fxsym.resize(model, sm, {widths[0].name: 16})
-    experts = model.model.layers[0].mlp.experts
+    experts = model.get_submodule(f"model.layers.0.{path}")
     assert experts.gate_up_proj.shape[1:] == (32, 64)
     assert experts.down_proj.shape[1:] == (64, 16)
-    assert model.model.layers[1].mlp.experts.down_proj.shape[2] == 32
+    assert model.get_submodule(f"model.layers.1.{path}").down_proj.shape[2] == 32
     with torch.no_grad():
         assert model(**inputs).logits.shape[-1] == 100
 
