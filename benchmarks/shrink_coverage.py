@@ -66,7 +66,7 @@ HF: dict[str, dict[str, Any]] = {
                         first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=16,
                         qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16),
     "jamba": dict(_DECODER, num_experts=4, attn_layer_period=2, attn_layer_offset=1,
-                  expert_layer_period=2, expert_layer_offset=1, use_mamba_kernels=False,
+                  expert_layer_period=2, expert_layer_offset=1,
                   mamba_d_state=8),
 }
 
@@ -124,7 +124,7 @@ def _timm(name: str) -> Built:
     import timm
 
     size = TIMM.get(name, 224)
-    kwargs = {"img_size": size} if size != 224 and not name.startswith(("ghost", "res")) else {}
+    kwargs: dict[str, Any] = {"img_size": size} if size != 224 and not name.startswith(("ghost", "res")) else {}
     model = timm.create_model(name, pretrained=False, **kwargs)
     return model.eval(), (torch.randn(1, 3, size, size),)
 
