@@ -207,8 +207,8 @@ def report(spec: str, seeds: tuple[int, ...]) -> list[Any]:
         count = sum(after[k][0] < before[k][0] for k in before)
         shrunk = f"{count / len(before):.2f} ({count}/{len(before)})" if before else "-"
         if fused:
-            kept = sum(after[k][1] < before[k][1] for k in fused)  # type: ignore[operator]
-            experts = f"{kept}/{len(fused)}"
+            fewer = sum(after[k][1] < before[k][1] for k in fused)  # type: ignore[operator]
+            experts = f"{fewer}/{len(fused)}"
         if groups:
             try:
                 out = run_model(clone, inputs, sm.output_contract)
