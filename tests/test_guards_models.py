@@ -54,24 +54,28 @@ def test_edgenext_heads_merged_back_by_the_inputs_channels() -> None:
     assert merged, sm.trace_report  # the others are pinned before for other reasons
 
 
+@pytest.mark.xfail(strict=True, raises=fxsym.StaleStateError, reason=(
+    "ultralytics runs a forward while building the model (its strides), which fills Detect's "
+    "anchors; resize cannot prove them a cache and refuses (issue 19 §4's rule); open issue"))
 def test_yolo11_c2psa_attention() -> None:
     ultralytics = pytest.importorskip("ultralytics")
     torch.manual_seed(0)
     model = ultralytics.YOLO("yolo11n.yaml").model.eval()
     inputs = (torch.randn(1, 3, 64, 64),)
     sm = fxsym.analyze(model, example_inputs=inputs)
-    assert check_permutation(model, sm, inputs, seeds=(0,)).ok
-    # every group halved runs; on a copy never run (check_shrink runs its copy first, and
-    # Detect's anchors, which that run fills, make resize refuse: StaleStateError)
-    small, small_sm = copy.deepcopy((model, sm))
-    fxsym.resize(small, small_sm, {g.name: max(1, g.size // 2) for g in small_sm.groups()})
-    with torch.no_grad():
-        assert small(*inputs)[0].shape == model(*inputs)[0].shape
     attn = [name for name, m in model.named_modules() if type(m).__name__ == "Attention"]
     assert attn
     members = _members(sm)
     for name in attn:
         assert (f"{name}.qkv.conv", "out_channels") not in members
+    # every group halved runs; on a copy never run (check_shrink runs its copy first, and
+    # Detect's anchors, which that run fills, make resize refuse: StaleStateError), taken
+    # before the permutation oracle runs the model
+    small, small_sm = copy.deepcopy((model, sm))
+    assert check_permutation(model, sm, inputs, seeds=(0,)).ok
+    fxsym.resize(small, small_sm, {g.name: max(1, g.size // 2) for g in small_sm.groups()})
+    with torch.no_grad():
+        assert small(*inputs)[0].shape == model(*inputs)[0].shape
 
 
 def test_unet_upsample_assert_and_numel() -> None:
