@@ -3,8 +3,10 @@ by a symbol it holds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 import fxsym
@@ -74,3 +76,19 @@ def stale_sizes(model: nn.Module) -> list[tuple[str, str, int, int]]:
                     if getattr(mod, attr) != mod.weight.shape[d]:
                         out.append((name, attr, getattr(mod, attr), mod.weight.shape[d]))
     return out
+
+
+class ReadThrough(nn.Module):
+    """``c1``'s 8 channels read whole by ``c3`` and through ``op`` by ``c2`` (a lazy conv, so
+    ``op`` may change the channel count)."""
+
+    def __init__(self, op: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.op = op
+        self.c1 = nn.Conv2d(3, 8, 1)
+        self.c2 = nn.LazyConv2d(4, 1)
+        self.c3 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c1(x)
+        return self.c2(self.op(h)) + self.c3(h)

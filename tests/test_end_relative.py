@@ -17,7 +17,7 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
+from helpers import ReadThrough
 
 import fxsym
 from fxsym.oracles import check_permutation, check_shrink, check_values
@@ -37,21 +37,6 @@ def _free_entries(sm: fxsym.SymMap, qualname: str, symbol: str) -> list[int]:
             out += range(offset, offset + seg.units * seg.block)
         offset += seg.units * seg.block
     return out
-
-
-class ReadThrough(nn.Module):
-    """``c1``'s channels read whole by ``c3`` and through ``op`` by ``c2``."""
-
-    def __init__(self, op: Op) -> None:
-        super().__init__()
-        self.op = op
-        self.c1 = nn.Conv2d(3, 8, 1)
-        self.c2 = nn.LazyConv2d(4, 1)
-        self.c3 = nn.Conv2d(8, 4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.c1(x)
-        return self.c2(self.op(h)) + self.c3(h)
 
 
 ALL = list(range(8))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import torch
+from helpers import ReadThrough
 from torch import nn
 
 import fxsym
@@ -218,21 +219,6 @@ def test_shrink_oracle_checks_every_members_size() -> None:
 
 
 # -- the value oracle: dropping units equals zeroing them where they are read -----------------
-
-class ReadThrough(nn.Module):
-    """``c1``'s 8 channels read whole by ``c3`` and through ``op`` by ``c2``."""
-
-    def __init__(self, op: Any) -> None:
-        super().__init__()
-        self.op = op
-        self.c1 = nn.Conv2d(3, 8, 1)
-        self.c2 = nn.LazyConv2d(4, 1)
-        self.c3 = nn.Conv2d(8, 4, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.c1(x)
-        return self.c2(self.op(h)) + self.c3(h)
-
 
 def _wrong_symmap(traced: Any, run: Any) -> tuple[nn.Module, fxsym.SymMap, tuple[Any, ...]]:
     """A SymMap that is wrong the way a rule's mistake makes it: analyzed while the model
