@@ -160,6 +160,47 @@ def test_groupnorm_group_straddling_a_concatenation_stays_whole() -> None:
     torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
 
 
+class NormedConcatGN(nn.Module):
+    """A diffusers up block's skip: two branches, each under a GroupNorm of its own, then
+    concatenated under one GroupNorm (64 channels in norm groups of 8, 32 in norm groups of 4,
+    96 in norm groups of 12)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 64, 1)
+        self.norm_a = nn.GroupNorm(8, 64)
+        self.b = nn.Conv2d(3, 32, 1)
+        self.norm_b = nn.GroupNorm(8, 32)
+        self.norm = nn.GroupNorm(8, 96)
+        self.out = nn.Conv2d(96, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.a(x), self.b(x)
+        h = torch.cat([a + self.norm_a(a), b + self.norm_b(b)], dim=1)
+        return self.out(self.norm(h))
+
+
+def test_straddled_norm_group_cuts_each_branch_where_all_its_norms_allow() -> None:
+    """The norm group of 12 over channels 60-71 straddles the concatenation inside one of
+    ``a``'s norm groups of 8 (56-63): ``a`` keeps its channels 48-63 constant (every
+    position a norm group of both norms starts at: 0, 24, 48) and its first 48 change 24 at a
+    time; ``b`` keeps 0-7 constant and changes 12 at a time (a norm group of 12 and three of
+    4). It used to pin ``a`` whole."""
+    model = NormedConcatGN().double().eval()
+    sm = assert_oracles(model, _inputs(), min_groups=2)
+    a, b = _group(sm, ("a", "out_channels")), _group(sm, ("b", "out_channels"))
+    assert (a.size, a.unit, b.size, b.unit) == (2, 24, 2, 12)
+    resized = copy.deepcopy(model)
+    fxsym.resize(resized, fxsym.analyze(resized, example_inputs=_inputs()),
+                 {a.name: torch.tensor([1]), b.name: torch.tensor([1])})
+    assert (resized.a.out_channels, resized.b.out_channels) == (40, 20)
+    assert (resized.norm_a.num_groups, resized.norm_b.num_groups) == (5, 5)
+    assert (resized.norm.num_groups, resized.norm.num_channels) == (5, 60)
+    x = _inputs()[0]
+    expected = _zeroed_reader(model, "out", [*range(24), *range(72, 84)])(x)
+    torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_functional_group_norm_ties_num_groups() -> None:
     model = ConvFunctionalGN().double().eval()
     sm = assert_oracles(model, _inputs())

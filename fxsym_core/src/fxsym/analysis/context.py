@@ -37,6 +37,17 @@ class AnalysisState(Protocol):
                                node: torch.fx.Node) -> bool: ...
 
 
+def _aligned_cut(start: int, length: int, run: int, per: int) -> tuple[int, int] | None:
+    """Where a segment of ``length`` entries, laid at ``start`` in a dim cut in runs of
+    ``run`` entries, in units of ``per`` entries of its group, can change by whole runs: the
+    entries to keep constant at its head and at its tail, so that the free part between them
+    starts and ends both at a run boundary and at a unit boundary (``None``: no free part)."""
+    bounds = [p for p in range(0, length + 1, per) if (start + p) % run == 0]
+    if len(bounds) < 2:
+        return None
+    return bounds[0], length - bounds[-1]
+
+
 class Unsupported(Exception):
     """Raised by an op rule that cannot prove how its node maps dimensions."""
 
@@ -152,9 +163,12 @@ class OpContext:
         whose parts are not whole runs), the entries of each group inside that run are cut
         off as a constant block (:meth:`GroupTable.split`): the straddling run is always kept
         whole, and every other run stays where a resize puts it, since the free blocks
-        around it change by whole runs. A group too small to hold a free run, or whose units
-        a cut would fall inside, is pinned. Returns whether the dim could be cut in runs (else
-        it is pinned, with a reason naming ``what``)."""
+        around it change by whole runs. Where the run's boundary falls inside a unit of the
+        group (a branch of 64 channels whose own norm groups are 8, under norm groups of 12),
+        the constant block reaches the nearest position that is a boundary of both (48): its
+        free block starts and ends on both. A group with no such free block is pinned.
+        Returns whether the dim could be cut in runs (else it is pinned, with a reason naming
+        ``what``)."""
         size = dim_size(dim)
         if units <= 0 or size % units:
             self.fix(dim, f"{what}: {size} entries do not make {units} equal groups")
@@ -177,9 +191,11 @@ class OpContext:
             seg, head, tail = todo
             root = table.find(seg.group)  # type: ignore[arg-type]
             per = seg.length // table.units[root]
-            if head + tail >= seg.length or head % per or tail % per:
+            cut = _aligned_cut(offset - seg.length, seg.length, run, per)
+            if cut is None:
                 table.fix(root, why)
                 continue
+            head, tail = cut
             parts = [p // per for p in (head, seg.length - head - tail, tail) if p]
             try:
                 blocks = table.split(root, parts)
