@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .tracer.report import TraceReport
 
 __all__ = [
+    "DepthGroup",
     "GroupAnalysis",
     "GroupIndex",
     "Segment",
@@ -430,6 +431,36 @@ class SymGroup:
     same_size: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class DepthGroup:
+    """A model's depth as a group: a ``ModuleList`` (or ``Sequential``) whose blocks the
+    analysis proved residual, each unit one block (see :mod:`fxsym.analysis.depth`).
+
+    Its units are modules, not slices of tensors, so it is not a :class:`SymGroup` and is
+    not in :meth:`SymMap.groups`: :meth:`SymMap.depth_groups` lists it. :func:`fxsym.resize`
+    takes its ``name`` like a group's: ``{"model.layers.depth": [0, 1, 3]}`` keeps those
+    blocks, in that order, and renumbers them.
+
+    ``container`` is the list's qualified name, ``blocks`` its children's, in order.
+    ``positions`` are ``(path inside a block, attribute)`` of the int attributes that count
+    the blocks (``layer_idx``: block ``i`` holds ``i`` there, in every block), set to each kept
+    block's new position. ``feature_dim`` is the dim of the residual stream holding its
+    features (the dim the block importance compares along). ``varying_inputs`` describes the
+    values, other than the stream, that the blocks read but not all alike (one attention mask
+    for some blocks, another for others): which block reads which is chosen by position, and a
+    resize needs a plugin that makes the choice follow the kept blocks (the hf plugin's
+    per-layer config lists).
+    """
+
+    name: str
+    container: str
+    size: int
+    blocks: tuple[str, ...]
+    positions: tuple[tuple[str, str], ...] = ()
+    feature_dim: int = -1
+    varying_inputs: tuple[str, ...] = ()
+
+
 #: ``(module_qualname, symbol_name)``; a parameter member is ``(owner, "name:dim")``
 SymbolKey = tuple[str, str]
 
@@ -529,6 +560,8 @@ class GroupAnalysis:
     #: each group's entries lie in every tensor, which the value oracle reads to find the ops
     #: that read a group (:func:`fxsym.oracles.check_values`)
     node_layouts: Mapping[str, Any] = field(default_factory=dict)
+    #: the depth groups (:class:`DepthGroup`): stacks of blocks proven residual
+    depth_groups: tuple[DepthGroup, ...] = ()
 
 
 class SymMap:
@@ -767,6 +800,18 @@ class SymMap:
     def groups(self) -> list[SymGroup]:
         """The searchable cross-layer groups found by :func:`fxsym.analyze`, in graph order."""
         return [] if self._analysis is None else list(self._analysis.groups)
+
+    def depth_groups(self) -> list[DepthGroup]:
+        """The depth groups found by :func:`fxsym.analyze` (stacks of residual blocks whose
+        blocks may be dropped), in module order; not among :meth:`groups`."""
+        return [] if self._analysis is None else list(self._analysis.depth_groups)
+
+    def depth_group(self, name: str) -> DepthGroup:
+        """The depth group called ``name``; ``KeyError`` if there is none."""
+        for g in self.depth_groups():
+            if g.name == name:
+                return g
+        raise KeyError(name)
 
     def group(self, name: str) -> SymGroup:
         for g in self.groups():

@@ -100,6 +100,14 @@ class HuggingFacePlugin:
             configs.update_config(model, sizes, configs.attributes_read(symmap))
 
     @fxsym.hookimpl
+    def fxsym_after_depth(self, model: Any, group: Any, kept: Any) -> list[str] | None:
+        if _transformers_imported() and isinstance(model, nn.Module):
+            from .depth import update_config_depth
+
+            return update_config_depth(model, group, kept)
+        return None
+
+    @fxsym.hookimpl
     def fxsym_save_files(self, model: Any, plan: Any) -> dict[str, bytes] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             return checkpoint.save_files(model)

@@ -14,6 +14,7 @@ from ..tracer import trace_deferred
 from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import ReportEntry, TraceReport
 from .analyzer import Analyzer, analyze_graph
+from .depth import find_depth_groups
 from .groups import GroupTable
 from .layout import SizeLayout, TensorLayout
 from .outputs import Contract, normalize_contract
@@ -55,6 +56,7 @@ def analyze(
         analyzer = analyze_graph(gm, symmap, report, contract, strict)
         _finish(symmap, analyzer)
         _mark_details(analyzer)
+        _find_depth(model, gm, symmap, report)
         if not symmap.groups():
             analyzer.explain_no_group()
         symmap.trace_report = report
@@ -62,6 +64,15 @@ def analyze(
         symmap.graph_module = gm
         symmap.output_contract = analyzer.contract
         return symmap
+
+
+def _find_depth(model: nn.Module, gm: Any, symmap: SymMap, report: TraceReport) -> None:
+    """Attach the depth groups (:mod:`.depth`) to the analysis ``symmap`` holds."""
+    analysis = symmap.analysis
+    assert analysis is not None
+    depth = find_depth_groups(model, gm.graph, analysis.node_layouts, analysis.table, report)
+    if depth:
+        symmap.attach_analysis(dataclasses.replace(analysis, depth_groups=depth))
 
 
 def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:

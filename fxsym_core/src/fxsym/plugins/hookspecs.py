@@ -3,7 +3,8 @@
 Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 
 * *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context``,
-  ``fxsym_after_resize`` and ``fxsym_save_files`` call every plugin. Each plugin gets its own
+  ``fxsym_after_resize``, ``fxsym_after_depth`` and ``fxsym_save_files`` call every plugin.
+  Each plugin gets its own
   ``register`` callable, so conflicts and ``fxsym plugins`` name the distribution behind each
   contribution;
 * *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_example_inputs``,
@@ -136,6 +137,20 @@ def fxsym_after_resize(model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
       symbol and parameter member (``(owner, "name:dim")``) whose dimension the resize
       changed. Symbols a leaf's resize rule resizes inside it (:attr:`fxsym.Symbol.covers`)
       are not listed: read the resized modules.
+    """
+
+
+@hookspec
+def fxsym_after_depth(model: Any, group: Any, kept: Any) -> Any:
+    """Bring what describes ``model`` up to date after :func:`fxsym.resize` dropped blocks of
+    the depth group ``group`` (a :class:`~fxsym.symbols.DepthGroup`); ``kept`` is the list of
+    the old positions kept, in order (block ``kept[j]`` is now block ``j``).
+
+    Called inside the resize's transaction, after the blocks were dropped and renumbered,
+    with the same rules as ``fxsym_after_resize`` (bind new objects; a raise disables the
+    plugin and restores the model). Return the names of what selects a value per block
+    that the plugin made follow the kept blocks (a Hugging Face config's ``layer_types``),
+    or ``None``: a group with ``varying_inputs`` is dropped only if some plugin names one.
     """
 
 

@@ -44,6 +44,7 @@ from ..symbols import (
     set_attribute,
 )
 from .declared import plan_declared
+from .depth import depth_choices, drop_blocks
 from .helpers import keep_entries, l1_scores
 
 Choice = Any  # int | Sequence[int] | torch.Tensor
@@ -54,7 +55,9 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
 
     ``choices`` maps a group name to the indices to keep, in that order (a list or a 1-D
     integer tensor), or to an int: keep that many entries, the ones with the largest L1 norm
-    of their producers' weights, in their original order.
+    of their producers' weights, in their original order. A depth group's name
+    (:meth:`SymMap.depth_groups`) maps to the blocks to keep, increasing
+    (:mod:`fxsym.resizing.depth`); they are dropped after the other groups are resized.
     """
     if symmap.model is not model:
         raise ResizeError("this SymMap was computed for another model; call fxsym.analyze(model)")
@@ -62,6 +65,9 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         raise ResizeError("the model was resized since this SymMap was computed; analyze again")
     if not isinstance(choices, Mapping):
         raise ResizeError(f"choices must be a mapping of group name to indices, got {choices!r}")
+    depth = depth_choices(symmap, choices)
+    if depth:
+        return _resize_with_depth(model, symmap, choices, depth)
     groups = {g.name: g for g in symmap.groups()}
     plans: dict[int, torch.Tensor] = {}
     for name, choice in choices.items():
@@ -113,6 +119,25 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
                 f"rule wrote in place: {', '.join(written)} (rules must replace parameters "
                 "and buffers, never write into them)") from exc
         raise ResizeError(f"resizing {where} failed, model restored: {exc}") from exc
+    symmap.mark_stale()
+    return model
+
+
+def _resize_with_depth(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice],
+                       depth: dict[str, list[int]]) -> nn.Module:
+    """Resize the groups of ``choices``, then drop the blocks ``depth`` says (the width
+    groups' members are named as analyzed, before blocks move), all in one transaction."""
+    width = {k: v for k, v in choices.items() if k not in depth}
+    saved = _snapshot(model)
+    try:
+        if width:
+            resize(model, symmap, width)
+        drop_blocks(model, symmap, depth)
+    except BaseException as exc:
+        _restore(saved)
+        if isinstance(exc, ResizeError) or not isinstance(exc, Exception):
+            raise
+        raise ResizeError(f"dropping blocks failed, model restored: {exc}") from exc
     symmap.mark_stale()
     return model
 

@@ -39,8 +39,8 @@ class TraceReport:
 
     entries: list[ReportEntry] = field(default_factory=list)
 
-    def add(self, kind: str, where: str, message: str) -> None:
-        entry = ReportEntry(kind, where, message)
+    def add(self, kind: str, where: str, message: str, *, detail: bool = False) -> None:
+        entry = ReportEntry(kind, where, message, detail)
         if entry not in self.entries:
             self.entries.append(entry)
 

@@ -1,0 +1,251 @@
+"""Depth as a group: which stacks of blocks are residual, proven on the traced graph.
+
+A ``ModuleList`` (or ``Sequential``) of at least two blocks of one class is a
+:class:`~fxsym.symbols.DepthGroup` when the graph shows, for every block ``i`` (its nodes:
+those whose ``nn_module_stack`` holds the block):
+
+* **in sequence**: the blocks' nodes come one block after the other, and block ``i``'s
+  *stream input* is block ``i - 1``'s output, read by no node outside block ``i`` (so no
+  other block, and no output of the model, sees it);
+* **one output**: exactly one node of the block is read outside it, a tensor;
+* **residual**: that output is the stream input plus terms computed in the block, a chain
+  of additions (``s + a``, ``(s + a) + b``, either operand order) each of the stream's shape
+  and dtype, so that removing the block is replacing it by the identity;
+* **the same group**: the stream input and the output have the same groups dim by dim (the
+  width groups stay valid whichever blocks are kept);
+* **nothing else shared**: a block reads no value computed inside another block besides its
+  stream input, and its forward reads no attribute that counts the blocks (``layer_idx``:
+  renumbered after a drop, it would change what the block computes).
+
+The first block's stream input is the value outside it that starts its chain. Values other
+than the stream that the blocks read (masks, position embeddings) may differ from block to
+block; they are recorded (``DepthGroup.varying_inputs``): which block reads which is chosen
+by position, so a resize needs a plugin to make that choice follow the kept blocks.
+
+A ``ModuleList`` that fails one condition gets a ``depth`` line in the trace report saying
+which and where (a ``Sequential``: a detail line, shown with ``verbose``: most are a conv, a
+norm and an activation, or blocks ending in an activation after their sum); a list whose
+blocks the graph never calls, or whose children are of several classes, is silent.
+
+Imports from fxsym: symbols, tracer.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from ..symbols import DepthGroup, GroupIndex
+from ..tracer.questions import ATTRIBUTE_META
+from ..tracer.report import TraceReport
+from .layout import TensorLayout
+
+__all__ = ["SUFFIX", "find_depth_groups"]
+
+#: a depth group's name is its container's qualified name followed by this
+SUFFIX = ".depth"
+
+_ADDS = {operator.add, operator.iadd, torch.add, torch.Tensor.add}
+
+
+class _NotResidual(Exception):
+    """Why a stack is not a depth group."""
+
+
+def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, Any],
+                      table: GroupIndex, report: TraceReport) -> tuple[DepthGroup, ...]:
+    """The depth groups of ``model`` as traced in ``graph`` (``layouts``: the analysis' node
+    layouts; ``table``: its group table); a ``depth`` report line for each stack refused."""
+    nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    found: list[DepthGroup] = []
+    for qualname, container in model.named_modules():
+        children = list(container.named_children())
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(children) < 2 or len(
+                {type(c) for _, c in children}) != 1:
+            continue
+        names = [f"{qualname}.{k}" if qualname else k for k, _ in children]
+        members = [_block_nodes(nodes, name) for name in names]
+        if not any(members):
+            continue
+        try:
+            found.append(_prove(container, qualname, names, members, order, layouts, table))
+        except _NotResidual as exc:
+            report.add("depth", qualname or "<root>", f"no depth group: {exc}",
+                       detail=not isinstance(container, nn.ModuleList))
+    return tuple(found)
+
+
+def _block_nodes(nodes: Sequence[fx.Node], block: str) -> list[fx.Node]:
+    inside = []
+    prefix = block + "."
+    for n in nodes:
+        stack = n.meta.get("nn_module_stack") or {}
+        if any(path == block or path.startswith(prefix)
+               for path, _ in (v if isinstance(v, tuple) else (k, None)
+                               for k, v in stack.items())):
+            inside.append(n)
+    return inside
+
+
+def _prove(container: nn.Module, qualname: str, names: list[str],
+           members: list[list[fx.Node]], order: Mapping[fx.Node, int],
+           layouts: Mapping[str, Any], table: GroupIndex) -> DepthGroup:
+    for name, inside in zip(names, members, strict=True):
+        if not inside:
+            raise _NotResidual(f"block {name} is not called by the traced forward")
+    for before, after, name in zip(members, members[1:], names[1:], strict=False):
+        if max(order[n] for n in before) > min(order[n] for n in after):
+            raise _NotResidual(f"block {name} runs before the previous block ends: the blocks "
+                               "are not applied one after the other")
+    block_of = {n: i for i, inside in enumerate(members) for n in inside}
+    positions = _positions(container)
+    streams: list[fx.Node] = []
+    outputs: list[fx.Node] = []
+    reads: list[list[fx.Node]] = []
+    for i, (name, inside) in enumerate(zip(names, members, strict=True)):
+        mine = set(inside)
+        out = [n for n in inside if any(u not in mine for u in n.users)]
+        if len(out) != 1 or not isinstance(out[0].meta.get("val"), torch.Tensor):
+            shown = ", ".join(n.name for n in out) or "nothing"
+            raise _NotResidual(f"block {name} passes on {shown}, not one tensor (its output)")
+        external = list(dict.fromkeys(
+            a for n in inside for a in n.all_input_nodes if a not in mine))
+        for a in external:
+            j = block_of.get(a)
+            if j is not None and not (j == i - 1 and a is outputs[-1]):
+                raise _NotResidual(f"block {name} reads {a.name} of block {names[j]}, not "
+                                   "only the previous block's output")
+        for n in inside:
+            where = n.meta.get(ATTRIBUTE_META)
+            if where is not None and _relative(where[0], name) is not None and (
+                    _relative(where[0], name), where[1]) in positions:
+                raise _NotResidual(f"the forward of block {name} reads {where[0]}.{where[1]}, "
+                                   "which counts the blocks: renumbered, the block would "
+                                   "compute something else")
+        if i:
+            if outputs[-1] not in external:
+                raise _NotResidual(f"block {name} does not read the previous block's output")
+            stream = outputs[-1]
+            if not _chain(out[0], stream, mine):
+                raise _NotResidual(f"block {name} is not residual: its output is not its "
+                                   f"input {stream.name} plus terms it computes")
+        else:
+            starts = [a for a in external if _chain(out[0], a, mine)]
+            if len(starts) != 1:
+                raise _NotResidual(f"block {name} is not residual: its output is not one of "
+                                   "its inputs plus terms it computes")
+            stream = starts[0]
+        _same_stream(name, stream, out[0], layouts, table)
+        others = [u.name for u in stream.users if u not in mine]
+        if i and others:
+            raise _NotResidual(f"the output of block {names[i - 1]} is read outside block "
+                               f"{name} too ({', '.join(others)})")
+        streams.append(stream)
+        outputs.append(out[0])
+        reads.append([a for a in external if a is not stream and a.op != "get_attr"])
+    return DepthGroup(name=qualname + SUFFIX, container=qualname, size=len(names),
+                      blocks=tuple(names), positions=tuple(sorted(positions)),
+                      feature_dim=_feature_dim(streams[0], layouts, table),
+                      varying_inputs=_varying(names, reads))
+
+
+def _relative(path: str, block: str) -> str | None:
+    if path == block:
+        return ""
+    return path[len(block) + 1:] if path.startswith(block + ".") else None
+
+
+def _is_add(n: fx.Node) -> bool:
+    if n.op == "call_function" and n.target in _ADDS:
+        return "alpha" not in n.kwargs and len(n.args) == 2
+    return n.op == "call_method" and n.target in ("add", "add_", "__add__", "__iadd__") and (
+        "alpha" not in n.kwargs and len(n.args) == 2)
+
+
+def _chain(out: fx.Node, stream: fx.Node, inside: set[fx.Node]) -> bool:
+    """Whether ``out`` is ``stream`` plus terms computed inside the block, by a chain of
+    additions each keeping ``stream``'s shape and dtype."""
+    ref = stream.meta.get("val")
+    if not isinstance(ref, torch.Tensor):
+        return False
+    cur = out
+    while cur is not stream:
+        val = cur.meta.get("val")
+        if cur not in inside or not _is_add(cur) or not isinstance(val, torch.Tensor) or (
+                val.shape != ref.shape or val.dtype != ref.dtype):
+            return False
+        sides = [a for a in cur.args if isinstance(a, fx.Node) and _reaches(a, stream, inside)]
+        on_chain = [a for a in sides if a is stream or _is_add(a)]
+        if len(sides) != 1 or len(on_chain) != 1:
+            return False
+        cur = on_chain[0]
+    return True
+
+
+def _reaches(node: fx.Node, stream: fx.Node, inside: set[fx.Node]) -> bool:
+    """Whether ``node`` is ``stream`` or an addition of the block with ``stream`` as a
+    direct or chained operand (the other operand, a term, may read the stream anyhow)."""
+    cur: Any = node
+    while isinstance(cur, fx.Node):
+        if cur is stream:
+            return True
+        if cur not in inside or not _is_add(cur):
+            return False
+        nxt = [a for a in cur.args if isinstance(a, fx.Node) and (a is stream or _is_add(a))]
+        if len(nxt) != 1:
+            return any(a is stream for a in nxt)
+        cur = nxt[0]
+    return False
+
+
+def _key(layout: Any, table: GroupIndex) -> Any:
+    if not isinstance(layout, TensorLayout):
+        return None
+    return tuple(tuple((None if s.group is None else table.find(s.group), s.units, s.block)
+                       for s in dim) for dim in layout)
+
+
+def _same_stream(name: str, stream: fx.Node, out: fx.Node, layouts: Mapping[str, Any],
+                 table: GroupIndex) -> None:
+    a, b = _key(layouts.get(stream.name), table), _key(layouts.get(out.name), table)
+    if a is None or a != b:
+        raise _NotResidual(f"block {name}: the groups of its output are not those of its "
+                           f"input {stream.name}")
+
+
+def _feature_dim(stream: fx.Node, layouts: Mapping[str, Any], table: GroupIndex) -> int:
+    """The last dim of the stream holding a group (its features), else the last dim."""
+    key = _key(layouts.get(stream.name), table)
+    if key:
+        for d in range(len(key) - 1, -1, -1):
+            if any(g is not None for g, _, _ in key[d]):
+                return d - len(key)
+    return -1
+
+
+def _positions(container: nn.Module) -> set[tuple[str, str]]:
+    """``(path inside a block, name)`` of the int attributes holding each block's position
+    in every block."""
+    common: set[tuple[str, str]] | None = None
+    for i, block in enumerate(container.children()):
+        here = {(path, name) for path, mod in block.named_modules()
+                for name, value in vars(mod).items()
+                if type(value) is int and value == i and not name.startswith("_")}
+        common = here if common is None else common & here
+    return common or set()
+
+
+def _varying(names: list[str], reads: list[list[fx.Node]]) -> tuple[str, ...]:
+    first = reads[0]
+    out = []
+    for name, mine in zip(names[1:], reads[1:], strict=True):
+        if mine != first:
+            a = ", ".join(n.name for n in first)
+            b = ", ".join(n.name for n in mine)
+            out.append(f"{names[0]} reads {a}; {name} reads {b}")
+    return tuple(out)

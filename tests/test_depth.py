@@ -1,0 +1,209 @@
+"""Depth as a symbol (issue 22 §3): a ModuleList of blocks the analysis proves residual is a
+depth group whose units are the blocks; dropping a block equals replacing it by the identity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import fxsym
+
+
+class Residual(nn.Module):
+    def __init__(self, width: int = 8, out: int | None = None) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, out or width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.relu(self.fc(self.norm(x)))
+
+
+class Plain(nn.Module):
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+class Stack(nn.Module):
+    def __init__(self, blocks: list[nn.Module], width: int = 8, last: int = 8) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, width)
+        self.blocks = nn.ModuleList(blocks)
+        self.out = nn.Linear(last, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.out(h)
+
+
+INPUTS = (torch.randn(2, 5, 4),)
+
+
+def _reason(sm: fxsym.SymMap, where: str) -> str:
+    lines = [e.message for e in sm.trace_report.of_kind("depth") if e.where == where]
+    assert lines, sm.trace_report.format()
+    return lines[0]
+
+
+def test_residual_stack_is_a_depth_group() -> None:
+    sm = fxsym.analyze(Stack([Residual() for _ in range(4)]), example_inputs=INPUTS)
+    (g,) = sm.depth_groups()
+    assert g.name == "blocks.depth"
+    assert g.container == "blocks"
+    assert g.size == 4
+    assert g.blocks == ("blocks.0", "blocks.1", "blocks.2", "blocks.3")
+    assert sm.depth_group("blocks.depth") is g
+    assert [x.name for x in sm.groups()]  # width groups unchanged
+    assert all("depth" not in x.name for x in sm.groups())
+
+
+def test_non_residual_stack_has_no_depth_group() -> None:
+    sm = fxsym.analyze(Stack([Plain() for _ in range(3)]), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert "not residual" in _reason(sm, "blocks")
+
+
+def test_a_block_changing_width_has_no_depth_group() -> None:
+    class Block(nn.Module):
+        def __init__(self, width: int, out: int) -> None:
+            super().__init__()
+            self.fc = nn.Linear(width, out)
+            self.repeat = out // width
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.repeat == 1:
+                return x + self.fc(x)
+            return torch.cat([x] * self.repeat, -1) + self.fc(x)
+
+    blocks = [Block(8, 8), Block(8, 16), Block(16, 16)]
+    sm = fxsym.analyze(Stack(blocks, last=16), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert "blocks.1" in _reason(sm, "blocks")
+
+
+def test_a_sequential_of_layers_is_silent() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x)
+
+    sm = fxsym.analyze(Net(), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert not [e for e in sm.trace_report.entries if e.kind == "depth"]
+
+
+def test_blocks_not_applied_in_sequence_have_no_depth_group() -> None:
+    class Parallel(Stack):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.inp(x)
+            return self.out(sum(b(h) for b in self.blocks))
+
+    sm = fxsym.analyze(Parallel([Residual() for _ in range(3)]), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert "previous block's output" in _reason(sm, "blocks")
+
+
+def test_a_block_output_read_elsewhere_has_no_depth_group() -> None:
+    class Dense(Stack):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.inp(x)
+            first = self.blocks[0](h)
+            h = first
+            for b in self.blocks[1:]:
+                h = b(h)
+            return self.out(h + first)
+
+    sm = fxsym.analyze(Dense([Residual() for _ in range(3)]), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert "blocks.0" in _reason(sm, "blocks")
+
+
+def test_a_block_reading_its_position_has_no_depth_group() -> None:
+    class Counted(Residual):
+        def __init__(self, idx: int) -> None:
+            super().__init__()
+            self.layer_idx = idx
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + torch.relu(self.fc(x)) * (self.layer_idx + 1)
+
+    sm = fxsym.analyze(Stack([Counted(i) for i in range(3)]), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert "layer_idx" in _reason(sm, "blocks")
+
+
+def _identity_for(model: nn.Module, container: str, dropped: list[int]) -> list[object]:
+    blocks = model.get_submodule(container)
+    return [blocks[i].register_forward_hook(lambda m, a, o: a[0]) for i in dropped]
+
+
+@pytest.mark.parametrize("kept", [[0, 2, 3], [1], [0, 3]])
+def test_dropping_blocks_equals_skipping_them(kept: list[int]) -> None:
+    torch.manual_seed(0)
+    model = Stack([Residual() for _ in range(4)]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    ref_model = Stack([Residual() for _ in range(4)]).eval()
+    ref_model.load_state_dict(model.state_dict())
+    order = sorted(kept)
+    _identity_for(ref_model, "blocks", [i for i in range(4) if i not in kept])
+    with torch.no_grad():
+        ref = ref_model(*INPUTS)
+    fxsym.resize(model, sm, {"blocks.depth": kept})
+    assert len(model.blocks) == len(kept)
+    assert sm.is_stale
+    with torch.no_grad():
+        torch.testing.assert_close(model(*INPUTS), ref)
+    assert [n for n, _ in model.named_parameters() if n.startswith("blocks.")][-1].startswith(
+        f"blocks.{len(order) - 1}.")
+
+
+def test_position_attributes_are_renumbered() -> None:
+    class Counted(Residual):
+        def __init__(self, idx: int) -> None:
+            super().__init__()
+            self.layer_idx = idx
+            self.inner = nn.Identity()
+            self.inner.layer_idx = idx  # type: ignore[assignment]
+            self.width = 8
+
+    model = Stack([Counted(i) for i in range(4)])
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    (g,) = sm.depth_groups()
+    assert set(g.positions) == {("", "layer_idx"), ("inner", "layer_idx")}
+    fxsym.resize(model, sm, {"blocks.depth": [1, 3]})
+    assert [b.layer_idx for b in model.blocks] == [0, 1]
+    assert [b.inner.layer_idx for b in model.blocks] == [0, 1]
+    assert [b.width for b in model.blocks] == [8, 8]
+
+
+def test_bad_depth_choices_touch_nothing() -> None:
+    model = Stack([Residual() for _ in range(3)])
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for bad in ([], [0, 0], [5], [1.5], [2, 0], 2):
+        with pytest.raises(fxsym.ResizeError):
+            fxsym.resize(model, sm, {"blocks.depth": bad})
+    assert len(model.blocks) == 3
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_depth_and_width_in_one_resize() -> None:
+    torch.manual_seed(0)
+    model = Stack([Residual() for _ in range(3)]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    width = sm.groups()[0].name
+    fxsym.resize(model, sm, {width: 4, "blocks.depth": [0, 2]})
+    assert len(model.blocks) == 2
+    assert model.blocks[1].fc.in_features == 4
+    with torch.no_grad():
+        assert model(*INPUTS).shape == (2, 5, 3)
