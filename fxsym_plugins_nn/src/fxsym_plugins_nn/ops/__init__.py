@@ -1,0 +1,149 @@
+"""Op rules for torch functions, tensor methods and Python operators.
+
+Each rule reads the input layouts from an :class:`fxsym.analysis.OpContext` and returns the
+layout of the node's value. Where a mapping cannot be proven from the trace-time shapes the
+rule raises through ``ctx.unsupported``: the node becomes a boundary, never a guess.
+
+The rules live in one module per concern, each stating what it proves: :mod:`.elementwise`
+(broadcasting), :mod:`.sizes` (ints read from shapes), :mod:`.creation` (new tensors),
+:mod:`.order` (reductions and order-dependent ops), :mod:`.pieces` (concatenations and cuts),
+:mod:`.linear_sizes` (sizes as linear forms in kept units), :mod:`.views` (reshape algebra),
+:mod:`.slicing` (indexing and slice bounds), :mod:`.spatial` (pooling, padding, shuffles),
+:mod:`.contractions` (matmul, einsum, attention) and :mod:`.functional` (the module
+families' functional forms). :func:`register_op_rules` is the table: which rule each target
+gets (a target registered twice keeps the later rule).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .common import OpTarget, Rule
+from .contractions import add_matmul, einsum, matmul, sdpa
+from .creation import constant_fill, creation
+from .elementwise import (
+    ELEMENTWISE_FUNCS,
+    ELEMENTWISE_METHODS,
+    UNARY_FUNCS,
+    UNARY_METHODS,
+    elementwise,
+    same_as_input,
+)
+from .functional import conv_fn, embedding_fn, group_norm_fn, linear_fn, norm_fn
+from .order import reduce_rule, reduction, register_order_rules
+from .pieces import concat, split, stack
+from .sizes import not_a_tensor, numel, size
+from .slicing import getattr_rule, getitem
+from .spatial import interpolate, pad, patch_merging_pad, pixel_shuffle, trailing_spatial
+from .views import (
+    expand,
+    matrix_transpose,
+    permute,
+    reshape_as_value,
+    squeeze,
+    transpose,
+    unsqueeze,
+    view,
+)
+
+
+def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
+    """Register every rule of this module with fxsym (called from the plugin hook)."""
+    t: OpTarget
+    for f in ELEMENTWISE_FUNCS:
+        register(f, elementwise)
+    for m in ELEMENTWISE_METHODS:
+        register(m, elementwise)
+    for f in dict.fromkeys(UNARY_FUNCS):
+        register(f, same_as_input)
+    for m in dict.fromkeys(UNARY_METHODS):
+        register(m, same_as_input)
+    for t in (torch.sum, torch.mean, torch.amax, torch.amin, torch.prod, torch.logsumexp,
+              torch.all, torch.any, torch.nansum, torch.nanmean, "sum", "mean", "amax", "amin",
+              "prod", "logsumexp", "all", "any", "nansum", "nanmean"):
+        register(t, reduction)
+    register_order_rules(register)
+    register(torch.cat, concat)
+    register(torch.concat, concat)
+    register(torch.concatenate, concat)
+    register(torch.stack, stack)
+    for t in (torch.split, torch.chunk, torch.unbind, "split", "chunk", "unbind"):
+        register(t, split)
+    for t in ("view", "reshape", torch.reshape):
+        register(t, view)
+    for t in (torch.flatten, "flatten", "unflatten", torch.unflatten, "view_as", "reshape_as"):
+        register(t, reshape_as_value)
+    for t in (torch.permute, "permute"):
+        register(t, permute)
+    for t in (torch.transpose, "transpose", torch.swapaxes, "swapaxes", "swapdims"):
+        register(t, transpose)
+    for t in (torch.t, "t"):
+        register(t, matrix_transpose)
+    for t in (torch.unsqueeze, "unsqueeze"):
+        register(t, unsqueeze)
+    for t in (torch.squeeze, "squeeze"):
+        register(t, squeeze)
+    for t in ("expand", "expand_as", "repeat", torch.broadcast_to, "broadcast_to"):
+        register(t, expand)
+    register("size", size)
+    for t in ("numel", "nelement", torch.numel):
+        register(t, numel)
+    for t in ("dim", "element_size", "is_contiguous",
+              "is_floating_point", "tolist", "item", operator.not_, operator.is_,
+              operator.is_not, len, isinstance, math.prod):
+        register(t, not_a_tensor)
+    for t in (torch.empty, torch.rand, torch.randn, torch.tensor, torch.zeros_like,
+              torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
+              torch.randn_like, "new_empty", "new_tensor", "bernoulli_", "uniform_", "normal_",
+              "bernoulli", torch.bernoulli):
+        register(t, creation)
+    for t in (torch.zeros, torch.ones, torch.full, "new_zeros", "new_ones", "new_full"):
+        register(t, constant_fill)
+    for k, fs in {
+        1: (F.max_pool1d, F.avg_pool1d, F.adaptive_avg_pool1d, F.adaptive_max_pool1d,
+            F.lp_pool1d),
+        2: (F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d, F.adaptive_max_pool2d,
+            F.lp_pool2d, F.max_pool2d_with_indices, torch.max_pool2d, torch.avg_pool1d,
+            torch._C._nn.avg_pool2d, torch._C._nn.adaptive_avg_pool2d),
+        3: (F.max_pool3d, F.avg_pool3d, F.adaptive_avg_pool3d, F.adaptive_max_pool3d),
+    }.items():
+        for f in fs:
+            register(f, trailing_spatial(k))
+    register(F.interpolate, interpolate)
+    register(F.pad, pad)
+    # stochastic depth drops whole samples: channels pass through
+    register("torchvision.ops.stochastic_depth.stochastic_depth", same_as_input)
+    register("torchvision.models.swin_transformer._patch_merging_pad", patch_merging_pad)
+    register(operator.getitem, getitem)
+    register(getattr, getattr_rule)
+    register(F.linear, linear_fn)
+    register(F.embedding, embedding_fn)
+    for t in (torch.var_mean, torch.std_mean):  # (var, mean): both reduce the same dims
+        register(t, reduce_rule(keepdim_at=3))
+    for t in (torch.matmul, operator.matmul, torch.bmm, torch.mm, "matmul", "bmm", "mm",
+              "__matmul__"):
+        register(t, matmul)
+    for t in (torch.addmm, torch.baddbmm, "addmm", "baddbmm"):
+        register(t, add_matmul)
+    register(torch.einsum, einsum)
+    for t in (F.conv1d, F.conv2d, F.conv3d):
+        register(t, conv_fn)
+    for t in (F.pixel_shuffle, F.pixel_unshuffle, torch.pixel_shuffle, torch.pixel_unshuffle):
+        register(t, pixel_shuffle)
+    register(F.scaled_dot_product_attention, sdpa)
+    register(F.layer_norm, norm_fn(None, [(2, "weight"), (3, "bias")]))
+    register(F.batch_norm, norm_fn(1, [(1, "running_mean"), (2, "running_var"),
+                                       (3, "weight"), (4, "bias")]))
+    register(F.group_norm, group_norm_fn)
+    register(F.instance_norm, norm_fn(1, [(1, "running_mean"), (2, "running_var"),
+                                          (3, "weight"), (4, "bias")]))
+
+
+__all__ = ["register_op_rules"]
+

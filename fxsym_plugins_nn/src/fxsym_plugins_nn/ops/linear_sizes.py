@@ -1,0 +1,210 @@
+"""Sizes as linear forms in the kept units of groups, and when a size keeps following a dim.
+
+A :data:`LinearSize` is ``(fixed entries, {same-size class: entries per kept unit})``. A dim's
+size is one (:func:`linear_size_of_dim`), and so is an int computed with ``+ - *`` from
+numbers, sizes read from dims and module attributes (:func:`linear_size_of_int`). Two sizes
+whose forms are equal stay equal under every resize: that is what lets a reshape by a traced
+size or a slice bounded by one keep its group. :func:`tie_part_to_bound` makes a part of a dim
+follow a bound where it can (an attribute becomes a member of the group, updated by resize; a
+size from another producer joins a same-size class).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxsym.analysis import (
+    Dim,
+    OpContext,
+    SizeLayout,
+    dim_size,
+)
+
+
+def _size_per_kept_unit(ctx: OpContext, dim: Dim) -> tuple[int, dict[int, int]]:
+    """A dim's size as a function of its groups' kept units: fixed entries, and entries per
+    kept unit of each group (groups that keep equal numbers of units counted as one)."""
+    fixed = 0
+    per: dict[int, int] = {}
+    table = ctx.table
+    for seg in dim:
+        if seg.group is None or table.is_constant(seg.group):
+            fixed += seg.length
+            continue
+        root = table.find(seg.group)
+        key = min(table.same_size(root))
+        per[key] = per.get(key, 0) + seg.length // table.units[root]
+    return fixed, per
+
+
+def keeps_size(ctx: OpContext, a: Dim, b: Dim, factor: int = 1) -> bool:
+    """Whether dim ``a`` keeps ``factor`` times the size of dim ``b`` under every resize."""
+    fa, pa = _size_per_kept_unit(ctx, a)
+    fb, pb = _size_per_kept_unit(ctx, b)
+    return fa == factor * fb and pa == {k: factor * v for k, v in pb.items()}
+
+
+def share_of_size(ctx: OpContext, arg: Any, dim: Dim) -> bool:
+    """Whether ``arg`` is ``n // k`` for an int ``n`` read from a dim that keeps ``k`` times
+    ``dim``'s size (``channels_per_group = num_channels // groups`` in a channel shuffle)."""
+    if not (isinstance(arg, torch.fx.Node) and arg.op == "call_function"
+            and arg.target is operator.floordiv and len(arg.args) == 2):
+        return False
+    n, k = arg.args
+    lay = ctx.layout(n)
+    return (type(k) is int and k > 0 and isinstance(lay, SizeLayout) and not lay.derived
+            and len(lay) == 1 and keeps_size(ctx, lay[0], dim, k))
+
+
+def tie_equal_sizes(ctx: OpContext, a: Dim, b: Dim) -> bool:
+    """Make dim ``a`` keep the size of dim ``b`` under every resize, where both are one group
+    of equal size: the two groups form a same-size class (their entries stay independent;
+    their unit counts become equal, so each unit has as many entries in both). A reshape of
+    ``b`` by the size of ``a`` (``out.reshape(B, N, x.shape[-1])`` merging heads back into a
+    dim read from the attention's input) then stays valid after every resize."""
+    if len(a) != 1 or len(b) != 1 or a[0].group is None or b[0].group is None:
+        return False
+    if dim_size(a) != dim_size(b):
+        return False
+    table = ctx.table
+    ra, rb = table.find(a[0].group), table.find(b[0].group)
+    if ra in table.children or rb in table.children:
+        return False
+    table.tie_sizes(ra, rb)
+    return keeps_size(ctx, a, b)
+
+
+def product_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
+    """Whether ``raw`` is a product of sizes linear in the kept units (every factor but one
+    constant) that keeps ``dim``'s size under every resize (``self.num_heads *
+    self.head_dim`` merging heads of a constant ``head_dim``). Nothing is pinned."""
+    if not (isinstance(raw, torch.fx.Node) and raw.op == "call_function"
+            and raw.target is operator.mul):
+        return False
+    form = linear_size_of_int(ctx, raw, pin=False)
+    return form is not None and form == linear_size_of_dim(ctx, dim)
+
+
+#: a size as a linear function of the kept units of groups: (fixed entries, {same-size class
+#: key: entries per kept unit}), as :func:`_size_per_kept_unit` with constant groups as fixed
+#: entries
+LinearSize = tuple[int, dict[int, int]]
+
+
+def linear_size_of_dim(ctx: OpContext, dim: Dim) -> LinearSize:
+    fixed, per = _size_per_kept_unit(ctx, dim)
+    return fixed, {k: v for k, v in per.items() if v}
+
+
+def linear_size_of_int(ctx: OpContext, a: Any, depth: int = 0, *, pin: bool = True
+                       ) -> LinearSize | None:
+    """The int ``a`` (a number, a size read from a dim or an attribute, or ``+ - *`` of them)
+    as a :data:`LinearSize`, where it is linear in the kept units. In a product of two elastic
+    sizes (``config.num_attention_heads * self.head_dim``) the second factor is pinned, so
+    the product stays linear in the first; without ``pin``, such a product has no form."""
+    if type(a) is int:
+        return a, {}
+    if not isinstance(a, torch.fx.Node) or depth > 32:
+        return None
+    if a.op == "call_function" and a.target in _LINEAR_OPS and not a.kwargs and len(a.args) == 2:
+        first = linear_size_of_int(ctx, a.args[0], depth + 1, pin=pin)
+        second = linear_size_of_int(ctx, a.args[1], depth + 1, pin=pin)
+        if first is None or second is None:
+            return None
+        (c1, p1), (c2, p2) = first, second
+        if a.target is operator.mul:
+            if p1 and p2 and not pin:
+                return None
+            if p1 and p2:
+                ctx.fix(ctx.layout(a.args[1]), "a factor of a product of sizes bounding a slice")
+                first = linear_size_of_int(ctx, a.args[0], depth + 1)
+                second = linear_size_of_int(ctx, a.args[1], depth + 1)
+                if first is None or second is None or second[1]:
+                    return None
+                (c1, p1), (c2, p2) = first, second
+            (c, per), k = ((c1, p1), c2) if not p2 else ((c2, p2), c1)
+            return c * k, {g: v * k for g, v in per.items() if v * k}
+        sign = 1 if a.target is operator.add else -1
+        merged = dict(p1)
+        for g, v in p2.items():
+            merged[g] = merged.get(g, 0) + sign * v
+        return c1 + sign * c2, {g: v for g, v in merged.items() if v}
+    lay = ctx.layout(a)
+    if isinstance(lay, SizeLayout) and not lay.derived and len(lay) == 1:
+        return linear_size_of_dim(ctx, lay[0])
+    return None
+
+
+_LINEAR_OPS = frozenset({operator.add, operator.sub, operator.mul})
+
+
+def tie_part_to_bound(ctx: OpContext, part: Dim, bound: Any, base: LinearSize) -> bool:
+    """Make ``part`` keep the size ``bound`` minus ``base`` under every resize, where it can:
+    a part of one elastic block against a bound linear in one group's kept units is tied to
+    that group (its units coarsened to match): the same group where the bound's group has no
+    producer (an attribute such as ``config.num_attention_heads``, which becomes a member and
+    is updated by resize), a same-size class where it has one (a size read from another
+    producer's dim)."""
+    form = linear_size_of_int(ctx, bound)
+    if form is None:
+        return False
+
+    def target() -> LinearSize | None:
+        now = linear_size_of_int(ctx, bound)
+        if now is None:
+            return None
+        per = dict(now[1])
+        for g, v in base[1].items():
+            per[g] = per.get(g, 0) - v
+        return now[0] - base[0], {g: v for g, v in per.items() if v}
+
+    want = target()
+    if want is None:
+        return False
+    if linear_size_of_dim(ctx, part) == want:
+        return True
+    table = ctx.table
+    elastic = [s for s in part if s.group is not None and not table.is_constant(s.group)]
+    fixed = sum(s.length for s in part) - sum(s.length for s in elastic)
+    if len(elastic) != 1 or len(want[1]) != 1 or fixed != want[0]:
+        return False
+    ((key, per_unit),) = want[1].items()
+    seg, other = elastic[0], table.find(key)
+    units = table.units[other]
+    root = table.find(seg.group)  # type: ignore[arg-type]
+    if root == other or root in table.children or seg.length != per_unit * units or (
+            table.units[root] % units):
+        return False
+    table.constrain(root, units)
+    if table.producers.get(other):  # a size read from another producer's dim: counts only
+        table.tie_sizes(root, other)
+    else:  # an attribute (or a parameter dim) sizing the part: a member of its group
+        table.union(root, other)
+    return linear_size_of_dim(ctx, part) == target()
+
+
+def computed_from_sizes(node: torch.fx.Node, depth: int = 0) -> bool:
+    """Whether the int ``node`` is computed from numbers, attribute reads and tensor sizes
+    only (never from a tensor's entries)."""
+    if depth > 32:
+        return False
+    if node.op == "get_attr":
+        return not isinstance(node.meta.get("val"), torch.Tensor)
+    if (node.op == "call_method" and node.target == "size") or (
+            node.op == "call_function" and node.target is getattr
+            and len(node.args) > 1 and node.args[1] == "shape"):
+        return True
+    if node.op != "call_function" or isinstance(node.meta.get("val"), torch.Tensor):
+        return False
+    if node.target not in _SIZE_ARITHMETIC:
+        return False
+    return all(computed_from_sizes(n, depth + 1) for n in node.all_input_nodes)
+
+
+_SIZE_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv,
+                              operator.neg, operator.getitem})
+
