@@ -189,7 +189,7 @@ def report(spec: str, seeds: tuple[int, ...]) -> list[Any]:
     elapsed = f"{time.perf_counter() - start:.1f}"
     groups = sm.groups()
     notes: list[str] = []
-    # the reference runs on a copy of its own: a run can derive state (YOLO's anchors) that
+    # the reference runs on a copy of its own: a run can derive state from the weights that
     # resize refuses to leave stale, and the copy to shrink is resized as freshly built
     reference = run_model(perturbed(model, seeds[0]), inputs, sm.output_contract)
     clone, copy_sm = perturbed(model, seeds[0], sm)

@@ -63,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     # the registry only inside functions; the registry and TraceReport for annotations
     "symbols": set(),
     "tracer": {"errors", "modstate", "plugins", "registry"},
-    "analysis": {"errors", "naming", "plugins", "registry", "symbols", "tracer"},
+    "analysis": {"errors", "modstate", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "importance": {"errors", "resizing", "symbols"},
     "planning": {"console", "errors", "importance", "resizing", "symbols"},

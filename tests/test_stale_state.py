@@ -245,3 +245,94 @@ def test_timm_attention_bias_caches_after_an_eval_forward(name: str) -> None:
             mod.attention_bias_cache.clear()
     with torch.no_grad():
         torch.testing.assert_close(got, fresh(x))
+
+
+class Grid(nn.Module):
+    """ultralytics' ``Detect`` in small: cell centres and a scale computed from the feature
+    map's spatial size (and constants), kept on the module and recomputed only when the input
+    size changes. They depend on no weight and no resizable size: a resize cannot make them
+    stale, so it need not refuse them."""
+
+    shape = None
+    grid = torch.empty(0)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if self.shape != y.shape[2:]:
+            h, w = y.shape[2:]
+            sy, sx = torch.meshgrid(torch.arange(h).type_as(y) + 0.5,
+                                    torch.arange(w).type_as(y) + 0.5, indexing="ij")
+            self.grid = torch.stack((sx, sy)).unsqueeze(0)
+            self.scale = y.new_full((1, 1, h, w), 8.0)
+            self.shape = y.shape[2:]
+        return self.head(y) * self.scale + self.grid
+
+
+IMG, OTHER = torch.randn(1, 3, 6, 5), torch.randn(1, 3, 4, 7)
+
+
+@pytest.mark.parametrize("order", ["forward-then-analyze", "analyze-then-forward"])
+def test_state_derived_from_spatial_sizes_only_does_not_block_a_resize(order: str) -> None:
+    torch.manual_seed(0)
+    model = Grid().eval()
+    fresh = copy.deepcopy(model)
+    if order == "forward-then-analyze":  # at another size: the trace recomputes the grid
+        with torch.no_grad():
+            model(OTHER)
+        sm = fxsym.analyze(model, example_inputs=(IMG,))
+    else:
+        sm = fxsym.analyze(model, example_inputs=(IMG,))
+        with torch.no_grad():
+            model(IMG)
+    assert sm.derived_state[""]["grid"] == "invariant"
+    assert sm.derived_state[""]["scale"] == "invariant"
+    keep = [0, 2, 5]
+    fxsym.resize(model, sm, {"conv.out_channels": keep})
+    fresh_sm = fxsym.analyze(fresh, example_inputs=(IMG,))
+    fxsym.resize(fresh, fresh_sm, {"conv.out_channels": keep})
+    with torch.no_grad():
+        torch.testing.assert_close(model(IMG), fresh(IMG))
+        torch.testing.assert_close(model(OTHER), fresh(OTHER))
+
+
+class WeightGrid(Grid):
+    """The same, but the kept tensor is computed from the conv's weight."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if self.shape != y.shape[2:]:
+            self.grid = self.conv.weight.sum().expand(1, 2, *y.shape[2:])
+            self.scale = y.new_full((1, 1, *y.shape[2:]), 8.0)
+            self.shape = y.shape[2:]
+        return self.head(y) * self.scale + self.grid
+
+
+class ChannelGrid(Grid):
+    """The same, but the kept tensor is sized by the conv's (resizable) output channels."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if self.shape != y.shape[2:]:
+            self.grid = torch.zeros(1, y.shape[1], *y.shape[2:])
+            self.scale = y.new_full((1, 1, *y.shape[2:]), 8.0)
+            self.shape = y.shape[2:]
+        return self.head(y + self.grid) * self.scale
+
+
+@pytest.mark.parametrize("cls", [WeightGrid, ChannelGrid])
+def test_state_derived_from_a_weight_or_a_resizable_size_is_refused(cls: type[Grid]) -> None:
+    torch.manual_seed(0)
+    model = cls().eval()
+    sm = fxsym.analyze(model, example_inputs=(IMG,))
+    with torch.no_grad():
+        model(IMG)
+    assert sm.derived_state[""]["grid"] == "derived"
+    assert sm.derived_state[""]["scale"] == "invariant"
+    assert "conv.out_channels" in [g.name for g in sm.groups()]
+    with pytest.raises(fxsym.StaleStateError, match=r"^grid holds"):
+        fxsym.resize(model, sm, {"conv.out_channels": [0, 2, 5]})

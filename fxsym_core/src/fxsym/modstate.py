@@ -28,9 +28,11 @@ import torch
 from torch import nn
 
 #: kinds of derived state a module holds (found by a trace, cleared or refused by a resize):
-#: a container the forward fills again from empty, and tensors the model computed that no
-#: trace showed to be recomputed
-CACHE, DERIVED = "cache", "derived"
+#: a container the forward fills again from empty, tensors the model computed that no trace
+#: showed to be recomputed, and values the forward computes from nothing a resize changes
+#: (the inputs, constants, sizes no group holds: a grid of cell centres), which a resize
+#: leaves as they are
+CACHE, DERIVED, INVARIANT = "cache", "derived", "invariant"
 
 _CONTAINERS = (dict, list, set)
 #: exact types that are containers (never modules) and that hold no container: what most

@@ -587,7 +587,8 @@ class SymMap:
         self.output_contract: tuple[str | int, ...] | None = None
         #: state the model derives, found by the trace: by module qualified name, each
         #: attribute and its kind (``modstate.CACHE``: cleared by a resize of the module or a
-        #: submodule; ``modstate.DERIVED``: such a resize refuses while it holds tensors)
+        #: submodule; ``modstate.DERIVED``: such a resize refuses while it holds tensors;
+        #: ``modstate.INVARIANT``: computed from nothing a resize changes, left as it is)
         self.derived_state: dict[str, dict[str, str]] = {}
         self._map: dict[nn.Module, SymInfo] = {}
         self._mod_to_name: dict[nn.Module, str] = {}

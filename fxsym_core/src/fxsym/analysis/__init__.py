@@ -1,6 +1,6 @@
 """The symbol analyzer: layouts, groups, op-rule context and ``analyze``.
 
-Imports from fxsym: errors, naming, plugins, registry, symbols, tracer (room order:
+Imports from fxsym: errors, modstate, naming, plugins, registry, symbols, tracer (room order:
 ``tests/test_layering.py``).
 """
 

@@ -15,6 +15,7 @@ from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import ReportEntry, TraceReport
 from .analyzer import Analyzer, analyze_graph
 from .depth import find_depth_groups
+from .derived import settle_derived
 from .groups import GroupTable
 from .layout import SizeLayout, TensorLayout
 from .outputs import Contract, normalize_contract
@@ -60,7 +61,8 @@ def analyze(
         if not symmap.groups():
             analyzer.explain_no_group()
         symmap.trace_report = report
-        symmap.derived_state = getattr(gm, "derived_state", {})
+        symmap.derived_state = settle_derived(getattr(gm, "derived_state", {}),
+                                              getattr(gm, "derived_writes", {}), analyzer)
         symmap.graph_module = gm
         symmap.output_contract = analyzer.contract
         return symmap

@@ -12,7 +12,9 @@ A cache (:attr:`SymMap.derived_state`: a container the traced forward fills agai
 empty, such as timm's ``attention_bias_cache``) left filled would keep values computed from
 the old weights; the emptying is part of the transaction. Derived tensors no trace showed to
 be a cache make the resize refuse with :class:`~fxsym.errors.StaleStateError`, before
-anything is touched.
+anything is touched, unless the analysis proved them computed from nothing a resize changes
+(``modstate.INVARIANT``, :mod:`fxsym.analysis.derived`: ultralytics' anchors, a grid of cell
+centres), which stay as they are.
 Once the rules ran, the plugins' ``fxsym_after_resize`` hooks bring what else describes the
 model up to date (a Hugging Face ``config``), inside the transaction: a failing hook restores
 the model too. A SymMap describes the model as analyzed: after a resize it is stale and must be
@@ -31,7 +33,7 @@ import torch
 from torch import nn
 
 from ..errors import ResizeError, StaleStateError
-from ..modstate import CACHE, ModuleTreeState
+from ..modstate import CACHE, DERIVED, ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
 from ..symbols import (
@@ -218,11 +220,12 @@ def _stale_caches(model: nn.Module, symmap: SymMap, work: list[_Step]
             if kind == CACHE and isinstance(value, (dict, list, set)):
                 if value:
                     caches.append((where, value))
-            elif _holds_tensor(value):
+            elif kind == DERIVED and _holds_tensor(value):
                 raise StaleStateError(
-                    f"{where} holds tensors the model derived (the forward reads them) that "
-                    "the trace did not show to be recomputed when missing; a resize would "
-                    "leave them stale. Clear it, or make them buffers, and resize again")
+                    f"{where} holds tensors the model derived (the forward reads them) from "
+                    "what a resize changes, and the trace did not show them to be recomputed "
+                    "when missing; a resize would leave them stale. Clear it, or make them "
+                    "buffers, and resize again")
     return caches
 
 

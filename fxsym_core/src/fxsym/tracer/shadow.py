@@ -34,6 +34,8 @@ leaf, its forward run for the leaf's value), the forward recomputes it when miss
 tensor-holding dict the forward does not refill, or an attribute the forward sets to a traced
 value, is *derived* state that is not proven recomputable. :meth:`ShadowTree.derived_state`
 reports both by qualified name; a resize reads it (:mod:`fxsym.resizing.engine`).
+:meth:`ShadowTree.written` names the graph nodes of the values the forward set attributes to,
+so that the analysis can tell derived state no resize changes (:mod:`fxsym.analysis.derived`).
 
 Imports from fxsym: modstate.
 """
@@ -293,13 +295,28 @@ class ShadowTree:
                 found.setdefault(name, {})[key] = CACHE
             elif held:
                 found.setdefault(name, {})[key] = DERIVED
+        for name, attrs in self.written().items():
+            for key in attrs:
+                found.setdefault(name, {}).setdefault(key, DERIVED)
+        return found
+
+    def written(self) -> dict[str, dict[str, list[str]]]:
+        """After the trace: by module qualified name, each attribute the forward set to a
+        traced value (not a dict given empty), with the names of the graph nodes of the values
+        it holds (what :mod:`fxsym.analysis.derived` asks whether a resize changes)."""
+        given = {(id(shadow), key) for shadow, key, _, _ in self._watched}
+        found: dict[str, dict[str, list[str]]] = {}
         for shadow, original in self.shadows():
-            name = self._names[id(original)]
             mine = vars(original)
             for key, value in vars(shadow).items():
-                if (key not in _TORCH_TABLES and key not in found.get(name, {})
-                        and mine.get(key) is not value and _holds_proxy(value)):
-                    found.setdefault(name, {})[key] = DERIVED
+                if (key in _TORCH_TABLES or (id(shadow), key) in given
+                        or mine.get(key) is value):
+                    continue
+                nodes: list[torch.fx.Node] = []
+                _proxy_nodes(value, nodes)
+                if nodes:
+                    found.setdefault(self._names[id(original)], {})[key] = [
+                        n.name for n in nodes]
         return found
 
 
@@ -314,14 +331,16 @@ def original_module(module: nn.Module) -> nn.Module:
     return module if tree is None else tree.original(module)
 
 
-def _holds_proxy(value: Any) -> bool:
+def _proxy_nodes(value: Any, into: list[torch.fx.Node], depth: int = 0) -> None:
+    """Append the node of every Proxy ``value`` holds (in lists, tuples, dicts) to ``into``."""
     if isinstance(value, torch.fx.Proxy):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(map(_holds_proxy, value))
-    if isinstance(value, dict) and not isinstance(value, nn.Module):
-        return any(map(_holds_proxy, value.values()))
-    return False
+        into.append(value.node)
+    elif depth < 4 and isinstance(value, (list, tuple)):
+        for item in value:
+            _proxy_nodes(item, into, depth + 1)
+    elif depth < 4 and isinstance(value, dict) and not isinstance(value, nn.Module):
+        for item in value.values():
+            _proxy_nodes(item, into, depth + 1)
 
 
 def _is_object(value: Any) -> bool:

@@ -951,7 +951,8 @@ def trace(
     The model is never written: a shadow of its module tree is traced (``shadow.py``), with
     :class:`ModuleGuard` as the safety net; its hooks do not run, and traces are serialised
     by :data:`TRACE_LOCK` (see ``guard.py``). ``gm.derived_state`` holds the derived state the
-    trace found (:meth:`~fxsym.tracer.shadow.ShadowTree.derived_state`).
+    trace found (:meth:`~fxsym.tracer.shadow.ShadowTree.derived_state`), ``gm.derived_writes``
+    the nodes of the values the forward set attributes to (:meth:`~.ShadowTree.written`).
     """
     with _guarded(model):
         return _trace(model, example_inputs, concrete_args, torch.fx.GraphModule)
@@ -1003,6 +1004,7 @@ def _trace(
         shadows = ShadowTree(model, empty_derived=False, vote=vote)
         gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
     gm.derived_state = shadows.derived_state()  # type: ignore[assignment]
+    gm.derived_writes = shadows.written()  # type: ignore[assignment]
     return gm
 
 
