@@ -3,6 +3,9 @@ depth group whose units are the blocks; dropping a block equals replacing it by 
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -207,3 +210,62 @@ def test_depth_and_width_in_one_resize() -> None:
     assert model.blocks[1].fc.in_features == 4
     with torch.no_grad():
         assert model(*INPUTS).shape == (2, 5, 3)
+
+
+class Damped(Residual):
+    """A residual block whose branch is scaled by ``gain``: a small gain barely turns the
+    stream (block influence near 0)."""
+
+    def __init__(self, gain: float) -> None:
+        super().__init__()
+        self.gain = gain
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.gain * torch.relu(self.fc(self.norm(x)))
+
+
+def test_plan_keeps_the_most_influential_blocks_and_round_trips(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    gains = [1.0, 1e-3, 2.0, 1e-2, 0.5]
+    model = Stack([Damped(g) for g in gains]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    scores = fxsym.depth.block_importance([INPUTS, (torch.randn(3, 7, 4),)])(model, sm)
+    assert scores["blocks.depth"].argsort().tolist()[:2] == [1, 3]
+    plan = fxsym.plan(model, sm, layers=3)
+    assert plan.depth == (fxsym.planning.DepthChoice("blocks.depth", 5, (0, 2, 4)),)
+    assert plan.params_after < plan.params_before
+    assert plan.choices() == {"blocks.depth": [0, 2, 4]}
+    assert "blocks.2.fc.weight" in plan.shapes and "blocks.3.fc.weight" not in plan.shapes
+    again = fxsym.Plan.from_json(plan.to_json())
+    assert again == plan
+    ref = copy.deepcopy(model)
+    _identity_for(ref, "blocks", [1, 3])
+    plan.apply(model, sm)
+    assert plan.params_after == sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(model(*INPUTS), ref(*INPUTS))
+    fxsym.save(model, tmp_path / "out", plan)
+    fresh = Stack([Damped(g) for g in gains]).eval()
+    fxsym.load(fresh, tmp_path / "out")
+    assert len(fresh.blocks) == 3
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(*INPUTS), model(*INPUTS))
+
+
+def test_plan_with_a_user_list_and_a_parameter_target() -> None:
+    model = Stack([Residual() for _ in range(4)]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    plan = fxsym.plan(model, sm, layers=[0, 3], target_params=200, scope="uniform")
+    assert plan.depth[0].keep == (0, 3)
+    assert plan.params_after <= 200
+    plan.apply(model, sm)
+    assert sum(p.numel() for p in model.parameters()) == plan.params_after
+    with pytest.raises(fxsym.PlanError, match="depth group"):
+        fxsym.plan(model, fxsym.analyze(model, example_inputs=INPUTS), layers={"x": 1})
+
+
+def test_plan_layers_without_a_depth_group_says_why() -> None:
+    sm_model = Stack([Plain() for _ in range(3)])
+    sm = fxsym.analyze(sm_model, example_inputs=INPUTS)
+    with pytest.raises(fxsym.PlanError, match="not residual"):
+        fxsym.plan(sm_model, sm, layers=2)

@@ -42,6 +42,7 @@ ORDER = [
     "analysis",    # layouts, groups, op-rule context, analyze
     "resizing",    # the resize engine and its helpers
     "importance",  # where each group's units lie in the parameters; importance criteria
+    "depth",       # block importance and the blocks a plan keeps
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "oracles",     # permutation, shrink and value oracles
@@ -66,8 +67,9 @@ ALLOWED: dict[str, set[str]] = {
     "analysis": {"errors", "modstate", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "importance": {"errors", "resizing", "symbols"},
-    "planning": {"console", "errors", "importance", "resizing", "symbols"},
-    "persist": {"analysis", "errors", "modstate", "planning", "plugins", "symbols"},
+    "depth": {"errors", "importance", "symbols"},  # console inside a function
+    "planning": {"console", "depth", "errors", "importance", "resizing", "symbols"},
+    "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -87,3 +87,24 @@ def test_width_and_depth_together_round_trip(tmp_path: Path) -> None:
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(again(IDS).logits, model(IDS).logits, rtol=0, atol=0)
+
+
+def test_plan_by_layers_saves_a_plain_checkpoint(tmp_path: Path) -> None:
+    model = _build("qwen2")
+    sm = fxsym.analyze(model)
+    plan = fxsym.plan(model, sm, layers=2, ratio=0.25, scope="uniform")
+    (depth,) = plan.depth
+    assert depth.name == "model.layers.depth" and len(depth.keep) == 2
+    plan.apply(model, sm)
+    assert plan.params_after == sum(p.numel() for p in model.parameters())
+    fxsym.save(model, tmp_path, plan)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert again.config.num_hidden_layers == 2
+    types = ["full_attention", "full_attention", "sliding_attention", "sliding_attention"]
+    assert again.config.layer_types == [types[i] for i in depth.keep]
+    with torch.no_grad():
+        torch.testing.assert_close(again(IDS).logits, model(IDS).logits, rtol=0, atol=0)
+    fresh = _build("qwen2")
+    fxsym.load(fresh, tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(IDS).logits, model(IDS).logits, rtol=0, atol=0)

@@ -5,8 +5,8 @@ resize engine and the pass pipeline — and knows no module family by itself: ev
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
 The package is built in rooms that import downward only — errors, naming, modstate, plugins,
-registry, symbols, tracer, analysis, resizing, importance, planning, persist, oracles, passes,
-demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends with what it
+registry, symbols, tracer, analysis, resizing, importance, depth, planning, persist, oracles,
+passes, demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends with what it
 imports. The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them
 (a :class:`Plan`), ``fxsym.save``/``fxsym.load`` write and replay it.
 
@@ -37,7 +37,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
-    from . import importance
+    from . import depth, importance
     from .analysis import analyze
     from .passes import (
         ChainPattern,
@@ -89,6 +89,7 @@ __all__ = [
     "TraceError",
     "TraceReport",
     "analyze",
+    "depth",
     "graph_pass",
     "hookimpl",
     "importance",
@@ -106,7 +107,8 @@ __all__ = [
 #: the room each public name comes from, imported on its first use: ``import fxsym`` imports
 #: the errors only, so ``fxsym --help`` starts without torch
 _ROOMS = {
-    "importance": "importance", "analyze": "analysis", "load": "persist", "save": "persist",
+    "importance": "importance", "depth": "depth", "analyze": "analysis", "load": "persist",
+    "save": "persist",
     "Plan": "planning", "plan": "planning", "PluginManager": "plugins", "hookimpl": "plugins",
     "load_plugins": "plugins", "use_plugins": "plugins", "resize": "resizing",
     "SizeExpr": "symbols", "Symbol": "symbols", "SymGroup": "symbols", "SymInfo": "symbols",

@@ -30,7 +30,7 @@ directory may come from a stranger: its files must be regular and its JSON stric
 (:func:`read_manifest`), the inputs it records are bounded, and the weights' header must give
 every tensor of the resized model its name, shape and dtype before a tensor is read.
 
-Imports from fxsym: analysis, errors, modstate, planning, plugins, symbols.
+Imports from fxsym: analysis, depth, errors, modstate, planning, plugins, symbols.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from .analysis import analyze
+from .depth import renamed
 from .errors import PlanError, PlanMismatchError
 from .modstate import ModuleTreeState
 from .planning import Plan, inputs_from_spec, strict_loads
@@ -457,7 +458,8 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
                                  outputs=None if plan.outputs is None else list(plan.outputs))
             plan.check(model, symmap)
             if i == len(plans) - 1:
-                _check_shapes(model, plan, {k: v[0] for k, v in stored.items()}, aliases)
+                _check_shapes(model, symmap, plan, {k: v[0] for k, v in stored.items()},
+                              aliases)
             plan.apply(model, symmap)
         _check_state(model.state_dict(), stored, aliases)
         try:
@@ -473,11 +475,16 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
     return model
 
 
-def _check_shapes(model: nn.Module, plan: Plan, file_shapes: Mapping[str, tuple[int, ...]],
-                  aliases: Mapping[str, str]) -> None:
+def _check_shapes(model: nn.Module, symmap: SymMap, plan: Plan,
+                  file_shapes: Mapping[str, tuple[int, ...]], aliases: Mapping[str, str]) -> None:
     """Every parameter of ``model`` is in the plan and the file, with the same shape after the
-    plan; checked before anything is touched."""
-    for name, _ in model.named_parameters():
+    plan (under its name after the plan's blocks are dropped, if it stays); checked before
+    anything is touched."""
+    kept = {d.name: d.keep for d in plan.depth}
+    for before, _ in model.named_parameters():
+        name = renamed(before, symmap.depth_groups(), kept)
+        if name is None:
+            continue
         planned = plan.shapes.get(name)
         if planned is None:
             raise PlanMismatchError(f"parameter {name!r} of the model is not in the plan "

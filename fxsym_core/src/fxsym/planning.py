@@ -27,7 +27,7 @@ so it misses it by less than one rounding step. Kept sizes are rounded up to a m
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
-Imports from fxsym: console, errors, importance, resizing, symbols.
+Imports from fxsym: console, depth, errors, importance, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -46,13 +46,14 @@ import torch
 from torch import fx, nn
 
 from .console import format_table
+from .depth import block_importance, choose_blocks, renamed
 from .errors import PlanError, PlanMismatchError
 from .importance import CRITERIA, Criterion, Layout, criterion_by_name, layout, unit_scores
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
-__all__ = ["GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec", "plan",
-           "strict_loads"]
+__all__ = ["DepthChoice", "GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec",
+           "plan", "strict_loads"]
 
 #: the version of :meth:`Plan.to_json`'s format
 FORMAT = 1
@@ -77,6 +78,15 @@ class GroupChoice:
 
 
 @dataclass(frozen=True)
+class DepthChoice:
+    """One depth group of a plan: its number of blocks and the blocks to keep, increasing."""
+
+    name: str
+    size: int
+    keep: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """Per searchable group of a model, the units to keep; counts before and after.
 
@@ -98,6 +108,8 @@ class Plan:
     importance: str = ""
     scope: str = "global"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: the depth groups the plan drops blocks of (``shapes`` are named as after the drop)
+    depth: tuple[DepthChoice, ...] = ()
 
     # -- use ------------------------------------------------------------------------------
     def summary(self) -> str:
@@ -115,7 +127,12 @@ class Plan:
         groups = format_table([[g.name, g.size, g.kept, f"{g.params_removed:,}"]
                                for g in self.groups],
                               ["group", "before", "after", "params removed alone"])
-        return f"{self.model}: {self.scope} {self.importance} plan\n\n{totals}\n\n{groups}"
+        text = f"{self.model}: {self.scope} {self.importance} plan\n\n{totals}\n\n{groups}"
+        if self.depth:
+            text += "\n\n" + format_table(
+                [[d.name, d.size, len(d.keep), " ".join(map(str, d.keep))] for d in self.depth],
+                ["depth group", "blocks before", "after", "blocks kept"])
+        return text
 
     def __str__(self) -> str:
         return self.summary()
@@ -123,8 +140,10 @@ class Plan:
     def choices(self) -> dict[str, list[int]]:
         """``{group name: units to keep}`` for the groups the plan shrinks (what
         :func:`fxsym.resize` takes)."""
-        return {g.name: list(g.keep) for g in self.groups if g.keep is not None
-                and len(g.keep) != g.size}
+        out = {g.name: list(g.keep) for g in self.groups if g.keep is not None
+               and len(g.keep) != g.size}
+        out.update({d.name: list(d.keep) for d in self.depth if len(d.keep) != d.size})
+        return out
 
     def check(self, model: nn.Module, symmap: SymMap) -> None:
         """Raise :class:`~fxsym.errors.PlanMismatchError` naming the first way ``model`` (as
@@ -158,6 +177,17 @@ class Plan:
                 if not keep or len(set(keep)) != len(keep):
                     raise PlanMismatchError(f"group {choice.name!r}: the units to keep must be "
                                             "distinct and at least one")
+        depth = {g.name: g for g in symmap.depth_groups()}
+        for d in self.depth:
+            found = depth.get(d.name)
+            if found is None or found.size != d.size:
+                has = "no such depth group" if found is None else f"{found.size} blocks"
+                raise PlanMismatchError(f"depth group {d.name!r} of the plan has {d.size} "
+                                        f"blocks; the model: {has}")
+            if not d.keep or list(d.keep) != sorted(set(d.keep)) or not all(
+                    0 <= i < d.size for i in d.keep):
+                raise PlanMismatchError(f"depth group {d.name!r}: the blocks to keep must be "
+                                        f"distinct, increasing, in [0, {d.size})")
         planned = {g.name for g in self.groups}
         extra = [n for n in groups if n not in planned]
         if extra:
@@ -191,6 +221,8 @@ class Plan:
                        for g in self.groups],
             "shapes": {k: list(v) for k, v in self.shapes.items()},
             "extra": dict(self.extra),
+            "depth": [{"name": d.name, "size": d.size, "keep": list(d.keep)}
+                      for d in self.depth],
         }
 
     def to_json(self, indent: int | None = 1) -> str:
@@ -228,6 +260,13 @@ class Plan:
                     name, size, _count(g.get("unit", 1), f"{name}: unit", 1), keep,
                     _count(g.get("params_removed", 0), f"{name}: params_removed"),
                     _count(g.get("macs_removed", 0), f"{name}: macs_removed")))
+            depth: list[DepthChoice] = []
+            for i, raw in enumerate(_array(d.get("depth", []), "depth")):
+                g = _obj(raw, f"depth[{i}]")
+                name = _text(g.get("name"), f"depth[{i}].name")
+                depth.append(DepthChoice(name, _count(g.get("size"), f"{name}: size", 1), tuple(
+                    _count(k, f"{name}: keep[{j}]")
+                    for j, k in enumerate(_array(g.get("keep"), f"{name}: keep")))))
             params, macs = _obj(d.get("params"), "params"), _obj(d.get("macs"), "macs")
             shapes = {_text(k, "a parameter name"): tuple(
                 _count(n, f"shapes[{k!r}]") for n in _array(v, f"shapes[{k!r}]"))
@@ -247,7 +286,7 @@ class Plan:
                 shapes=shapes, inputs=inputs, outputs=outputs,
                 importance=_text(d.get("importance", ""), "importance"),
                 scope=_text(d.get("scope", ""), "scope"),
-                extra=dict(_obj(d.get("extra") or {}, "extra")))
+                extra=dict(_obj(d.get("extra") or {}, "extra")), depth=tuple(depth))
         except ValueError as exc:
             raise PlanError(f"not a valid fxsym plan: {exc}") from exc
 
@@ -513,6 +552,8 @@ def plan(
     round_to: int = 1,
     min_keep: int = 1,
     exclude: str | Iterable[str] = (),
+    layers: Any = None,
+    depth_importance: Any = None,
 ) -> Plan:
     """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
 
@@ -524,11 +565,21 @@ def plan(
     ``scope``, ``round_to``, ``min_keep`` and ``exclude`` (one string is one pattern; a
     pattern matching no group is an error). Nothing is modified.
 
+    ``layers`` drops blocks of the depth groups (:meth:`SymMap.depth_groups`): a count of
+    blocks to keep, the positions to keep, or ``{depth group: either}`` (:mod:`fxsym.depth`);
+    a count keeps the blocks ``depth_importance`` scores highest (``{depth group: scores}``,
+    or a criterion such as ``fxsym.depth.block_importance(batches)``; by default block
+    influence on the traced example inputs). With ``layers``, the width amount may be left
+    out (depth only); ``target_params``/``target_macs`` count the model without the dropped
+    blocks.
+
     Every argument is checked: a NaN, an infinity or a value of another type is a
     :class:`~fxsym.errors.PlanError` naming it, and so is a NaN or infinite score (it would
     rank its unit arbitrarily; the error names the group, the unit and the parameters holding
     non-finite weights there).
     """
+    if layers is not None and ratio is None and target_params is None and target_macs is None:
+        ratio = 0.0
     _check_amounts(ratio, target_params, target_macs)
     if not isinstance(scope, str) or scope not in ("global", "uniform"):
         raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
@@ -538,6 +589,9 @@ def plan(
     lay = layout(model, symmap)
     macs = _mac_model(model, symmap)
     groups = symmap.groups()
+    blocks = _blocks_kept(model, symmap, layers, depth_importance)
+    dropped = frozenset(n for n in lay.shapes
+                        if renamed(n, symmap.depth_groups(), blocks) is None)
     patterns = _exclude_patterns(exclude, groups)
     label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
@@ -577,7 +631,10 @@ def plan(
 
     def measure(kept: Mapping[str, int]) -> int:
         if target_macs is not None:
-            return macs.count(lay.shapes_after(kept))
+            return macs.count(_without(lay.shapes_after(kept), dropped))
+        if dropped:
+            return sum(math.prod(v) for k, v in lay.shapes_after(kept).items()
+                       if k not in dropped)
         return lay.param_count(kept)
 
     if ratio is not None:
@@ -604,8 +661,9 @@ def plan(
                 else:
                     lo_n = mid_n + 1
             kept = global_(hi_n)
-    return _make_plan(model, symmap, lay, macs, kept, {c.group.name: c.scores
+    made = _make_plan(model, symmap, lay, macs, kept, {c.group.name: c.scores
                                                        for c in candidates}, label, scope)
+    return _with_depth(made, symmap, blocks, dropped, macs)
 
 
 def _is_int(value: Any) -> bool:
@@ -758,6 +816,43 @@ def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
                 macs_before=macs_before, macs_after=macs.count(shapes_after),
                 shapes=shapes_after, inputs=spec, outputs=symmap.output_contract,
                 importance=label, scope=scope)
+
+
+def _blocks_kept(model: nn.Module, symmap: SymMap, layers: Any, importance: Any
+                 ) -> dict[str, list[int]]:
+    """The blocks ``layers`` keeps, per depth group (:func:`fxsym.depth.choose_blocks`)."""
+    if layers is None:
+        return {}
+    counts = (layers.values() if isinstance(layers, Mapping) else [layers])
+    scores = None
+    if any(_is_int(c) for c in counts):
+        if importance is None:
+            inputs = getattr(symmap.graph_module, "example_inputs", None)
+            importance = block_importance([inputs])
+        scores = importance if isinstance(importance, Mapping) else importance(model, symmap)
+    return choose_blocks(symmap, layers, scores)
+
+
+def _without(shapes: Mapping[str, tuple[int, ...]], dropped: frozenset[str]
+             ) -> dict[str, tuple[int, ...]]:
+    """``shapes`` with the parameters of dropped blocks emptied (for the MAC model)."""
+    return {k: (0,) if k in dropped else v for k, v in shapes.items()}
+
+
+def _with_depth(p: Plan, symmap: SymMap, blocks: Mapping[str, list[int]],
+                dropped: frozenset[str], macs: _MacModel) -> Plan:
+    """``p`` dropping the blocks not in ``blocks``: shapes under their new names, counts
+    without the dropped blocks' parameters."""
+    if not blocks:
+        return p
+    groups = symmap.depth_groups()
+    sizes = {g.name: g.size for g in groups}
+    shapes = {renamed(k, groups, blocks): v for k, v in p.shapes.items() if k not in dropped}
+    return replace(
+        p, shapes={k: v for k, v in shapes.items() if k is not None},
+        params_after=sum(math.prod(v) for k, v in shapes.items() if k is not None),
+        macs_after=macs.count(_without(p.shapes, dropped)),
+        depth=tuple(DepthChoice(n, sizes[n], tuple(k)) for n, k in blocks.items()))
 
 
 def with_extra(p: Plan, **extra: Any) -> Plan:
