@@ -44,6 +44,7 @@ ORDER = [
     "importance",  # where each group's units lie in the parameters; importance criteria
     "depth",       # block importance and the blocks a plan keeps
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
+    "search",      # architecture sizes by role; the search for a parameter target
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "oracles",     # permutation, shrink and value oracles
     "passes",      # optimize: passes, patterns, verification
@@ -69,6 +70,7 @@ ALLOWED: dict[str, set[str]] = {
     "importance": {"errors", "resizing", "symbols"},
     "depth": {"errors", "importance", "symbols"},  # console inside a function
     "planning": {"console", "depth", "errors", "importance", "resizing", "symbols"},
+    "search": {"console", "depth", "errors", "importance", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()

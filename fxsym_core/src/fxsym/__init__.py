@@ -5,10 +5,11 @@ resize engine and the pass pipeline — and knows no module family by itself: ev
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
 The package is built in rooms that import downward only — errors, naming, modstate, plugins,
-registry, symbols, tracer, analysis, resizing, importance, depth, planning, persist, oracles,
-passes, demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends with what it
-imports. The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them
-(a :class:`Plan`), ``fxsym.save``/``fxsym.load`` write and replay it.
+registry, symbols, tracer, analysis, resizing, importance, depth, planning, search, persist,
+oracles, passes, demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends
+with what it imports. The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan``
+chooses them (a :class:`Plan`; ``fxsym.depth`` the blocks, ``fxsym.search`` the architecture
+for a parameter target), ``fxsym.save``/``fxsym.load`` write and replay it.
 
 Imports from fxsym: errors (every other public name is imported from its room on first use,
 so ``import fxsym`` does not import torch and ``fxsym --help`` is instant; type checkers see
@@ -37,7 +38,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
-    from . import depth, importance
+    from . import depth, importance, search
     from .analysis import analyze
     from .passes import (
         ChainPattern,
@@ -99,6 +100,7 @@ __all__ = [
     "plan",
     "resize",
     "save",
+    "search",
     "trace",
     "use_plugins",
 ]
@@ -107,7 +109,8 @@ __all__ = [
 #: the room each public name comes from, imported on its first use: ``import fxsym`` imports
 #: the errors only, so ``fxsym --help`` starts without torch
 _ROOMS = {
-    "importance": "importance", "depth": "depth", "analyze": "analysis", "load": "persist",
+    "importance": "importance", "depth": "depth", "search": "search", "analyze": "analysis",
+    "load": "persist",
     "save": "persist",
     "Plan": "planning", "plan": "planning", "PluginManager": "plugins", "hookimpl": "plugins",
     "load_plugins": "plugins", "use_plugins": "plugins", "resize": "resizing",

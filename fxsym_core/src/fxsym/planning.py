@@ -38,7 +38,7 @@ import json
 import math
 import numbers
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -53,7 +53,7 @@ from .resizing import resize
 from .symbols import SymGroup, SymMap
 
 __all__ = ["DepthChoice", "GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec",
-           "plan", "strict_loads"]
+           "param_shapes", "plan", "strict_loads"]
 
 #: the version of :meth:`Plan.to_json`'s format
 FORMAT = 1
@@ -554,6 +554,7 @@ def plan(
     exclude: str | Iterable[str] = (),
     layers: Any = None,
     depth_importance: Any = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> Plan:
     """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
 
@@ -573,13 +574,20 @@ def plan(
     out (depth only); ``target_params``/``target_macs`` count the model without the dropped
     blocks.
 
+    ``sizes`` (``{group name: units to keep}``) is the width amount given group by group
+    instead (the groups not named stay whole; :mod:`fxsym.search` derives it from a hidden
+    size, an FFN width, head counts); it is rounded like the other amounts.
+
     Every argument is checked: a NaN, an infinity or a value of another type is a
     :class:`~fxsym.errors.PlanError` naming it, and so is a NaN or infinite score (it would
     rank its unit arbitrarily; the error names the group, the unit and the parameters holding
     non-finite weights there).
     """
-    if layers is not None and ratio is None and target_params is None and target_macs is None:
+    if (layers is not None or sizes is not None) and (
+            ratio is None and target_params is None and target_macs is None):
         ratio = 0.0
+    elif sizes is not None:
+        raise PlanError("give sizes or one of ratio, target_params and target_macs, not both")
     _check_amounts(ratio, target_params, target_macs)
     if not isinstance(scope, str) or scope not in ("global", "uniform"):
         raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
@@ -637,7 +645,9 @@ def plan(
                        if k not in dropped)
         return lay.param_count(kept)
 
-    if ratio is not None:
+    if sizes is not None:
+        kept = kept_for(_given_sizes(sizes, groups, candidates))
+    elif ratio is not None:
         kept = uniform(ratio) if scope == "uniform" else global_(int(ratio * len(everyone)))
     else:
         target = target_params if target_params is not None else target_macs
@@ -816,6 +826,30 @@ def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
                 macs_before=macs_before, macs_after=macs.count(shapes_after),
                 shapes=shapes_after, inputs=spec, outputs=symmap.output_contract,
                 importance=label, scope=scope)
+
+
+def param_shapes(model: nn.Module, symmap: SymMap
+                 ) -> Callable[[Mapping[str, int]], Mapping[str, tuple[int, ...]]]:
+    """``shapes(sizes)``: every parameter's shape once the groups of ``sizes`` (``{group name:
+    units kept}``) keep that many units, the others whole; the layout is learned once."""
+    return layout(model, symmap).shapes_after
+
+
+def _given_sizes(sizes: Mapping[str, int], groups: Sequence[SymGroup],
+                 candidates: Sequence[_Candidate]) -> dict[str, int]:
+    """``sizes`` checked (groups of the model, counts in range) over every candidate."""
+    known = {g.name: g for g in groups}
+    ranked = {c.group.name for c in candidates}
+    for name, n in sizes.items():
+        g = known.get(name)
+        if g is None:
+            raise PlanError(f"sizes names {name!r}, which is not a group of the model")
+        if not _is_int(n) or not 1 <= n <= g.size:
+            raise PlanError(f"sizes: {name!r} has {g.size} units; keep 1 to {g.size}, not {n!r}")
+        if n < g.size and name not in ranked:
+            raise PlanError(f"sizes: {name!r} cannot shrink here (excluded, too small for "
+                            "min_keep, or the criterion cannot score it)")
+    return {c.group.name: int(sizes.get(c.group.name, c.group.size)) for c in candidates}
 
 
 def _blocks_kept(model: nn.Module, symmap: SymMap, layers: Any, importance: Any

@@ -449,7 +449,8 @@ class DepthGroup:
     values, other than the stream, that the blocks read but not all alike (one attention mask
     for some blocks, another for others): which block reads which is chosen by position, and a
     resize needs a plugin that makes the choice follow the kept blocks (the hf plugin's
-    per-layer config lists).
+    per-layer config lists). ``stream_group`` names the :class:`SymGroup` of the stream's
+    features (a model's hidden size), if that is searchable.
     """
 
     name: str
@@ -459,6 +460,8 @@ class DepthGroup:
     positions: tuple[tuple[str, str], ...] = ()
     feature_dim: int = -1
     varying_inputs: tuple[str, ...] = ()
+    #: the searchable group of the stream's features (the hidden size), if it is one
+    stream_group: str | None = None
 
 
 #: ``(module_qualname, symbol_name)``; a parameter member is ``(owner, "name:dim")``

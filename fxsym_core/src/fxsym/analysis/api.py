@@ -72,7 +72,8 @@ def _find_depth(model: nn.Module, gm: Any, symmap: SymMap, report: TraceReport) 
     """Attach the depth groups (:mod:`.depth`) to the analysis ``symmap`` holds."""
     analysis = symmap.analysis
     assert analysis is not None
-    depth = find_depth_groups(model, gm.graph, analysis.node_layouts, analysis.table, report)
+    depth = find_depth_groups(model, gm.graph, analysis.node_layouts, analysis.table, report,
+                              {g.id: g.name for g in analysis.groups})
     if depth:
         symmap.attach_analysis(dataclasses.replace(analysis, depth_groups=depth))
 

@@ -57,9 +57,11 @@ class _NotResidual(Exception):
 
 
 def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, Any],
-                      table: GroupIndex, report: TraceReport) -> tuple[DepthGroup, ...]:
+                      table: GroupIndex, report: TraceReport,
+                      groups: Mapping[int, str] | None = None) -> tuple[DepthGroup, ...]:
     """The depth groups of ``model`` as traced in ``graph`` (``layouts``: the analysis' node
-    layouts; ``table``: its group table); a ``depth`` report line for each stack refused."""
+    layouts; ``table``: its group table; ``groups``: the searchable groups' names by root);
+    a ``depth`` report line for each stack refused."""
     nodes = list(graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     found: list[DepthGroup] = []
@@ -73,7 +75,8 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
         if not any(members):
             continue
         try:
-            found.append(_prove(container, qualname, names, members, order, layouts, table))
+            found.append(_prove(container, qualname, names, members, order, layouts, table,
+                                groups or {}))
         except _NotResidual as exc:
             report.add("depth", qualname or "<root>", f"no depth group: {exc}",
                        detail=not isinstance(container, nn.ModuleList))
@@ -94,7 +97,8 @@ def _block_nodes(nodes: Sequence[fx.Node], block: str) -> list[fx.Node]:
 
 def _prove(container: nn.Module, qualname: str, names: list[str],
            members: list[list[fx.Node]], order: Mapping[fx.Node, int],
-           layouts: Mapping[str, Any], table: GroupIndex) -> DepthGroup:
+           layouts: Mapping[str, Any], table: GroupIndex, groups: Mapping[int, str]
+           ) -> DepthGroup:
     for name, inside in zip(names, members, strict=True):
         if not inside:
             raise _NotResidual(f"block {name} is not called by the traced forward")
@@ -148,10 +152,11 @@ def _prove(container: nn.Module, qualname: str, names: list[str],
         streams.append(stream)
         outputs.append(out[0])
         reads.append([a for a in external if a is not stream and a.op != "get_attr"])
+    feature_dim = _feature_dim(streams[0], layouts, table)
     return DepthGroup(name=qualname + SUFFIX, container=qualname, size=len(names),
                       blocks=tuple(names), positions=tuple(sorted(positions)),
-                      feature_dim=_feature_dim(streams[0], layouts, table),
-                      varying_inputs=_varying(names, reads))
+                      feature_dim=feature_dim, varying_inputs=_varying(names, reads),
+                      stream_group=_group_at(streams[0], feature_dim, layouts, table, groups))
 
 
 def _relative(path: str, block: str) -> str | None:
@@ -216,6 +221,16 @@ def _same_stream(name: str, stream: fx.Node, out: fx.Node, layouts: Mapping[str,
     if a is None or a != b:
         raise _NotResidual(f"block {name}: the groups of its output are not those of its "
                            f"input {stream.name}")
+
+
+def _group_at(stream: fx.Node, dim: int, layouts: Mapping[str, Any], table: GroupIndex,
+              groups: Mapping[int, str]) -> str | None:
+    """The searchable group that is the whole of ``stream``'s dim ``dim``, if one is."""
+    key = _key(layouts.get(stream.name), table)
+    if not key:
+        return None
+    segs = key[dim]
+    return groups.get(segs[0][0]) if len(segs) == 1 and segs[0][0] is not None else None
 
 
 def _feature_dim(stream: fx.Node, layouts: Mapping[str, Any], table: GroupIndex) -> int:

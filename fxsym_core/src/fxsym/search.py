@@ -1,0 +1,337 @@
+"""Targets: explicit architecture sizes, and the search for a parameter target (issue 22 §4).
+
+**Roles** (:func:`roles`). A size such as "the hidden size" or "the FFN width" is mapped to
+groups by what the groups hold, not by config field names:
+
+* *hidden*: the group of a depth group's residual stream (:attr:`DepthGroup.stream_group`);
+* inside the blocks of a depth group (every member in one block), a group rooted at an
+  attention module's ``heads`` symbol is a *heads* group (key/value heads where queries are
+  grouped over them), one rooted at its ``queries_per_kv`` symbol a *queries* group (query
+  heads per key/value head), any other a *ffn* group (an MLP's width);
+* *layers*: the depth group's blocks.
+
+So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28`` (:func:`sizes_for`) keeps
+3072 stream channels, 9216 units in every FFN group, 8 key/value heads and 24 / 8 queries per
+key/value head in every attention, and 28 blocks. A size no group holds is an error.
+
+**Search** (:func:`search`): for a parameter target, a small space of *uniform* candidates
+(every group of a role keeps the same size): a few depths (all blocks, then 7/8, 3/4, 5/8
+and 1/2 of them) times a few hidden sizes (the same fractions, rounded down to a multiple of
+``round_to``), each with the widest FFN (a multiple of ``round_to``) that meets the target;
+heads stay whole. Each candidate is planned (blocks by block importance, units by
+``importance``), applied to a copy and scored by its loss on the calibration batches: the
+next-token cross-entropy where the model returns ``logits`` for ``input_ids``, else the mean
+squared error to the unpruned model's output. The table lists every candidate; the plan of
+the lowest loss is kept (Minitron's architecture search, in miniature: no distillation).
+
+*Active* parameters (``active=True``) are those a token uses: every parameter but those only
+looked up (an embedding table whose rows one token reads one of; tied to an output head, it
+counts). MoE experts, of which a token uses only ``top_k``, are counted whole until experts
+are groups.
+
+Imports from fxsym: console, depth, errors, importance, planning, symbols.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from .console import format_table
+from .depth import block_importance
+from .errors import PlanError
+from .importance import run_batch
+from .planning import Plan, plan
+from .symbols import SymMap
+
+__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "roles", "search", "sizes_for"]
+
+#: the fractions of blocks and of the hidden size the search tries
+FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The groups holding each architecture size (see the module docstring)."""
+
+    hidden: tuple[str, ...] = ()
+    ffn: tuple[str, ...] = ()
+    heads: tuple[str, ...] = ()
+    queries: tuple[str, ...] = ()
+    layers: str | None = None
+
+
+def roles(symmap: SymMap) -> Roles:
+    """What each group of ``symmap`` holds (see the module docstring)."""
+    depth = symmap.depth_groups()
+    hidden = tuple(dict.fromkeys(d.stream_group for d in depth if d.stream_group))
+    blocks = [b for d in depth for b in d.blocks]
+    ffn: list[str] = []
+    heads: list[str] = []
+    queries: list[str] = []
+    for g in symmap.groups():
+        if g.name in hidden:
+            continue
+        homes = {next((b for b in blocks if q == b or q.startswith(b + ".")), None)
+                 for q, _ in g.members}
+        if len(homes) != 1 or None in homes:
+            continue
+        root = g.members[0][1]
+        (heads if root == "heads" else queries if root == "queries_per_kv" else ffn).append(
+            g.name)
+    return Roles(hidden, tuple(ffn), tuple(heads), tuple(queries),
+                 depth[0].name if len(depth) == 1 else None)
+
+
+def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = None,
+              heads: int | None = None, kv_heads: int | None = None) -> dict[str, int]:
+    """``{group name: units to keep}`` for the sizes given (entries: channels for ``hidden``
+    and ``ffn``, heads for ``heads`` and ``kv_heads``); a :class:`~fxsym.errors.PlanError`
+    for a size no group holds or one the groups cannot take."""
+    r = roles(symmap)
+    groups = {g.name: g for g in symmap.groups()}
+    out: dict[str, int] = {}
+
+    def put(names: Sequence[str], entries: int, what: str) -> None:
+        if not names:
+            raise PlanError(f"no group of the model holds {what}")
+        for name in names:
+            g = groups[name]
+            if entries % g.unit or not 1 <= entries // g.unit <= g.size:
+                raise PlanError(f"{what} {entries}: group {name} has {g.size} units of "
+                                f"{g.unit}; give a multiple of {g.unit} up to {g.size * g.unit}")
+            out[name] = entries // g.unit
+
+    if hidden is not None:
+        put(r.hidden, hidden, "the hidden size (a residual stream)")
+    if ffn is not None:
+        put(r.ffn, ffn, "an FFN width")
+    if r.queries:  # grouped queries: heads groups count key/value heads
+        kv = kv_heads if kv_heads is not None else None
+        if heads is not None:
+            kv = kv if kv is not None else groups[r.heads[0]].size if r.heads else None
+            if not kv or heads % kv:
+                raise PlanError(f"--heads {heads} is not a multiple of the key/value heads {kv}")
+            put(r.queries, heads // kv, "queries per key/value head")
+        if kv is not None:
+            put(r.heads, kv, "key/value heads")
+    else:
+        if kv_heads is not None and heads is not None and kv_heads != heads:
+            raise PlanError("the attention has as many key/value heads as heads here; give "
+                            "one count")
+        count = heads if heads is not None else kv_heads
+        if count is not None:
+            put(r.heads, count, "attention heads")
+    return out
+
+
+def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]]:
+    """The parameters a token uses, and the names of those it does not (looked up only)."""
+    graph = symmap.graph
+    modules = dict(model.named_modules())
+    lookup: set[int] = set()
+    computing: set[int] = set()
+    for node in [] if graph is None else graph.nodes:
+        if node.op != "call_module" or not node.args or not isinstance(node.args[0], fx.Node):
+            continue
+        mod = modules.get(str(node.target))
+        val = node.args[0].meta.get("val")
+        if mod is None or not isinstance(val, torch.Tensor):
+            continue
+        ids = {id(p) for p in mod.parameters()}
+        (computing if val.is_floating_point() else lookup).update(ids)
+    skipped = frozenset(n for n, p in model.named_parameters()
+                        if id(p) in lookup and id(p) not in computing)
+    total = sum(p.numel() for n, p in model.named_parameters() if n not in skipped)
+    return total, skipped
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One uniform architecture the search tried."""
+
+    layers: int
+    hidden: int | None
+    ffn: int | None
+    params: int
+    loss: float = math.nan
+    plan: Plan | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The candidates tried (in the order tried) and the best one's plan."""
+
+    candidates: tuple[Candidate, ...]
+    best: Candidate
+
+    @property
+    def plan(self) -> Plan:
+        assert self.best.plan is not None
+        return self.best.plan
+
+    def table(self) -> str:
+        """The candidates as a table, the kept one marked."""
+        rows = [[c.layers, c.hidden, c.ffn, f"{c.params:,}", f"{c.loss:.4f}",
+                 "<- kept" if c is self.best else ""] for c in self.candidates]
+        return format_table(rows, ["layers", "hidden", "ffn", "params", "calib loss", ""])
+
+
+def search(model: nn.Module, symmap: SymMap, *, target_params: int,
+           batches: Iterable[Any], active: bool = False, round_to: int = 64,
+           importance: Any = "l2", loss: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+           fractions: Sequence[float] = FRACTIONS) -> SearchResult:
+    """Search uniform architectures meeting ``target_params`` (see the module docstring);
+    nothing of ``model`` is changed."""
+    batches = list(batches)
+    if not batches:
+        raise PlanError("the search needs at least one calibration batch")
+    r = roles(symmap)
+    groups = {g.name: g for g in symmap.groups()}
+    depth = symmap.depth_group(r.layers) if r.layers else None
+    block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
+    count = _counter(model, symmap, active)
+    hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
+    ffn_g = [groups[n] for n in r.ffn]
+    ffn_now = max((g.size * g.unit for g in ffn_g), default=None)
+    found: list[Candidate] = []
+    tried: set[tuple[Any, ...]] = set()
+    for lf in fractions if depth is not None else (1.0,):
+        n_layers = max(1, round(depth.size * lf)) if depth is not None else 0
+        for hf in fractions if hidden_now else (1.0,):
+            hidden = None if hidden_now is None else min(hidden_now, max(
+                round_to, int(hidden_now * hf) // round_to * round_to))
+            key = (n_layers, hidden)
+            if key in tried:
+                continue
+            tried.add(key)
+            blocks = _top(block_scores.get(r.layers or "", None), n_layers, depth)
+            ffn = _widest_ffn(count, symmap, hidden, ffn_now, ffn_g, round_to, blocks,
+                              r.layers, target_params)
+            if ffn is None:
+                continue
+            sizes = sizes_for(symmap, hidden=hidden if hidden != hidden_now else None,
+                              ffn=ffn if ffn != ffn_now else None)
+            params = count(sizes, _layers_arg(r.layers, blocks))
+            found.append(Candidate(n_layers or 0, hidden, ffn, params))
+    if not found:
+        raise PlanError(f"no uniform candidate reaches {target_params:,} parameters")
+    scored = []
+    reference = _references(model, batches) if loss is None else None
+    for c in found:
+        blocks = _top(block_scores.get(r.layers or "", None), c.layers, depth)
+        p = plan(model, symmap, importance=importance, scope="uniform",
+                 sizes=sizes_for(symmap, hidden=c.hidden if c.hidden != hidden_now else None,
+                                 ffn=c.ffn if c.ffn != ffn_now else None),
+                 layers=_layers_arg(r.layers, blocks))
+        value = _loss_of(model, symmap, p, batches, loss, reference)
+        scored.append(Candidate(c.layers, c.hidden, c.ffn, c.params, value, p))
+    best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
+    return SearchResult(tuple(scored), best)
+
+
+def _layers_arg(name: str | None, blocks: list[int] | None) -> Any:
+    return None if name is None or blocks is None else {name: blocks}
+
+
+def _top(scores: Any, k: int, depth: Any) -> list[int] | None:
+    if depth is None:
+        return None
+    if k >= depth.size:
+        return list(range(depth.size))
+    s = torch.as_tensor(scores, dtype=torch.float64)
+    return sorted(int(i) for i in torch.topk(s, k).indices)
+
+
+def _counter(model: nn.Module, symmap: SymMap, active: bool
+             ) -> Callable[[Mapping[str, int], Any], int]:
+    """``count(sizes, layers)``: the (active) parameters of the plan of those sizes and
+    blocks, without building it."""
+    from .depth import renamed
+    from .planning import param_shapes
+
+    shapes_after = param_shapes(model, symmap)
+    skipped = active_params(model, symmap)[1] if active else frozenset()
+    groups = symmap.depth_groups()
+
+    def count(sizes: Mapping[str, int], layers: Any) -> int:
+        kept = layers or {}
+        return sum(math.prod(v) for k, v in shapes_after(sizes).items()
+                   if k not in skipped and renamed(k, groups, kept) is not None)
+
+    return count
+
+
+def _widest_ffn(count: Callable[[Mapping[str, int], Any], int], symmap: SymMap,
+                hidden: int | None, ffn_now: int | None, ffn_groups: Sequence[Any],
+                round_to: int, blocks: list[int] | None, depth: str | None,
+                target: int) -> int | None:
+    """The widest FFN (a multiple of ``round_to``, all FFN groups alike) meeting ``target``
+    with that hidden size and those blocks, or ``None``."""
+    layers = _layers_arg(depth, blocks)
+    hidden_sizes = sizes_for(symmap, hidden=hidden) if hidden is not None else {}
+    if ffn_now is None:
+        return None if count(hidden_sizes, layers) > target else 0
+    unit = max(g.unit for g in ffn_groups)
+    step = math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit
+    options = list(range(step, ffn_now + 1, step)) or [ffn_now]
+    if ffn_now not in options:
+        options.append(ffn_now)
+
+    def fits(f: int) -> bool:
+        sizes = {**hidden_sizes, **sizes_for(symmap, ffn=f)} if f != ffn_now else hidden_sizes
+        return count(sizes, layers) <= target
+
+    best = None
+    lo, hi = 0, len(options) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(options[mid]):
+            best, lo = options[mid], mid + 1
+        else:
+            hi = mid - 1
+    return best
+
+
+def _references(model: nn.Module, batches: Sequence[Any]) -> list[Any]:
+    with torch.no_grad():
+        return [_output(run_batch(model.eval(), b)) for b in batches]
+
+
+def _output(out: Any) -> Any:
+    logits = getattr(out, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    return out
+
+
+def _loss_of(model: nn.Module, symmap: SymMap, p: Plan, batches: Sequence[Any],
+             loss: Callable[[nn.Module, Any], torch.Tensor] | None,
+             reference: list[Any] | None) -> float:
+    trial, trial_map = copy.deepcopy((model, symmap))
+    p.apply(trial, trial_map)
+    trial.eval()
+    total = 0.0
+    with torch.no_grad():
+        for i, batch in enumerate(batches):
+            if loss is not None:
+                total += float(loss(trial, batch))
+                continue
+            out = _output(run_batch(trial, batch))
+            ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+            if isinstance(ids, torch.Tensor) and isinstance(out, torch.Tensor) and (
+                    out.dim() == 3 and out.shape[:2] == ids.shape):
+                total += float(nn.functional.cross_entropy(
+                    out[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten()))
+            else:
+                assert reference is not None
+                total += float(nn.functional.mse_loss(out.float(), reference[i].float()))
+    return total / len(batches)
