@@ -46,6 +46,7 @@ ORDER = [
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
     "search",      # architecture sizes by role; the search for a parameter target
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
+    "checkpoint",  # fxsym.prune_checkpoint: a checkpoint directory pruned, streamed
     "oracles",     # permutation, shrink and value oracles
     "passes",      # optimize: passes, patterns, verification
     "report_html",  # the HTML and DOT pictures of an analysis
@@ -72,6 +73,7 @@ ALLOWED: dict[str, set[str]] = {
     "planning": {"console", "depth", "errors", "importance", "resizing", "symbols"},
     "search": {"console", "depth", "errors", "importance", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
+    "checkpoint": {"analysis", "errors", "importance", "persist", "planning", "plugins"},
     "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -6,10 +6,11 @@ arrives through a plugin (``pip install fxsym-plugins-nn``).
 
 The package is built in rooms that import downward only — errors, naming, modstate, plugins,
 registry, symbols, tracer, analysis, resizing, importance, depth, planning, search, persist,
-oracles, passes, demo, cli — checked by ``tests/test_layering.py``. Each room's docstring ends
-with what it imports. The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan``
-chooses them (a :class:`Plan`; ``fxsym.depth`` the blocks, ``fxsym.search`` the architecture
-for a parameter target), ``fxsym.save``/``fxsym.load`` write and replay it.
+checkpoint, oracles, passes, demo, cli — checked by ``tests/test_layering.py``. Each room's
+docstring ends with what it imports. The pruning workflow: ``fxsym.importance`` scores units,
+``fxsym.plan`` chooses them (a :class:`Plan`; ``fxsym.depth`` the blocks, ``fxsym.search`` the
+architecture for a parameter target), ``fxsym.save``/``fxsym.load`` write and replay it,
+``fxsym.prune_checkpoint`` does it all to a checkpoint directory, streamed.
 
 Imports from fxsym: errors (every other public name is imported from its room on first use,
 so ``import fxsym`` does not import torch and ``fxsym --help`` is instant; type checkers see
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     AnalysisError,
+    CalibrationError,
+    CheckpointError,
     FxsymError,
     ModelError,
     PassError,
@@ -40,6 +43,7 @@ from .errors import (
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
     from . import depth, importance, search
     from .analysis import analyze
+    from .checkpoint import prune_checkpoint
     from .passes import (
         ChainPattern,
         ModuleSemantics,
@@ -62,7 +66,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AnalysisError",
+    "CalibrationError",
     "ChainPattern",
+    "CheckpointError",
     "FxsymError",
     "ModelError",
     "ModuleSemantics",
@@ -98,6 +104,7 @@ __all__ = [
     "load_plugins",
     "optimize",
     "plan",
+    "prune_checkpoint",
     "resize",
     "save",
     "search",
@@ -112,7 +119,8 @@ _ROOMS = {
     "importance": "importance", "depth": "depth", "search": "search", "analyze": "analysis",
     "load": "persist",
     "save": "persist",
-    "Plan": "planning", "plan": "planning", "PluginManager": "plugins", "hookimpl": "plugins",
+    "Plan": "planning", "plan": "planning", "prune_checkpoint": "checkpoint",
+    "PluginManager": "plugins", "hookimpl": "plugins",
     "load_plugins": "plugins", "use_plugins": "plugins", "resize": "resizing",
     "SizeExpr": "symbols", "Symbol": "symbols", "SymGroup": "symbols", "SymInfo": "symbols",
     "SymMap": "symbols", "TraceReport": "tracer", "trace": "tracer",

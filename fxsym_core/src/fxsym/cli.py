@@ -364,6 +364,13 @@ def _criterion(args: argparse.Namespace, inputs: Any) -> Any:
     return importance.taylor(self_labelled, batches, progress=True)
 
 
+def is_checkpoint_dir(spec: str) -> bool:
+    """Whether ``spec`` is a directory to prune as a checkpoint (:func:`fxsym.prune_checkpoint`):
+    one holding a ``config.json``, or any directory not written by ``fxsym.save``."""
+    path = Path(spec)
+    return path.is_dir() and ((path / "config.json").is_file() or not is_saved_dir(spec))
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
     from . import analyze, load_plugins
     from . import plan as make_plan
@@ -379,6 +386,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); got "
                        f"{args.param_ratio}")
     _check_output(args.output, args.force)
+    if is_checkpoint_dir(args.model):
+        return _prune_checkpoint(args)
+    if args.calib is not None:
+        raise CliError("--calib is for a checkpoint directory (what save_pretrained writes); "
+                       f"{args.model} is not one")
+    args.importance = args.importance or "l2"
+    args.scope = args.scope or "global"
     load_plugins()
     model, inputs, manifest = _load(args.model)
     source, history = args.model, []
@@ -409,6 +423,41 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prune_checkpoint(args: argparse.Namespace) -> int:
+    """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed."""
+    from .checkpoint import prune_checkpoint
+    from .console import status
+
+    if args.target_macs is not None:
+        raise CliError("--target-macs is not available for a checkpoint directory; give "
+                       "--ratio, --param-ratio or --target-params")
+    if args.importance not in (None, "l1", "l2", "activation"):
+        raise CliError(f"--importance {args.importance}: a checkpoint is scored with "
+                       "activation (with --calib), l1 or l2")
+    plan = prune_checkpoint(
+        args.model, args.output, calibration=args.calib, calibration_tokens=args.calib_tokens,
+        seq_len=args.seq_len, importance=args.importance, ratio=args.ratio,
+        target_params=args.target_params, param_ratio=args.param_ratio,
+        scope=args.scope or "uniform", round_to=args.round_to, min_keep=args.min_keep,
+        exclude=args.exclude or (), max_shard_size=_bytes(args.max_shard_size),
+        progress=True, status=status)
+    if args.json:
+        print(plan.to_json())
+        return 0
+    print(f"{plan.summary()}\n\nsaved to {args.output}")
+    return 0
+
+
+def _bytes(text: str) -> int:
+    """``--max-shard-size``: bytes, or a number with KB, MB or GB (powers of 1000)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?B?)\s*", text, flags=re.IGNORECASE)
+    if m is None:
+        raise CliError(f"--max-shard-size must be bytes or a size such as 500MB, got {text!r}")
+    unit = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9}[m.group(2).upper().rstrip("B")
+                                                                 or ""]
+    return max(1, int(float(m.group(1)) * unit))
+
+
 def _check_output(path: str, force: bool) -> None:
     """``-o DIR`` must be new or empty unless ``--force`` (checked before any work)."""
     out = Path(path)
@@ -421,8 +470,9 @@ def _check_output(path: str, force: bool) -> None:
 
 def add_prune_parser(sub: Any) -> None:
     p = sub.add_parser("prune", help="prune a model and save it (safetensors + plan)")
-    p.add_argument("model", help="torchvision:NAME, timm:NAME, package.module:factory, or a "
-                   "directory written by fxsym prune")
+    p.add_argument("model", help="torchvision:NAME, timm:NAME, package.module:factory, a "
+                   "directory written by fxsym prune, or a checkpoint directory (what "
+                   "save_pretrained writes: pruned streamed, layer by layer)")
     how = p.add_argument_group("how much (one of)")
     how.add_argument("--ratio", type=float, help="fraction of units (channels, heads) to "
                      "remove, e.g. 0.5; of units, not of parameters: a layer between two "
@@ -431,12 +481,22 @@ def add_prune_parser(sub: Any) -> None:
                      "e.g. 0.5 (the same as --target-params at that fraction of the model)")
     how.add_argument("--target-params", type=int, help="parameters to reach or go under")
     how.add_argument("--target-macs", type=int, help="MACs to reach or go under")
-    p.add_argument("--importance", default="l2",
-                   choices=["l1", "l2", "bn_scale", "taylor", "activation"],
-                   help="how units are ranked (taylor and activation: on random inputs)")
+    p.add_argument("--importance", choices=["l1", "l2", "bn_scale", "taylor", "activation"],
+                   help="how units are ranked (default l2; taylor and activation: on random "
+                   "inputs; for a checkpoint, activation on --calib text by default)")
     p.add_argument("--batches", type=int, default=4,
                    help="random batches for taylor and activation (default 4)")
-    p.add_argument("--scope", default="global", choices=["global", "uniform"])
+    p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
+                   "for a checkpoint (every layer keeps the same shape, so its config says it)")
+    calib = p.add_argument_group("calibration (a checkpoint directory)")
+    calib.add_argument("--calib", metavar="FILE", help="calibration text: plain text, or JSON "
+                       "lines with a \"text\" field; tokenised with the checkpoint's tokenizer")
+    calib.add_argument("--calib-tokens", type=int, default=8192, metavar="N",
+                       help="calibration tokens to use (default 8192)")
+    calib.add_argument("--seq-len", type=int, default=512, metavar="L",
+                       help="tokens per calibration sequence (default 512)")
+    calib.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
+                       help="largest output weight file (default 5GB)")
     p.add_argument("--round-to", type=int, default=1, help="kept sizes a multiple of this")
     p.add_argument("--min-keep", type=int, default=1, help="units every group keeps at least")
     p.add_argument("--exclude", action="append", metavar="GROUP",

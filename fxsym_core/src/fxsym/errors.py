@@ -6,6 +6,8 @@ from __future__ import annotations
 
 __all__ = [
     "AnalysisError",
+    "CalibrationError",
+    "CheckpointError",
     "FxsymError",
     "ModelError",
     "PassError",
@@ -49,6 +51,16 @@ class StaleStateError(ResizeError):
 class PlanError(FxsymError):
     """A pruning plan could not be made, read or applied (a bad target, an unknown criterion,
     a file that is not an fxsym save)."""
+
+
+class CheckpointError(FxsymError):
+    """A checkpoint directory could not be read or pruned (not a checkpoint, a tensor missing
+    from its shards, a tensor the plan does not size); the output directory was not written."""
+
+
+class CalibrationError(CheckpointError):
+    """Calibration text could not be read or tokenised (an empty file, not UTF-8, JSON lines
+    without a ``text`` field, no tokenizer in the checkpoint)."""
 
 
 class PlanMismatchError(PlanError):

@@ -55,6 +55,7 @@ from .symbols import Symbol, SymGroup, SymMap
 
 __all__ = [
     "CRITERIA",
+    "ActivationRecorder",
     "Criterion",
     "Layout",
     "Slices",
@@ -324,34 +325,44 @@ def _survivors(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Paramet
 
 # -- scores from the weights ----------------------------------------------------------------
 def element_scores(model: nn.Module, symmap: SymMap,
-                   score: Callable[[str, nn.Parameter], torch.Tensor | None],
-                   finish: Callable[[torch.Tensor], torch.Tensor] = lambda t: t,
+                   score: Callable[[str, torch.Tensor], torch.Tensor | None],
+                   finish: Callable[[torch.Tensor], torch.Tensor] = lambda t: t, *,
+                   tensors: Callable[[str], torch.Tensor] | None = None,
                    ) -> dict[str, torch.Tensor]:
     """Per group, the sum over its slices of ``score(name, parameter)`` (a tensor shaped like
     the parameter, or ``None``: not scored), per unit, then ``finish`` applied. A group none of
-    whose slices was scored is left out; a group of one unit scores ``[1.]``."""
+    whose slices was scored is left out; a group of one unit scores ``[1.]``.
+
+    Parameters are visited one at a time and each one's scores dropped before the next, so
+    ``tensors(name)`` (default: the model's parameter of that name) may read them from a
+    file: scoring a checkpoint holds one parameter at a time (:mod:`fxsym.checkpoint`)."""
     lay = layout(model, symmap)
-    params = dict(model.named_parameters())
-    cache: dict[str, torch.Tensor | None] = {}
+    if tensors is None:
+        params = dict(model.named_parameters())
+        tensors = params.__getitem__
+    by_param: dict[str, list[tuple[str, Slices]]] = {}
+    for g in symmap.groups():
+        for s in lay.slices.get(g.name, ()) if g.size >= 2 else ():
+            by_param.setdefault(s.param, []).append((g.name, s))
+    totals: dict[str, torch.Tensor] = {}
+    for name, slices in by_param.items():
+        e = score(name, tensors(name))
+        if e is None:
+            continue
+        e = e.detach().to("cpu", torch.float64)
+        for gname, s in slices:
+            per_slice = e.movedim(s.dim, 0).reshape(e.shape[s.dim], -1).sum(1)
+            total = totals.get(gname)
+            if total is None:
+                total = totals[gname] = torch.zeros(lay.sizes[gname], dtype=torch.float64)
+            total.index_add_(0, s.unit, per_slice[s.index])
+        del e
     out: dict[str, torch.Tensor] = {}
     for g in symmap.groups():
         if g.size < 2:
             out[g.name] = torch.ones(1, dtype=torch.float64)
-            continue
-        total = torch.zeros(g.size, dtype=torch.float64)
-        scored = False
-        for s in lay.slices.get(g.name, ()):
-            if s.param not in cache:
-                e = score(s.param, params[s.param])
-                cache[s.param] = None if e is None else e.detach().to("cpu", torch.float64)
-            e = cache[s.param]
-            if e is None:
-                continue
-            per_slice = e.movedim(s.dim, 0).reshape(e.shape[s.dim], -1).sum(1)
-            total.index_add_(0, s.unit, per_slice[s.index])
-            scored = True
-        if scored:
-            out[g.name] = finish(total)
+        elif g.name in totals:
+            out[g.name] = finish(totals[g.name])
     return out
 
 
@@ -362,7 +373,7 @@ def _meta_check(name: str, p: torch.Tensor) -> None:
 
 def l1(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
     """The L1 norm of each unit's weights, over every member of its group."""
-    def score(name: str, p: nn.Parameter) -> torch.Tensor:
+    def score(name: str, p: torch.Tensor) -> torch.Tensor:
         _meta_check(name, p)
         return p.detach().abs()
 
@@ -371,7 +382,7 @@ def l1(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
 
 def l2(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
     """The L2 norm of each unit's weights, over every member of its group."""
-    def score(name: str, p: nn.Parameter) -> torch.Tensor:
+    def score(name: str, p: torch.Tensor) -> torch.Tensor:
         _meta_check(name, p)
         return p.detach().double().square()
 
@@ -387,7 +398,7 @@ def bn_scale(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
     scales = {f"{q}.weight" if q else "weight" for q, m in model.named_modules()
               if isinstance(m, _BATCH_NORMS) and getattr(m, "weight", None) is not None}
 
-    def score(name: str, p: nn.Parameter) -> torch.Tensor | None:
+    def score(name: str, p: torch.Tensor) -> torch.Tensor | None:
         if name not in scales:
             return None
         _meta_check(name, p)
@@ -466,7 +477,7 @@ def taylor(loss_fn: Callable[[nn.Module, Any], torch.Tensor], batches: Iterable[
         if not seen:
             raise PlanError("taylor importance needs at least one batch")
 
-        def score(name: str, p: nn.Parameter) -> torch.Tensor | None:
+        def score(name: str, p: torch.Tensor) -> torch.Tensor | None:
             g = grads.get(name)
             return None if g is None else (p.detach().double() * g).abs()
 
@@ -480,56 +491,101 @@ def taylor(loss_fn: Callable[[nn.Module, Any], torch.Tensor], batches: Iterable[
 _Watch = tuple[bool, set[int], list[tuple[torch.Tensor, torch.Tensor, str]]]
 
 
-def activation(batches: Iterable[Any], *, progress: bool = False) -> Criterion:
-    """Mean absolute activation: per unit, the mean of ``|x|`` over its entries in every
-    member's input (an incoming symbol) or output (an outgoing one), averaged over
-    ``batches`` and summed over the members. The model runs in eval mode, without gradients.
+class ActivationRecorder:
+    """Mean absolute activations of each group's units, recorded by forward hooks on the
+    members of the groups of ``symmap`` while the model (or pieces of it) runs.
+
+    Which tensor and which dim a member shows its units in comes from the analysis alone (the
+    member's symbol: a consumer's input for an incoming symbol, a producer's output for an
+    outgoing one, along the symbol's dim); nothing is read from module or parameter names.
+    ``consumers_only`` keeps the consumers' inputs, Minitron's activation importance: per
+    hidden channel the normed residual stream the projections read, per head the attention
+    output ``o_proj`` reads, per FFN neuron the input of ``down_proj``.
+
+    :meth:`attach` hooks the members among some modules (all by default), so a model run piece
+    by piece (:mod:`fxsym.checkpoint` runs one decoder layer at a time) records the same
+    thing; :meth:`scores` gives ``{group name: one score per unit}``, each member's means
+    averaged over the ``batches`` it ran and summed over the members.
     """
-    def criterion(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
+
+    def __init__(self, model: nn.Module, symmap: SymMap, *, consumers_only: bool = False
+                 ) -> None:
         analysis = symmap.analysis
         if analysis is None:
             raise PlanError("the SymMap holds no analysis; compute it with fxsym.analyze")
-        modules = dict(model.named_modules())
+        self.modules = dict(model.named_modules())
         groups = {g.id: g for g in symmap.groups()}
-        totals = {g.name: torch.zeros(g.size, dtype=torch.float64) for g in groups.values()}
-        watch: dict[str, list[_Watch]] = {}
+        self.sizes = {g.name: g.size for g in groups.values()}
+        self.watch: dict[str, list[_Watch]] = {}
         for g in groups.values():
             for qualname, sname in g.members:
-                mod = modules.get(qualname)
+                mod = self.modules.get(qualname)
                 if mod is None or (qualname, sname) in analysis.param_members or mod not in symmap:
                     continue
                 sym = symmap[mod].get(sname)
                 if sym is None or not sym.is_cross_layer:
+                    continue
+                outgoing = sym.cl_type is Symbol.CLType.OUTGOING
+                if outgoing and consumers_only:
                     continue
                 entries = _unit_entries(symmap, qualname, sname)
                 if entries is None:
                     continue
                 targets = [(pos, unit, groups[root].name) for root, (pos, unit)
                            in entries.items() if root in groups]
-                watch.setdefault(qualname, []).append(
-                    (sym.cl_type is Symbol.CLType.OUTGOING, sym.elastic_dims, targets))
-        sums: dict[tuple[str, int], torch.Tensor] = {}
+                self.watch.setdefault(qualname, []).append((outgoing, sym.elastic_dims, targets))
+        self.sums: dict[tuple[str, int], torch.Tensor] = {}
+        self.runs: dict[tuple[str, int], int] = {}
+
+    def _hook(self, qualname: str) -> Callable[..., None]:
+        def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 output: Any) -> None:
+            for i, (outgoing, dims, _) in enumerate(self.watch[qualname]):
+                t = _first_tensor(output) if outgoing else _first_tensor((args, kwargs))
+                if t is None or not t.is_floating_point() or t.device.type == "meta":
+                    continue
+                d = next((d % t.dim() for d in sorted(dims) if -t.dim() <= d < t.dim()), None)
+                if d is None:
+                    continue
+                rest = [x for x in range(t.dim()) if x != d]
+                mean = (t.detach().abs().double().mean(rest) if rest else t.detach().abs()
+                        ).cpu()
+                key = (qualname, i)
+                self.sums[key] = mean + self.sums[key] if key in self.sums else mean
+                self.runs[key] = self.runs.get(key, 0) + 1
+        return hook
+
+    def attach(self, where: Callable[[str], bool] = lambda q: True
+               ) -> list[torch.utils.hooks.RemovableHandle]:
+        """Hook the watched modules whose qualified names ``where`` accepts; remove the
+        handles returned when done."""
+        return [self.modules[q].register_forward_hook(self._hook(q), with_kwargs=True)
+                for q in self.watch if where(q)]
+
+    def scores(self) -> dict[str, torch.Tensor]:
+        """``{group name: one score per unit}`` from what was recorded (zeros where no member
+        ran)."""
+        totals = {name: torch.zeros(size, dtype=torch.float64)
+                  for name, size in self.sizes.items()}
+        for (qualname, i), total in self.sums.items():
+            for pos, unit, gname in self.watch[qualname][i][2]:
+                if int(pos.max()) < total.numel():
+                    totals[gname].index_add_(0, unit, total[pos] / self.runs[(qualname, i)])
+        return totals
+
+
+def activation(batches: Iterable[Any], *, progress: bool = False,
+               consumers_only: bool = False) -> Criterion:
+    """Mean absolute activation: per unit, the mean of ``|x|`` over its entries in every
+    member's input (an incoming symbol) or output (an outgoing one), averaged over
+    ``batches`` and summed over the members; with ``consumers_only``, the inputs of the
+    consumers only (Minitron's activation importance, see :class:`ActivationRecorder`). The
+    model runs in eval mode, without gradients.
+    """
+    def criterion(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
+        recorder = ActivationRecorder(model, symmap, consumers_only=consumers_only)
         seen = 0
-
-        def hook_for(qualname: str) -> Callable[..., None]:
-            def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                     output: Any) -> None:
-                for i, (outgoing, dims, _) in enumerate(watch[qualname]):
-                    t = _first_tensor(output) if outgoing else _first_tensor((args, kwargs))
-                    if t is None or not t.is_floating_point():
-                        continue
-                    d = next((d % t.dim() for d in sorted(dims) if -t.dim() <= d < t.dim()),
-                             None)
-                    if d is None:
-                        continue
-                    rest = [x for x in range(t.dim()) if x != d]
-                    mean = t.detach().abs().double().mean(rest) if rest else t.detach().abs()
-                    key = (qualname, i)
-                    sums[key] = mean.cpu() + sums[key] if key in sums else mean.cpu()
-            return hook
-
-        handles = [modules[q].register_forward_hook(hook_for(q), with_kwargs=True)
-                   for q in watch]
+        handles = recorder.attach()
         try:
             with _evaluating(model), torch.no_grad():
                 for batch in _progress(batches, "calibration", progress):
@@ -540,11 +596,7 @@ def activation(batches: Iterable[Any], *, progress: bool = False) -> Criterion:
                 h.remove()
         if not seen:
             raise PlanError("activation importance needs at least one batch")
-        for (qualname, i), total in sums.items():
-            for pos, unit, gname in watch[qualname][i][2]:
-                if int(pos.max()) < total.numel():
-                    totals[gname].index_add_(0, unit, total[pos] / seen)
-        return totals
+        return recorder.scores()
 
     return criterion
 

@@ -10,7 +10,8 @@ work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks
 :mod:`.inputs` (default example inputs and outputs), :mod:`.attention` and :mod:`.discovery`
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
 (op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.checkpoint` (the
-files ``fxsym.save`` adds for a transformers model).
+files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
+``save_pretrained`` directory read for ``fxsym.prune_checkpoint``).
 """
 
 from __future__ import annotations
@@ -112,3 +113,9 @@ class HuggingFacePlugin:
         if _transformers_imported() and isinstance(model, nn.Module):
             return checkpoint.save_files(model)
         return None
+
+    @fxsym.hookimpl
+    def fxsym_checkpoint_reader(self, directory: Any) -> Any:
+        from .pretrained import PretrainedDirectory
+
+        return PretrainedDirectory(directory) if (directory / "config.json").is_file() else None

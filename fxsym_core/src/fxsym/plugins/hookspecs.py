@@ -8,9 +8,9 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
   ``register`` callable, so conflicts and ``fxsym plugins`` name the distribution behind each
   contribution;
 * *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_example_inputs``,
-  ``fxsym_default_outputs``) answer one question per call: the first implementation in
-  pluggy's order that returns something other than ``None`` decides, and hook wrappers see
-  (and may replace) that answer.
+  ``fxsym_default_outputs``, ``fxsym_checkpoint_reader``) answer one question per call: the
+  first implementation in pluggy's order that returns something other than ``None``
+  decides, and hook wrappers see (and may replace) that answer.
 """
 
 from __future__ import annotations
@@ -166,3 +166,13 @@ def fxsym_save_files(model: Any, plan: Any) -> Any:
     only. If an implementation raises, the plugin is disabled and the save raises
     :class:`~fxsym.errors.PlanError` with nothing written.
     """
+
+
+@hookspec(firstresult=True)
+def fxsym_checkpoint_reader(directory: Any) -> Any:
+    """A reader of the checkpoint directory ``directory`` (a :class:`pathlib.Path`) for
+    :func:`fxsym.prune_checkpoint`, or ``None`` when the plugin does not know its kind (the
+    hf plugin: a directory with a ``config.json``). Answer quickly and read little: the reader
+    (:class:`fxsym.checkpoint.CheckpointReader`) does the work in its methods, which raise
+    :class:`~fxsym.errors.CheckpointError` on bad input (an error raised here disables the
+    plugin)."""

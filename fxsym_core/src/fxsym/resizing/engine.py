@@ -291,7 +291,8 @@ def _retie(ties: list[tuple[nn.Parameter, list[tuple[nn.Module, str]]]]) -> None
             continue
         new = changed[0]
         for p in changed[1:]:
-            if p is not new and (p.shape != new.shape or not torch.equal(p, new)):
+            if p is not new and (p.shape != new.shape or not (
+                    p.is_meta or new.is_meta or torch.equal(p, new))):  # meta: shapes only
                 where = ", ".join(f"{type(m).__name__}.{n}" for m, n in places)
                 raise ResizeError(f"a parameter shared by {where} was resized differently at "
                                   "its places; analyze the model again")

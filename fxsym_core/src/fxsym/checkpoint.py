@@ -1,0 +1,680 @@
+"""``fxsym.prune_checkpoint``: a checkpoint directory in, a pruned checkpoint directory out,
+streamed so that no step holds the whole model.
+
+A *checkpoint directory* is what a library's ``save_pretrained`` writes: a config, the weights
+as safetensors (one file, or shards and an index), tokenizer files. The core does not know any
+library: a plugin's ``fxsym_checkpoint_reader`` hook gives a :class:`CheckpointReader`, which
+builds the model with its parameters on the meta device (buffers real), says which file holds
+each tensor and tokenises calibration text (the hf plugin: transformers' meta construction and
+the checkpoint's own tokenizer).
+
+The steps, none of which holds more than one decoder layer's weights:
+
+1. **analysis** on the meta model (:func:`fxsym.analyze`), then the :class:`~fxsym.importance.
+   Layout` of its groups;
+2. **importance**, one of
+
+   * *activation* (:func:`stream_activations`): the model's repeated blocks (the
+     ``nn.ModuleList`` holding most parameters: a decoder's layers) run one at a time on the
+     calibration tokens. The inputs of the first block are caught once (the modules outside
+     the blocks loaded, a pre-hook stopping the run there); then each block's tensors are
+     read with safetensors' lazy ``safe_open``, the block runs on the hidden states of every
+     batch (its outputs are the next block's inputs) while an
+     :class:`~fxsym.importance.ActivationRecorder` watches its members, and its parameters go
+     back to the meta device; finally the modules after the blocks run on the last hidden
+     states. Per block, ``1 - cos`` between its input and output hidden states (ShortGPT's
+     block importance) is kept too;
+   * *weights* (``l1``, ``l2``): each parameter read, scored and dropped in turn
+     (:func:`fxsym.importance.element_scores` with a reader);
+
+3. **planning** with those scores (:func:`fxsym.plan`), applied to the meta model, whose
+   resized config the plugins write (``fxsym_save_files``);
+4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
+   plan keeps along each dim (the Layout says which slice of which parameter belongs to which
+   unit), checked against the shape of the resized meta model, written straight into its
+   shard (safetensors files of at most ``max_shard_size`` bytes,
+   ``model-0000k-of-0000n.safetensors`` with a ``model.safetensors.index.json``, or one
+   ``model.safetensors``): the shapes are known before any tensor is read, so each file's
+   header goes first and its tensors follow one at a time (safetensors has no such writer;
+   the format is a length, a JSON header, the bytes).
+
+The directory is written atomically (:func:`fxsym.persist.replace_directory`): ``output``
+holds what it held, or the complete pruned checkpoint, whatever fails. Beside the weights
+and the plugin's config go the input's other regular files (tokenizer, chat template; the
+generation config, which the plugin rewrites from the one it read) and ``fxsym.json`` with
+the plan. The calibration runs in the checkpoint's dtype. Peak memory is about the largest
+block plus the modules outside the blocks (embeddings, head) plus the calibration hidden
+states, or the largest tensor while writing.
+
+Imports from fxsym: analysis, errors, importance, persist, planning, plugins.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from .analysis import analyze
+from .errors import CalibrationError, CheckpointError, PlanError
+from .importance import ActivationRecorder, Layout, element_scores, layout
+from .persist import FORMAT, MANIFEST, plugin_files, replace_directory
+from .planning import Plan, plan
+from .plugins import load_plugins
+from .plugins.calls import call_hook
+
+__all__ = [
+    "CheckpointReader",
+    "StreamedScores",
+    "block_list",
+    "kept_positions",
+    "prune_checkpoint",
+    "read_calibration_text",
+    "stream_activations",
+]
+
+#: the index of a sharded safetensors checkpoint, and the name of one shard of ``n``
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+SHARD = "model-{:05d}-of-{:05d}.safetensors"
+DEFAULT_SHARD_BYTES = 5 * 10**9
+
+
+class CheckpointReader(Protocol):
+    """What a plugin knows about one checkpoint directory (``fxsym_checkpoint_reader``).
+
+    Its methods raise :class:`~fxsym.errors.CheckpointError` (or its subclass
+    :class:`~fxsym.errors.CalibrationError`) on bad input."""
+
+    directory: Path
+
+    def build(self) -> nn.Module:
+        """The model the directory describes, parameters on the meta device, buffers real,
+        in eval mode; its parameters and persistent buffers named as in the weight files."""
+
+    def tensor_files(self) -> dict[str, str]:
+        """``{tensor name: file name}``: where each stored tensor is (files in
+        ``directory``)."""
+
+    def replaced_files(self) -> set[str]:
+        """The input's files the output rewrites (config, weights, their index): not carried
+        over."""
+
+    def calibration(self, texts: Sequence[str], *, tokens: int, seq_len: int) -> list[Any]:
+        """Batches (arguments of the model, :func:`fxsym.importance.run_batch`) holding the
+        first ``tokens`` tokens of ``texts`` in sequences of at most ``seq_len``, tokenised
+        with the checkpoint's own tokenizer."""
+
+
+def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
+    """The reader a plugin gives for ``directory``; :class:`~fxsym.errors.CheckpointError` if
+    it is not a directory or no plugin knows its kind."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise CheckpointError(f"{directory}: not a directory (give what save_pretrained wrote)")
+    reader = call_hook("fxsym_checkpoint_reader", load_plugins(), directory=path)
+    if reader is None:
+        raise CheckpointError(f"{directory}: no plugin reads this directory as a checkpoint "
+                              "(a Hugging Face one holds config.json; pip install "
+                              "fxsym-plugins-hf)")
+    return reader  # type: ignore[no-any-return]
+
+
+# -- calibration text ---------------------------------------------------------------------
+def read_calibration_text(path: str | os.PathLike[str]) -> list[str]:
+    """The texts of a calibration file: JSON lines (every non-empty line an object with a
+    string ``text``; a ``.jsonl`` file must be such) or plain text (the whole file, one
+    text). :class:`~fxsym.errors.CalibrationError` for a missing, empty or non-UTF-8 file
+    and for JSON lines without ``text``."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise CalibrationError(f"cannot read calibration file {path}: {exc}") from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CalibrationError(f"calibration file {path} is not UTF-8 text ({exc.reason} at "
+                               f"byte {exc.start})") from exc
+    if not text.strip():
+        raise CalibrationError(f"calibration file {path} is empty")
+    lines = [line for line in text.splitlines() if line.strip()]
+    looks_json = p.suffix.lower() in (".jsonl", ".ndjson") or lines[0].lstrip().startswith("{")
+    if not looks_json:
+        return [text]
+    texts = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if p.suffix.lower() not in (".jsonl", ".ndjson"):
+                return [text]  # plain text whose first line happens to start with a brace
+            raise CalibrationError(f"{path}, line {number}: not JSON ({exc.msg})") from exc
+        value = record.get("text") if isinstance(record, dict) else None
+        if not isinstance(value, str):
+            raise CalibrationError(f"{path}, line {number}: a JSON line needs a string "
+                                   "\"text\" field")
+        texts.append(value)
+    if not any(t.strip() for t in texts):
+        raise CalibrationError(f"calibration file {path} holds no text")
+    return texts
+
+
+# -- reading tensors lazily ---------------------------------------------------------------
+class _Tensors:
+    """Tensors of a checkpoint read on demand with safetensors' ``safe_open`` (each file
+    opened for one read and closed, so no mapping of a whole shard stays resident)."""
+
+    def __init__(self, directory: Path, files: Mapping[str, str]) -> None:
+        self.directory = directory
+        self.files = dict(files)
+
+    def read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
+        from safetensors import safe_open
+
+        by_file: dict[str, list[str]] = {}
+        for name in names:
+            f = self.files.get(name)
+            if f is None:
+                raise CheckpointError(f"{self.directory}: no weight file holds {name}")
+            by_file.setdefault(f, []).append(name)
+        out: dict[str, torch.Tensor] = {}
+        for f, group in by_file.items():
+            try:
+                with safe_open(str(self.directory / f), framework="pt") as handle:
+                    for name in group:
+                        out[name] = handle.get_tensor(name)
+            except CheckpointError:
+                raise
+            except Exception as exc:
+                raise CheckpointError(f"{self.directory / f}: cannot read {group[0]}: "
+                                      f"{exc}") from exc
+        return out
+
+    def one(self, name: str) -> torch.Tensor:
+        return self.read([name])[name]
+
+    def header(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        """Every tensor's dtype and shape, from the files' headers (no tensor read)."""
+        from safetensors import safe_open
+
+        out: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+        by_file: dict[str, list[str]] = {}
+        for name, f in self.files.items():
+            by_file.setdefault(f, []).append(name)
+        for f, group in by_file.items():
+            try:
+                with safe_open(str(self.directory / f), framework="pt") as handle:
+                    for name in group:
+                        s = handle.get_slice(name)
+                        out[name] = (_DTYPES[s.get_dtype()], tuple(s.get_shape()))
+            except Exception as exc:
+                raise CheckpointError(f"{self.directory / f}: not a readable safetensors "
+                                      f"file: {exc}") from exc
+        return out
+
+
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+           "BF16": torch.bfloat16, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
+           "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+
+
+# -- loading pieces of the meta model -----------------------------------------------------
+def block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
+    """The ``nn.ModuleList`` of ``model`` holding the most parameters (a decoder's layers),
+    with its qualified name; ``None`` if no list holds any."""
+    best: tuple[int, str, nn.ModuleList] | None = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and len(mod):
+            count = sum(p.numel() for p in mod.parameters())
+            if count and (best is None or count > best[0]):
+                best = (count, name, mod)
+    return None if best is None else (best[1], best[2])
+
+
+def _slots(module: nn.Module, prefix: str) -> dict[int, list[tuple[nn.Module, str, str]]]:
+    """Per parameter (by id), every ``(owner module, attribute, qualified name)`` holding it."""
+    out: dict[int, list[tuple[nn.Module, str, str]]] = {}
+    for qual, mod in module.named_modules(remove_duplicate=False):
+        for attr, p in mod.named_parameters(recurse=False, remove_duplicate=False):
+            if p is not None:
+                name = f"{prefix}{qual}.{attr}" if qual else f"{prefix}{attr}"
+                out.setdefault(id(p), []).append((mod, attr, name))
+    return out
+
+
+def _materialize(module: nn.Module, prefix: str, tensors: _Tensors,
+                 skip: Callable[[nn.Module], bool] = lambda m: False) -> None:
+    """Give every meta parameter of ``module`` (outside modules ``skip`` accepts) the
+    checkpoint's tensor, in the meta parameter's dtype, under each name holding it (tied
+    weights stay tied)."""
+    skipped = {id(p) for m in module.modules() if skip(m) for p in m.parameters()}
+    wanted: list[tuple[list[tuple[nn.Module, str, str]], str]] = []
+    for pid, owners in _slots(module, prefix).items():
+        if pid in skipped or not getattr(owners[0][0], owners[0][1]).is_meta:
+            continue
+        stored = next((n for _, _, n in owners if n in tensors.files), None)
+        if stored is None:
+            raise CheckpointError(f"{tensors.directory}: no weight file holds "
+                                  f"{owners[0][2]}")
+        wanted.append((owners, stored))
+    got = tensors.read([stored for _, stored in wanted])
+    for owners, stored in wanted:
+        meta = getattr(owners[0][0], owners[0][1])
+        t = got[stored]
+        if t.shape != meta.shape:
+            raise CheckpointError(f"{stored}: the weights hold shape {tuple(t.shape)}, the model "
+                                  f"built from the config {tuple(meta.shape)}")
+        p = nn.Parameter(t.to(meta.dtype), requires_grad=False)
+        for mod, attr, _ in owners:
+            setattr(mod, attr, p)
+
+
+def _to_meta(module: nn.Module) -> None:
+    """Put ``module``'s parameters back on the meta device (their memory freed)."""
+    for mod in module.modules():
+        for attr, p in list(mod.named_parameters(recurse=False)):
+            if not p.is_meta:
+                setattr(mod, attr, nn.Parameter(p.to("meta"), requires_grad=False))
+
+
+# -- streamed activation importance -------------------------------------------------------
+@dataclass
+class StreamedScores:
+    """What a streamed calibration run gives: per group, one score per unit; per block of
+    the block list (:func:`block_list`), ``1 - cos`` of its input and output hidden states
+    averaged over the tokens (ShortGPT's block importance: low is a block that changes little).
+    """
+
+    scores: dict[str, torch.Tensor]
+    block_importance: list[float] = field(default_factory=list)
+    blocks: str = ""
+
+
+class _Stop(Exception):
+    """Raised by the pre-hook that catches the first block's inputs."""
+
+
+class _Replay(nn.Module):
+    """Stands for a block in the last run: returns the hidden states the real block gave."""
+
+    def __init__(self, outputs: list[Any]) -> None:
+        super().__init__()
+        self.outputs = outputs
+        self.calls = 0
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out = self.outputs[self.calls % len(self.outputs)]
+        self.calls += 1
+        return out
+
+
+def _hidden(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str | int, torch.Tensor]:
+    """Where a block's carried hidden states are: its first positional argument, else its
+    first tensor keyword argument."""
+    if args and isinstance(args[0], torch.Tensor):
+        return 0, args[0]
+    for k, v in kwargs.items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            return k, v
+    raise CheckpointError("cannot tell which argument of the first block carries the hidden "
+                          "states (no tensor argument)")
+
+
+def _with_hidden(args: tuple[Any, ...], kwargs: dict[str, Any], where: str | int,
+                 h: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(where, int):
+        return (h, *args[1:]), kwargs
+    return args, {**kwargs, where: h}
+
+
+def _first(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    raise CheckpointError(f"a block returned a {type(out).__name__}, not hidden states")
+
+
+def _under(prefix: str) -> Callable[[str], bool]:
+    return lambda qualname: qualname.startswith(prefix)
+
+
+def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches: Sequence[Any],
+                       *, consumers_only: bool = True, progress: bool = False
+                       ) -> StreamedScores:
+    """Activation importance of the groups of ``symmap`` (the meta ``model``'s analysis) on
+    ``batches``, computed block by block (see the module docstring). ``model``'s parameters
+    are on the meta device again when this returns."""
+    from .console import track
+    from .importance import run_batch
+
+    found = block_list(model)
+    if found is None:
+        raise CheckpointError("the model holds no list of blocks to stream through")
+    prefix, blocks = found
+    block_ids = {id(m) for b in blocks for m in b.modules()}
+    recorder = ActivationRecorder(model, symmap, consumers_only=consumers_only)
+    inside = [f"{prefix}.{i}." for i in range(len(blocks))]
+    caught: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def catch(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        caught.append((args, kwargs))
+        raise _Stop
+
+    importance: list[float] = []
+    try:
+        _materialize(model, "", tensors, skip=lambda m: id(m) in block_ids)
+        model.eval()
+        with torch.no_grad():
+            handle = blocks[0].register_forward_pre_hook(catch, with_kwargs=True)
+            try:
+                for batch in batches:
+                    try:
+                        run_batch(model, batch)
+                    except _Stop:
+                        continue
+                    raise CheckpointError("the model ran without calling its first block")
+            finally:
+                handle.remove()
+            where = _hidden(*caught[0])[0]
+            states = [_hidden(a, k)[1] for a, k in caught]
+            kind: list[Any] = []
+            steps = range(len(blocks))
+            for i in (track(steps, description="calibration", label=lambda i: f"{prefix}.{i}")
+                      if progress else steps):
+                block = blocks[i]
+                _materialize(block, inside[i], tensors)
+                handles = recorder.attach(_under(inside[i]))
+                try:
+                    cos, count, nxt = 0.0, 0, []
+                    for (args, kwargs), h in zip(caught, states):
+                        a, k = _with_hidden(args, kwargs, where, h)
+                        out = block(*a, **k)
+                        kind = [type(out)]
+                        o = _first(out)
+                        sim = nn.functional.cosine_similarity(
+                            h.flatten(0, -2).double(), o.flatten(0, -2).double(), dim=-1)
+                        cos += float(sim.sum())
+                        count += sim.numel()
+                        nxt.append(o)
+                    states = nxt
+                    importance.append(1 - cos / max(count, 1))
+                finally:
+                    for h_ in handles:
+                        h_.remove()
+                    _to_meta(block)
+            replays = [(o,) if kind and kind[0] is tuple else o for o in states]
+            originals = list(blocks)
+            for i in range(len(blocks)):
+                blocks[i] = _Replay(replays)
+            handles = recorder.attach(lambda q: not any(q.startswith(p) for p in inside)
+                                      and q != prefix)
+            try:
+                for batch in batches:
+                    run_batch(model, batch)
+            finally:
+                for h_ in handles:
+                    h_.remove()
+                for i, b in enumerate(originals):
+                    blocks[i] = b
+    finally:
+        _to_meta(model)
+    return StreamedScores(recorder.scores(), importance, prefix)
+
+
+def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str
+                   ) -> dict[str, torch.Tensor]:
+    """``l1`` / ``l2`` of the checkpoint's weights, one parameter in memory at a time."""
+    if name == "l1":
+        return element_scores(model, symmap, lambda n, p: p.double().abs(), tensors=tensors.one)
+    if name == "l2":
+        return element_scores(model, symmap, lambda n, p: p.double().square(), torch.sqrt,
+                              tensors=tensors.one)
+    raise PlanError(f"importance {name!r}: a checkpoint is pruned with 'activation' (with "
+                    "calibration text), 'l1' or 'l2'")
+
+
+# -- writing ------------------------------------------------------------------------------
+def kept_positions(lay: Layout, choices: Mapping[str, Sequence[int]]
+                   ) -> dict[tuple[str, int], torch.Tensor]:
+    """For every ``(parameter, dim)`` a choice cuts, the positions kept along it, in order:
+    a slice stays when every group it belongs to keeps its unit (the same rule as
+    :meth:`~fxsym.importance.Layout.shapes_after`)."""
+    masks: dict[tuple[str, int], torch.Tensor] = {}
+    for group, keep in choices.items():
+        kept = torch.as_tensor(list(keep), dtype=torch.long)
+        for s in lay.slices.get(group, ()):
+            key = (s.param, s.dim)
+            mask = masks.get(key)
+            if mask is None:
+                mask = masks[key] = torch.ones(lay.shapes[s.param][s.dim], dtype=torch.bool)
+            mask[s.index[~torch.isin(s.unit, kept)]] = False
+    return {key: mask.nonzero().flatten() for key, mask in masks.items()}
+
+
+def _shard_plan(sizes: Mapping[str, int], limit: int) -> list[list[str]]:
+    """The tensors in shards of at most ``limit`` bytes (a larger tensor alone), in order."""
+    shards: list[list[str]] = [[]]
+    used = 0
+    for name, size in sizes.items():
+        if shards[-1] and used + size > limit:
+            shards.append([])
+            used = 0
+        shards[-1].append(name)
+        used += size
+    return shards
+
+
+_CODES = {v: k for k, v in _DTYPES.items()}
+
+
+def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
+                 shapes: Mapping[str, tuple[int, ...]],
+                 produce: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """Write one safetensors file whose tensors (names, dtypes and shapes known in advance)
+    ``produce`` yields one at a time (in the order of ``shapes``), so the file is never held
+    in memory whole: the header first (the format's: an 8-byte little-endian length, then JSON
+    padded to 8 bytes), then each tensor's bytes in order. A tensor that does not have its
+    announced dtype and shape raises :class:`~fxsym.errors.CheckpointError`."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "fxsym"}}
+    offset = 0
+    for name, shape in shapes.items():
+        size = math.prod(shape) * torch.empty((), dtype=dtypes[name]).element_size()
+        header[name] = {"dtype": _CODES[dtypes[name]], "shape": list(shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "xb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for name, t in produce:
+            if t.dtype != dtypes[name] or tuple(t.shape) != shapes[name]:
+                raise CheckpointError(f"{name}: the plan gives it shape {tuple(t.shape)}, the "
+                                      f"pruned model {shapes[name]}")
+            f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_weights(tmp: Path, tensors: _Tensors, first: Mapping[str, str],
+                   cuts: Mapping[tuple[str, int], torch.Tensor],
+                   expected: Mapping[str, tuple[int, ...]], limit: int,
+                   progress: bool) -> list[str]:
+    """Write the pruned tensors into ``tmp``, one tensor in memory at a time, in shards of at
+    most ``limit`` bytes; the file names written."""
+    from .console import track
+
+    header = tensors.header()
+    order = sorted(header, key=lambda n: (tensors.files[n], n))
+    sizes: dict[str, int] = {}
+    for name in order:
+        shape = expected.get(name)
+        if shape is None:
+            raise CheckpointError(f"{tensors.directory}: the weights hold {name}, which the "
+                                  "model built from the config does not have")
+        sizes[name] = math.prod(shape) * torch.empty((), dtype=header[name][0]).element_size()
+    shards = _shard_plan(sizes, limit)
+    names = [SINGLE] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
+                                                for k in range(len(shards))]
+
+    def pruned(members: Sequence[str]) -> Iterator[tuple[str, torch.Tensor]]:
+        for name in members:
+            t = tensors.one(name)
+            key = first.get(name, name)
+            for dim in range(t.dim()):
+                index = cuts.get((key, dim))
+                if index is not None:
+                    t = t.index_select(dim, index)
+            yield name, t
+
+    pairs = list(zip(names, shards))
+    for file, members in (track(pairs, description="writing", label=lambda fm: fm[0])
+                          if progress else pairs):
+        _write_shard(tmp / file, {n: header[n][0] for n in members},
+                     {n: expected[n] for n in members}, pruned(members))
+    if len(names) > 1:
+        weight_map = {n: file for file, members in pairs for n in members}
+        index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
+        (tmp / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n",
+                                 encoding="utf-8")
+        names.append(INDEX)
+    return names
+
+
+def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+    """Every parameter's and buffer's shape under each name holding it."""
+    out = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)}
+    out.update({n: tuple(b.shape) for n, b in model.named_buffers(remove_duplicate=False)})
+    return out
+
+
+def _first_names(model: nn.Module) -> dict[str, str]:
+    """Every parameter name, mapped to the first name of its parameter (the Layout's)."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        out[n] = first.setdefault(id(p), n)
+    return out
+
+
+# -- the whole thing ----------------------------------------------------------------------
+def prune_checkpoint(
+    directory: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    calibration: str | os.PathLike[str] | Sequence[str] | None = None,
+    calibration_tokens: int = 8192,
+    seq_len: int = 512,
+    importance: str | None = None,
+    ratio: float | None = None,
+    target_params: int | None = None,
+    param_ratio: float | None = None,
+    scope: str = "uniform",
+    round_to: int = 1,
+    min_keep: int = 1,
+    exclude: Sequence[str] = (),
+    max_shard_size: int = DEFAULT_SHARD_BYTES,
+    progress: bool = False,
+    status: Callable[[str], Any] | None = None,
+) -> Plan:
+    """Prune the checkpoint in ``directory`` into ``output`` (see the module docstring);
+    return the plan.
+
+    ``calibration`` is a text file (:func:`read_calibration_text`) or the texts themselves;
+    ``importance`` is ``"activation"`` (the default with calibration text: Minitron's, on the
+    consumers' inputs), ``"l1"`` or ``"l2"`` (the default without). ``param_ratio`` is the
+    fraction of parameters to remove (a ``target_params`` of the rest); ``ratio``,
+    ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
+    :func:`fxsym.plan`'s. ``status(message)`` (a context manager factory, e.g. a spinner) is
+    entered around each step. Raises :class:`~fxsym.errors.CheckpointError` /
+    :class:`~fxsym.errors.CalibrationError` on bad input, before ``output`` is touched.
+    """
+    import contextlib
+
+    step = status or (lambda message: contextlib.nullcontext())
+    reader = open_checkpoint(directory)
+    importance = importance or ("activation" if calibration is not None else "l2")
+    if importance == "activation" and calibration is None:
+        raise CalibrationError("activation importance needs calibration text")
+    texts: Sequence[str] | None = None
+    if calibration is not None:
+        texts = (read_calibration_text(calibration) if isinstance(calibration, (str, os.PathLike))
+                 else list(calibration))
+        if not texts or not any(t.strip() for t in texts):
+            raise CalibrationError("the calibration text is empty")
+    if calibration_tokens < 1 or seq_len < 1:
+        raise CalibrationError(f"calibration tokens ({calibration_tokens}) and sequence length "
+                               f"({seq_len}) must be positive")
+    with step(f"building {directory} on the meta device"):
+        model = reader.build()
+        tensors = _Tensors(reader.directory, reader.tensor_files())
+    batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
+               if texts is not None and importance == "activation" else None)
+    if batches is not None and not batches:
+        raise CalibrationError("the calibration text gave no tokens")
+    if param_ratio is not None:
+        if not 0 <= param_ratio < 1 or target_params is not None:
+            raise PlanError(f"param_ratio is the fraction of parameters to remove, in [0, 1), "
+                            f"instead of target_params; got {param_ratio}")
+        target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
+    with step("analyzing"):
+        sm = analyze(model)
+    with step("mapping the groups onto the parameters"):
+        lay = layout(model, sm)
+    extra: dict[str, Any] = {}
+    if batches is not None:
+        streamed = stream_activations(model, sm, tensors, batches, progress=progress)
+        scores = streamed.scores
+        extra = {"blocks": streamed.blocks, "block_importance": streamed.block_importance}
+    else:
+        with step(f"scoring the weights ({importance})"):
+            scores = _weight_scores(model, sm, tensors, importance)
+
+    def given(m: nn.Module, s: Any) -> dict[str, torch.Tensor]:
+        return scores
+
+    given.__name__ = importance
+    first = _first_names(model)
+    with step("planning"):
+        chosen = plan(model, sm, ratio=ratio, target_params=target_params, importance=given,
+                      scope=scope, round_to=round_to, min_keep=min_keep, exclude=exclude)
+    if extra:
+        from .planning import with_extra
+
+        chosen = with_extra(chosen, **extra)
+    cuts = kept_positions(lay, chosen.choices())
+    chosen.apply(model, sm)
+    files = plugin_files(model, chosen)
+    expected = _shapes(model)
+    manifest = {"fxsym": FORMAT, "source": None, "aliases": {}, "files": sorted(files),
+                "history": [], "plan": chosen.to_dict()}
+    carried = _carried(reader, files)
+    with replace_directory(output) as tmp:
+        _write_weights(tmp, tensors, first, cuts, expected, max_shard_size, progress)
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+        for name in carried:
+            (tmp / name).write_bytes((reader.directory / name).read_bytes())
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    return chosen
+
+
+def _carried(reader: CheckpointReader, files: Mapping[str, bytes]) -> list[str]:
+    """The input's regular files copied to the output: all but the weights, what the reader
+    says the output rewrites, the plugins' files and an earlier fxsym manifest."""
+    skip = set(reader.tensor_files().values()) | reader.replaced_files() | set(files)
+    skip.add(MANIFEST)
+    return [e.name for e in sorted(reader.directory.iterdir(), key=lambda e: e.name)
+            if e.name not in skip and e.is_file() and not e.is_symlink()
+            and not e.name.endswith(".safetensors")]
+
+
