@@ -4,14 +4,17 @@ A :data:`LinearSize` is ``(fixed entries, {same-size class: entries per kept uni
 size is one (:func:`linear_size_of_dim`), and so is an int computed with ``+ - *`` from
 numbers, sizes read from dims and module attributes (:func:`linear_size_of_int`). Two sizes
 whose forms are equal stay equal under every resize: that is what lets a reshape by a traced
-size or a slice bounded by one keep its group. :func:`tie_part_to_bound` makes a part of a dim
-follow a bound where it can (an attribute becomes a member of the group, updated by resize; a
-size from another producer joins a same-size class).
+size or a slice bounded by one keep its group; so does an exact quotient (``key.shape[-1] //
+self.heads``, a constant where the key holds whole heads). :func:`tie_part_to_bound` makes a
+part of a dim follow a bound where it can (an attribute becomes a member of the group, updated
+by resize; a size from another producer joins a same-size class), and
+:func:`quotient_follows` a quotient's dividend keep a multiple of its divisor.
 """
 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -102,14 +105,20 @@ def linear_size_of_dim(ctx: OpContext, dim: Dim) -> LinearSize:
 
 def linear_size_of_int(ctx: OpContext, a: Any, depth: int = 0, *, pin: bool = True
                        ) -> LinearSize | None:
-    """The int ``a`` (a number, a size read from a dim or an attribute, or ``+ - *`` of them)
-    as a :data:`LinearSize`, where it is linear in the kept units. In a product of two elastic
+    """The int ``a`` (a number, a size read from a dim or an attribute, or ``+ - *`` of them,
+    or an exact ``//``: :func:`_exact_quotient`) as a :data:`LinearSize`, where it is linear
+    in the kept units. In a product of two elastic
     sizes (``config.num_attention_heads * self.head_dim``) the second factor is pinned, so
     the product stays linear in the first; without ``pin``, such a product has no form."""
     if type(a) is int:
         return a, {}
     if not isinstance(a, torch.fx.Node) or depth > 32:
         return None
+    if (a.op == "call_function" and a.target is operator.floordiv and not a.kwargs
+            and len(a.args) == 2):
+        num = linear_size_of_int(ctx, a.args[0], depth + 1, pin=pin)
+        den = linear_size_of_int(ctx, a.args[1], depth + 1, pin=pin)
+        return None if num is None or den is None else _exact_quotient(num, den)
     if a.op == "call_function" and a.target in _LINEAR_OPS and not a.kwargs and len(a.args) == 2:
         first = linear_size_of_int(ctx, a.args[0], depth + 1, pin=pin)
         second = linear_size_of_int(ctx, a.args[1], depth + 1, pin=pin)
@@ -142,6 +151,23 @@ def linear_size_of_int(ctx: OpContext, a: Any, depth: int = 0, *, pin: bool = Tr
 _LINEAR_OPS = frozenset({operator.add, operator.sub, operator.mul})
 
 
+def _exact_quotient(num: LinearSize, den: LinearSize) -> LinearSize | None:
+    """``num // den`` where the division is exact under every resize: by a number dividing
+    every coefficient, or by an elastic size of which ``num`` is a constant multiple
+    (``key.shape[-1] // self.heads`` where the key holds ``heads`` whole heads: ``head_dim``,
+    a constant)."""
+    (cn, pn), (cd, pd) = num, den
+    if not pd:
+        if cd <= 0 or cn % cd or any(v % cd for v in pn.values()):
+            return None
+        return cn // cd, {g: v // cd for g, v in pn.items()}
+    key, coefficient = next(iter(pd.items()))
+    factor = pn.get(key, 0) // coefficient
+    if factor <= 0 or (cn, pn) != (factor * cd, {g: factor * v for g, v in pd.items()}):
+        return None
+    return factor, {}
+
+
 def tie_part_to_bound(ctx: OpContext, part: Dim, bound: Any, base: LinearSize) -> bool:
     """Make ``part`` keep the size ``bound`` minus ``base`` under every resize, where it can:
     a part of one elastic block against a bound linear in one group's kept units is tied to
@@ -162,6 +188,41 @@ def tie_part_to_bound(ctx: OpContext, part: Dim, bound: Any, base: LinearSize) -
             per[g] = per.get(g, 0) - v
         return now[0] - base[0], {g: v for g, v in per.items() if v}
 
+    return _tie_part_to_size(ctx, part, target)
+
+
+def quotient_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
+    """Whether ``raw``, ``n // k`` for ``n`` a size read from a dim and ``k`` an elastic size,
+    sizing a dim of fixed size ``c``, keeps the value ``c`` under every resize, or can be made
+    to: ``n``'s dim is made to keep ``c`` times ``k``'s size, as a part is made to follow a
+    bound (diffusers' ``head_dim = key.shape[-1] // attn.heads`` reshaping the query, where
+    ``heads`` is tied to the query's heads: the key's features become whole heads of ``c``
+    entries, a same-size class with the query's heads)."""
+    if not (isinstance(raw, torch.fx.Node) and raw.op == "call_function"
+            and raw.target is operator.floordiv and len(raw.args) == 2 and not raw.kwargs):
+        return False
+    n, k = raw.args
+    n_lay = ctx.layout(n)
+    if not isinstance(n_lay, SizeLayout) or n_lay.derived or len(n_lay) != 1:
+        return False
+    fixed, per = linear_size_of_dim(ctx, dim)
+    if per or linear_size_of_int(ctx, k, pin=False) is None:
+        return False
+
+    def target() -> LinearSize | None:
+        den = linear_size_of_int(ctx, k, pin=False)
+        if den is None or not den[1]:
+            return None
+        return fixed * den[0], {g: fixed * v for g, v in den[1].items()}
+
+    return _tie_part_to_size(ctx, n_lay[0], target)
+
+
+def _tie_part_to_size(ctx: OpContext, part: Dim, target: Callable[[], LinearSize | None]
+                      ) -> bool:
+    """Make ``part`` keep the size ``target()`` under every resize, where it can (see
+    :func:`tie_part_to_bound`); ``target`` is read again after tying, which renames the
+    same-size classes its form counts."""
     want = target()
     if want is None:
         return False

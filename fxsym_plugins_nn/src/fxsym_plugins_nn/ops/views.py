@@ -39,7 +39,13 @@ from fxsym.analysis import (
 )
 
 from .common import dims_arg, norm_dim, same_dim
-from .linear_sizes import keeps_size, product_follows, share_of_size, tie_equal_sizes
+from .linear_sizes import (
+    keeps_size,
+    product_follows,
+    quotient_follows,
+    share_of_size,
+    tie_equal_sizes,
+)
 from .pieces import aligned_pieces, cut_dim
 
 
@@ -228,7 +234,7 @@ def _size_follows_dim(ctx: OpContext, item: SizeLayout, dim: Dim, raw: Any) -> b
     under every resize (or is made to: an attribute tied, a same-size class)."""
     if tie_size(ctx, item, dim):  # an int read from a module attribute
         return True
-    if item.derived and product_follows(ctx, raw, dim):
+    if item.derived and (product_follows(ctx, raw, dim) or quotient_follows(ctx, raw, dim)):
         return True
     item = ctx.table.resolve_layout(item)
     if share_of_size(ctx, raw, dim):

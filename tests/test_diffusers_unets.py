@@ -1,0 +1,85 @@
+"""diffusers' UNets from small configs (random weights, nothing downloaded), through the three
+oracles in float64, with the coverage a real shrink gives (issue 21).
+
+What used to pin their groups, each a mechanism with a test on a tiny module of its own:
+the attention processors' ``head_dim = key.shape[-1] // attn.heads`` reshaping the query
+(``tests/test_size_quotients.py``) and the up blocks' skip concatenations under a GroupNorm
+whose norm groups straddle the parts (``tests/test_group_norm.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from helpers import assert_oracles, group_with
+from torch import nn
+
+import fxsym
+
+diffusers = pytest.importorskip("diffusers")
+
+
+def _projections(model: nn.Module) -> dict[str, int]:
+    return {name: m.weight.shape[0] for name, m in model.named_modules()
+            if isinstance(m, (nn.Conv2d, nn.Linear))}
+
+
+def shrunk_share(model: nn.Module, sm: fxsym.SymMap) -> float:
+    """The share of convs and linears whose output really shrinks when every group is halved
+    (measured on the weights, as ``benchmarks/shrink_coverage.py`` does)."""
+    clone, clone_sm = copy.deepcopy((model, sm))
+    before = _projections(clone)
+    fxsym.resize(clone, clone_sm, {g.name: max(1, g.size // 2) for g in sm.groups()})
+    after = _projections(clone)
+    return sum(after[k] < before[k] for k in before) / len(before)
+
+
+def unet2d() -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    model = diffusers.UNet2DModel(
+        sample_size=8, in_channels=3, out_channels=3, layers_per_block=1,
+        block_out_channels=(32, 64), norm_num_groups=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+    x = (torch.randn(1, 3, 8, 8, dtype=torch.float64), torch.tensor([10]))
+    return model.double().eval(), x
+
+
+def unet2d_condition(**config: Any) -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    model = diffusers.UNet2DConditionModel(**{**dict(
+        sample_size=8, in_channels=4, out_channels=4, layers_per_block=1,
+        block_out_channels=(32, 64), norm_num_groups=8, cross_attention_dim=24,
+        attention_head_dim=8, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")), **config})
+    x = (torch.randn(1, 4, 8, 8, dtype=torch.float64), torch.tensor([10]),
+         torch.randn(1, 7, 24, dtype=torch.float64))
+    return model.double().eval(), x
+
+
+def test_unet2d_attention_heads_and_skips_are_groups() -> None:
+    model, x = unet2d()
+    sm = assert_oracles(model, x, min_groups=10)
+    attn = "down_blocks.1.attentions.0"
+    heads = group_with(sm, f"{attn}.to_q", "out_features")
+    for member in [(f"{attn}.to_k", "out_features"), (f"{attn}.to_v", "out_features"),
+                   (f"{attn}.to_out.0", "in_features"), (attn, "attr:heads")]:
+        assert member in heads.members
+    # the output of an up block's first resnet is concatenated with a skip of 32 channels
+    # under norm groups of 12: it keeps a part that changes by whole norm groups of both
+    group_with(sm, "up_blocks.0.resnets.0.conv2", "out_channels")
+    assert shrunk_share(model, sm) > 0.9
+
+
+def test_unet2d_condition_self_and_cross_attention_are_groups() -> None:
+    model, x = unet2d_condition()
+    sm = assert_oracles(model, x, min_groups=10)
+    block = "down_blocks.0.attentions.0.transformer_blocks.0"
+    for attn in (f"{block}.attn1", f"{block}.attn2"):
+        heads = group_with(sm, f"{attn}.to_q", "out_features")
+        assert (f"{attn}.to_k", "out_features") in heads.members
+        assert (attn, "attr:heads") in heads.members
+    assert shrunk_share(model, sm) > 0.9
