@@ -269,3 +269,31 @@ def test_plan_layers_without_a_depth_group_says_why() -> None:
     sm = fxsym.analyze(sm_model, example_inputs=INPUTS)
     with pytest.raises(fxsym.PlanError, match="not residual"):
         fxsym.plan(sm_model, sm, layers=2)
+
+
+def make_tower() -> nn.Module:
+    torch.manual_seed(0)
+    return Stack([Damped(g) for g in (1.0, 1e-3, 2.0, 1e-2)]).eval()
+
+
+def test_cli_layers_and_target_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    from fxsym.cli import main
+
+    assert main(["prune", "test_depth:make_tower", "--layers", "2", "--input-shape", "2,5,4",
+                 "-o", str(tmp_path / "two")]) == 0
+    text = capsys.readouterr().out
+    assert "blocks.depth" in text and "0 2" in text
+    before = sum(p.numel() for p in make_tower().parameters())
+    assert main(["prune", "test_depth:make_tower", "--target-params", str(before // 2),
+                 "--round-to", "4", "--input-shape", "2,5,4", "-o", str(tmp_path / "half"),
+                 "--json"]) == 0
+    plan = fxsym.Plan.from_json(capsys.readouterr().out)
+    assert plan.params_after <= before // 2
+    assert main(["prune", "test_depth:make_tower", "--target-params", str(before // 2),
+                 "--round-to", "4", "--input-shape", "2,5,4", "-o", str(tmp_path / "t")]) == 0
+    text = capsys.readouterr().out
+    assert "candidates for" in text and "calib loss" in text and "<- kept" in text
+    assert main(["prune", "test_depth:make_tower", "--experts", "2", "--input-shape", "2,5,4",
+                 "-o", str(tmp_path / "x")]) == 2
+    assert "not groups yet" in capsys.readouterr().err

@@ -377,16 +377,29 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from .console import status
     from .persist import save
 
-    targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs)
-               if x is not None]
-    if len(targets) != 1:
-        raise CliError("give exactly one of --ratio, --param-ratio, --target-params and "
-                       "--target-macs")
+    targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs,
+                           args.target_active_params) if x is not None]
+    shape = {k: getattr(args, k) for k in ("hidden", "ffn", "heads", "kv_heads")
+             if getattr(args, k) is not None}
+    if args.experts is not None:
+        raise CliError("--experts: MoE experts are not groups yet; prune their width with the "
+                       "other options")
+    if len(targets) > 1 or not (targets or shape or args.layers is not None):
+        raise CliError("give exactly one of --ratio, --param-ratio, --target-params, "
+                       "--target-active-params and --target-macs, or sizes (--hidden, --ffn, "
+                       "--heads, --kv-heads, --layers)")
+    if targets and shape:
+        raise CliError("give sizes (--hidden, --ffn, --heads, --kv-heads) or an amount, not both")
     if args.param_ratio is not None and not 0 <= args.param_ratio < 1:
         raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); got "
                        f"{args.param_ratio}")
     _check_output(args.output, args.force)
     if is_checkpoint_dir(args.model):
+        if shape or args.layers is not None or args.target_active_params is not None:
+            raise CliError("--layers, --hidden, --ffn, --heads, --kv-heads and "
+                           "--target-active-params do not stream a checkpoint directory yet: "
+                           "load it with from_pretrained and use fxsym.plan(..., layers=, "
+                           "sizes=) or fxsym.search")
         return _prune_checkpoint(args)
     if args.calib is not None:
         raise CliError("--calib is for a checkpoint directory (what save_pretrained writes); "
@@ -408,17 +421,25 @@ def cmd_prune(args: argparse.Namespace) -> int:
         before = sum(p.numel() for p in model.parameters())
         args.target_params = int(before * (1 - args.param_ratio))
     criterion = _criterion(args, inputs)
-    with status("planning (mapping every group onto the parameters, scoring, solving)"):
-        plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
-                         target_macs=args.target_macs, importance=criterion, scope=args.scope,
-                         round_to=args.round_to, min_keep=args.min_keep,
-                         exclude=args.exclude or ())
+    searched = None
+    if shape or args.layers is not None or (
+            sm.depth_groups() and (args.target_params or args.target_active_params)):
+        plan, searched = _plan_architecture(args, model, sm, inputs, criterion, shape)
+    else:
+        with status("planning (mapping every group onto the parameters, scoring, solving)"):
+            plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
+                             target_macs=args.target_macs, importance=criterion,
+                             scope=args.scope, round_to=args.round_to, min_keep=args.min_keep,
+                             exclude=args.exclude or ())
     with status("resizing"):
         plan.apply(model, sm)
     save(model, args.output, plan, source=source, history=history, keep_others=False)
     if args.json:
         print(plan.to_json())
         return 0
+    if searched:
+        print(f"candidates for {args.target_params or args.target_active_params:,} "
+              f"{'active ' if args.target_active_params else ''}parameters:\n{searched}\n")
     print(f"{plan.summary()}\n\nsaved to {args.output}")
     return 0
 
@@ -458,6 +479,47 @@ def _bytes(text: str) -> int:
     return max(1, int(float(m.group(1)) * unit))
 
 
+def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inputs: Any,
+                       criterion: Any, shape: dict[str, int]) -> tuple[Any, str | None]:
+    """A plan by depth and sizes (``--layers``, ``--hidden`` ...), or the architecture search
+    for ``--target-params``/``--target-active-params`` (:mod:`fxsym.search`): its plan and
+    the table of candidates (``None`` without a search). Calibrated on random batches shaped
+    like the example inputs."""
+    from . import plan as make_plan
+    from .console import status
+    from .depth import block_importance
+    from .search import search, sizes_for
+
+    batches = _random_batches(inputs, args.batches)
+    target = args.target_params or args.target_active_params
+    if target and args.layers is None and not shape:
+        with status("searching uniform architectures (each planned and scored)"):
+            result = search(model, sm, target_params=target, batches=batches,
+                            active=args.target_active_params is not None,
+                            round_to=max(args.round_to, 1), importance=criterion)
+        return result.plan, result.table()
+    layers = _layers(args.layers)
+    with status("planning (depth and sizes)"):
+        return make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
+                         target_macs=args.target_macs, importance=criterion, scope="uniform",
+                         round_to=args.round_to, min_keep=args.min_keep,
+                         exclude=args.exclude or (), layers=layers,
+                         depth_importance=None if layers is None else block_importance(
+                             batches), sizes=sizes_for(sm, **shape) if shape else None), None
+
+
+def _layers(text: str | None) -> int | list[int] | None:
+    """``--layers``: a count, or the blocks to keep separated by commas."""
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError as exc:
+        raise CliError(f"--layers is a count or positions separated by commas, got "
+                       f"{text!r}") from exc
+    return values[0] if len(values) == 1 and "," not in text else values
+
+
 def _check_output(path: str, force: bool) -> None:
     """``-o DIR`` must be new or empty unless ``--force`` (checked before any work)."""
     out = Path(path)
@@ -481,6 +543,18 @@ def add_prune_parser(sub: Any) -> None:
                      "e.g. 0.5 (the same as --target-params at that fraction of the model)")
     how.add_argument("--target-params", type=int, help="parameters to reach or go under")
     how.add_argument("--target-macs", type=int, help="MACs to reach or go under")
+    how.add_argument("--target-active-params", type=int, metavar="N",
+                     help="parameters a token uses (all but lookup tables) to reach or go "
+                     "under; with a depth group, both targets search uniform architectures")
+    sizes = p.add_argument_group("sizes (a model with a stack of residual blocks)")
+    sizes.add_argument("--layers", metavar="K|I,J,...", help="blocks to keep: a count (the "
+                       "most influential, 1 - cos of each block's input and output) or "
+                       "positions")
+    sizes.add_argument("--hidden", type=int, help="hidden size (the residual stream's width)")
+    sizes.add_argument("--ffn", type=int, help="FFN width of every block")
+    sizes.add_argument("--heads", type=int, help="attention (query) heads of every block")
+    sizes.add_argument("--kv-heads", type=int, help="key/value heads of every block")
+    sizes.add_argument("--experts", type=int, help="MoE experts per layer (not available yet)")
     p.add_argument("--importance", choices=["l1", "l2", "bn_scale", "taylor", "activation"],
                    help="how units are ranked (default l2; taylor and activation: on random "
                    "inputs; for a checkpoint, activation on --calib text by default)")

@@ -216,10 +216,11 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
                               r.layers, target_params)
             if ffn is None:
                 continue
+            width = None if ffn_now is None else ffn
             sizes = sizes_for(symmap, hidden=hidden if hidden != hidden_now else None,
-                              ffn=ffn if ffn != ffn_now else None)
+                              ffn=width if width != ffn_now else None)
             params = count(sizes, _layers_arg(r.layers, blocks))
-            found.append(Candidate(n_layers or 0, hidden, ffn, params))
+            found.append(Candidate(n_layers or 0, hidden, width, params))
     if not found:
         raise PlanError(f"no uniform candidate reaches {target_params:,} parameters")
     scored = []
