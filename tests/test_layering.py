@@ -73,7 +73,8 @@ ALLOWED: dict[str, set[str]] = {
     "planning": {"console", "depth", "errors", "importance", "resizing", "symbols"},
     "search": {"console", "depth", "errors", "importance", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
-    "checkpoint": {"analysis", "errors", "importance", "persist", "planning", "plugins"},
+    "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",
+                   "plugins"},
     "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -72,17 +72,57 @@ def test_a_sharded_checkpoint_pruned_to_a_parameter_target_loads_with_from_pretr
     assert len(plan.extra["block_importance"]) == model.config.num_hidden_layers
 
 
-def test_the_streamed_writer_gives_the_in_memory_weights(tmp_path: Path) -> None:
-    """The same uniform plan (l2 scores, which both paths compute) applied by fxsym.plan +
-    apply on the loaded model and by streaming the checkpoint: equal plans, equal tensors."""
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_a_checkpoint_pruned_by_depth_loads_with_from_pretrained(
+        tmp_path: Path, calib: Path, family: str) -> None:
+    """Two of four layers kept, ranked by the block importance of the calibration run; with a
+    width target too. The kept layers' tensors are the input's, renumbered."""
+    src = tmp_path / "in"
+    model = checkpoint(src, family, num_hidden_layers=4)
+    out = tmp_path / "out"
+    plan = fxsym.prune_checkpoint(src, out, calibration=calib, layers=2,
+                                  calibration_tokens=128, seq_len=32, max_shard_size=SHARD)
+    (depth,) = plan.depth
+    assert len(depth.keep) == 2
+    ranked = sorted(range(4), key=lambda i: -plan.extra["block_importance"][i])
+    assert sorted(depth.keep) == sorted(ranked[:2])
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert pruned.config.num_hidden_layers == 2 and len(pruned.model.layers) == 2
+    if getattr(model.config, "layer_types", None) is not None:
+        assert len(pruned.config.layer_types) == 2
+    for new, old in enumerate(depth.keep):
+        assert torch.equal(pruned.model.layers[new].mlp.down_proj.weight,
+                           model.model.layers[old].mlp.down_proj.weight)
+    ids = torch.tensor([[1, 5, 9, 12, 40]])
+    with torch.no_grad():
+        assert torch.isfinite(pruned(ids).logits).all()
+    # depth and width together, to a parameter target
+    both = tmp_path / "both"
+    target = _params(model) // 3
+    plan = fxsym.prune_checkpoint(src, both, calibration=calib, layers=3, target_params=target,
+                                  calibration_tokens=128, seq_len=32, round_to=8)
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(both).eval()
+    assert pruned.config.num_hidden_layers == 3
+    assert _params(pruned) == plan.params_after <= target
+    with torch.no_grad():
+        assert torch.isfinite(pruned(ids).logits).all()
+
+
+@pytest.mark.parametrize("layers", [None, [0, 2]])
+def test_the_streamed_writer_gives_the_in_memory_weights(tmp_path: Path,
+                                                         layers: list[int] | None) -> None:
+    """The same uniform plan (l2 scores, which both paths compute; the middle layer dropped
+    too) applied by fxsym.plan + apply on the loaded model and by streaming the checkpoint:
+    equal plans, equal tensors."""
     src = tmp_path / "in"
     checkpoint(src, "llama", tie_word_embeddings=True)
     out = tmp_path / "out"
     streamed = fxsym.prune_checkpoint(src, out, importance="l2", ratio=0.4, round_to=4,
-                                      max_shard_size=SHARD)
+                                      layers=layers, max_shard_size=SHARD)
     model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     sm = fxsym.analyze(model)
-    in_memory = fxsym.plan(model, sm, importance="l2", ratio=0.4, round_to=4, scope="uniform")
+    in_memory = fxsym.plan(model, sm, importance="l2", ratio=0.4, round_to=4, scope="uniform",
+                           layers=layers)
     assert in_memory.choices() == streamed.choices() and streamed.choices()
     in_memory.apply(model, sm)
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
@@ -91,6 +131,7 @@ def test_the_streamed_writer_gives_the_in_memory_weights(tmp_path: Path) -> None
     for name in want:
         assert torch.equal(want[name], got[name]), name
     assert pruned.lm_head.weight is pruned.model.embed_tokens.weight
+    assert len(pruned.model.layers) == (3 if layers is None else 2)
 
 
 def test_the_cli_prunes_a_checkpoint_directory(tmp_path: Path, calib: Path,
@@ -99,11 +140,15 @@ def test_the_cli_prunes_a_checkpoint_directory(tmp_path: Path, calib: Path,
     model = checkpoint(src, "qwen2")
     out = tmp_path / "out"
     code = main(["prune", str(src), "--calib", str(calib), "--calib-tokens", "128",
-                 "--seq-len", "32", "--param-ratio", "0.5", "--round-to", "8", "-o", str(out)])
+                 "--seq-len", "32", "--param-ratio", "0.5", "--round-to", "8", "--layers", "2",
+                 "-o", str(out)])
     assert code == 0, capsys.readouterr().err
     assert f"saved to {out}" in capsys.readouterr().out
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert _params(pruned) <= _params(model) // 2
+    assert pruned.config.num_hidden_layers == 2
+    code = main(["prune", str(src), "--layers", "2", "-o", str(tmp_path / "x")])
+    assert code == 2 and "calibration" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("content, message", [

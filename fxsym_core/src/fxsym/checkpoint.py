@@ -27,11 +27,13 @@ The steps, none of which holds more than one decoder layer's weights:
    * *weights* (``l1``, ``l2``): each parameter read, scored and dropped in turn
      (:func:`fxsym.importance.element_scores` with a reader);
 
-3. **planning** with those scores (:func:`fxsym.plan`), applied to the meta model, whose
-   resized config the plugins write (``fxsym_save_files``);
+3. **planning** with those scores (:func:`fxsym.plan`; a number of ``layers`` kept by the
+   block importance of the same run), applied to the meta model, whose resized config the
+   plugins write (``fxsym_save_files``);
 4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
    plan keeps along each dim (the Layout says which slice of which parameter belongs to which
-   unit), checked against the shape of the resized meta model, written straight into its
+   unit), renamed as the kept layers are renumbered (a dropped layer's tensors are not
+   written), checked against the shape of the resized meta model, written straight into its
    shard (safetensors files of at most ``max_shard_size`` bytes,
    ``model-0000k-of-0000n.safetensors`` with a ``model.safetensors.index.json``, or one
    ``model.safetensors``): the shapes are known before any tensor is read, so each file's
@@ -46,7 +48,7 @@ the plan. The calibration runs in the checkpoint's dtype. Peak memory is about t
 block plus the modules outside the blocks (embeddings, head) plus the calibration hidden
 states, or the largest tensor while writing.
 
-Imports from fxsym: analysis, errors, importance, persist, planning, plugins.
+Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import torch
 from torch import nn
 
 from .analysis import analyze
+from .depth import renamed
 from .errors import CalibrationError, CheckpointError, PlanError
 from .importance import ActivationRecorder, Layout, element_scores, layout
 from .persist import FORMAT, MANIFEST, plugin_files, replace_directory
@@ -505,41 +508,49 @@ def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
         os.fsync(f.fileno())
 
 
-def _write_weights(tmp: Path, tensors: _Tensors, first: Mapping[str, str],
-                   cuts: Mapping[tuple[str, int], torch.Tensor],
+def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str | None],
+                   first: Mapping[str, str], cuts: Mapping[tuple[str, int], torch.Tensor],
                    expected: Mapping[str, tuple[int, ...]], limit: int,
                    progress: bool) -> list[str]:
     """Write the pruned tensors into ``tmp``, one tensor in memory at a time, in shards of at
-    most ``limit`` bytes; the file names written."""
+    most ``limit`` bytes, under their names after the plan (``names_after``: ``None`` for a
+    tensor of a dropped block, not written); ``expected`` gives the shapes under those names.
+    The file names written."""
     from .console import track
 
     header = tensors.header()
     order = sorted(header, key=lambda n: (tensors.files[n], n))
     sizes: dict[str, int] = {}
+    source: dict[str, str] = {}
     for name in order:
-        shape = expected.get(name)
+        new = names_after.get(name, name)
+        if new is None:
+            continue
+        shape = expected.get(new)
         if shape is None:
             raise CheckpointError(f"{tensors.directory}: the weights hold {name}, which the "
                                   "model built from the config does not have")
-        sizes[name] = math.prod(shape) * torch.empty((), dtype=header[name][0]).element_size()
+        source[new] = name
+        sizes[new] = math.prod(shape) * torch.empty((), dtype=header[name][0]).element_size()
     shards = _shard_plan(sizes, limit)
     names = [SINGLE] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
                                                 for k in range(len(shards))]
 
     def pruned(members: Sequence[str]) -> Iterator[tuple[str, torch.Tensor]]:
-        for name in members:
+        for new in members:
+            name = source[new]
             t = tensors.one(name)
             key = first.get(name, name)
             for dim in range(t.dim()):
                 index = cuts.get((key, dim))
                 if index is not None:
                     t = t.index_select(dim, index)
-            yield name, t
+            yield new, t
 
     pairs = list(zip(names, shards))
     for file, members in (track(pairs, description="writing", label=lambda fm: fm[0])
                           if progress else pairs):
-        _write_shard(tmp / file, {n: header[n][0] for n in members},
+        _write_shard(tmp / file, {n: header[source[n]][0] for n in members},
                      {n: expected[n] for n in members}, pruned(members))
     if len(names) > 1:
         weight_map = {n: file for file, members in pairs for n in members}
@@ -578,6 +589,7 @@ def prune_checkpoint(
     ratio: float | None = None,
     target_params: int | None = None,
     param_ratio: float | None = None,
+    layers: int | Sequence[int] | None = None,
     scope: str = "uniform",
     round_to: int = 1,
     min_keep: int = 1,
@@ -592,7 +604,10 @@ def prune_checkpoint(
     ``calibration`` is a text file (:func:`read_calibration_text`) or the texts themselves;
     ``importance`` is ``"activation"`` (the default with calibration text: Minitron's, on the
     consumers' inputs), ``"l1"`` or ``"l2"`` (the default without). ``param_ratio`` is the
-    fraction of parameters to remove (a ``target_params`` of the rest); ``ratio``,
+    fraction of parameters to remove (a ``target_params`` of the rest). ``layers`` keeps that
+    many decoder layers (ranked by the block importance of the calibration run: calibration
+    text needed) or the layers at those positions (:func:`fxsym.plan`'s ``layers``); the
+    tensors of the layers kept are renamed as the layers are renumbered. ``ratio``,
     ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
     :func:`fxsym.plan`'s. ``status(message)`` (a context manager factory, e.g. a spinner) is
     entered around each step. Raises :class:`~fxsym.errors.CheckpointError` /
@@ -605,6 +620,9 @@ def prune_checkpoint(
     importance = importance or ("activation" if calibration is not None else "l2")
     if importance == "activation" and calibration is None:
         raise CalibrationError("activation importance needs calibration text")
+    if isinstance(layers, int) and calibration is None:
+        raise CalibrationError("keeping a number of layers ranks them on calibration text; "
+                               "give calibration text, or the positions of the layers to keep")
     texts: Sequence[str] | None = None
     if calibration is not None:
         texts = (read_calibration_text(calibration) if isinstance(calibration, (str, os.PathLike))
@@ -631,10 +649,13 @@ def prune_checkpoint(
     with step("mapping the groups onto the parameters"):
         lay = layout(model, sm)
     extra: dict[str, Any] = {}
+    depth_scores: dict[str, torch.Tensor] | None = None
     if batches is not None:
         streamed = stream_activations(model, sm, tensors, batches, progress=progress)
         scores = streamed.scores
         extra = {"blocks": streamed.blocks, "block_importance": streamed.block_importance}
+        depth_scores = {g.name: torch.tensor(streamed.block_importance, dtype=torch.float64)
+                        for g in sm.depth_groups() if g.container == streamed.blocks}
     else:
         with step(f"scoring the weights ({importance})"):
             scores = _weight_scores(model, sm, tensors, importance)
@@ -646,12 +667,16 @@ def prune_checkpoint(
     first = _first_names(model)
     with step("planning"):
         chosen = plan(model, sm, ratio=ratio, target_params=target_params, importance=given,
-                      scope=scope, round_to=round_to, min_keep=min_keep, exclude=exclude)
+                      scope=scope, round_to=round_to, min_keep=min_keep, exclude=exclude,
+                      layers=layers, depth_importance=depth_scores)
     if extra:
         from .planning import with_extra
 
         chosen = with_extra(chosen, **extra)
     cuts = kept_positions(lay, chosen.choices())
+    depth_groups = sm.depth_groups()
+    blocks = {d.name: list(d.keep) for d in chosen.depth}
+    names = {n: renamed(n, depth_groups, blocks) for n in tensors.files}
     chosen.apply(model, sm)
     files = plugin_files(model, chosen)
     expected = _shapes(model)
@@ -659,7 +684,7 @@ def prune_checkpoint(
                 "history": [], "plan": chosen.to_dict()}
     carried = _carried(reader, files)
     with replace_directory(output) as tmp:
-        _write_weights(tmp, tensors, first, cuts, expected, max_shard_size, progress)
+        _write_weights(tmp, tensors, names, first, cuts, expected, max_shard_size, progress)
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         for name in carried:

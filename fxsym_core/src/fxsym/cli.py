@@ -395,11 +395,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
                        f"{args.param_ratio}")
     _check_output(args.output, args.force)
     if is_checkpoint_dir(args.model):
-        if shape or args.layers is not None or args.target_active_params is not None:
-            raise CliError("--layers, --hidden, --ffn, --heads, --kv-heads and "
-                           "--target-active-params do not stream a checkpoint directory yet: "
-                           "load it with from_pretrained and use fxsym.plan(..., layers=, "
-                           "sizes=) or fxsym.search")
+        if shape or args.target_active_params is not None:
+            raise CliError("--hidden, --ffn, --heads, --kv-heads and --target-active-params "
+                           "do not stream a checkpoint directory yet: load it with "
+                           "from_pretrained and use fxsym.plan(..., sizes=) or fxsym.search")
         return _prune_checkpoint(args)
     if args.calib is not None:
         raise CliError("--calib is for a checkpoint directory (what save_pretrained writes); "
@@ -459,7 +458,7 @@ def _prune_checkpoint(args: argparse.Namespace) -> int:
         args.model, args.output, calibration=args.calib, calibration_tokens=args.calib_tokens,
         seq_len=args.seq_len, importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
-        scope=args.scope or "uniform", round_to=args.round_to, min_keep=args.min_keep,
+        layers=_layers(args.layers), scope=args.scope or "uniform", round_to=args.round_to, min_keep=args.min_keep,
         exclude=args.exclude or (), max_shard_size=_bytes(args.max_shard_size),
         progress=True, status=status)
     if args.json:
