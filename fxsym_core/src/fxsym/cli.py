@@ -458,9 +458,9 @@ def _prune_checkpoint(args: argparse.Namespace) -> int:
         args.model, args.output, calibration=args.calib, calibration_tokens=args.calib_tokens,
         seq_len=args.seq_len, importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
-        layers=_layers(args.layers), scope=args.scope or "uniform", round_to=args.round_to, min_keep=args.min_keep,
-        exclude=args.exclude or (), max_shard_size=_bytes(args.max_shard_size),
-        progress=True, status=status)
+        layers=_layers(args.layers), scope=args.scope or "uniform", round_to=args.round_to,
+        min_keep=args.min_keep, exclude=args.exclude or (),
+        max_shard_size=_bytes(args.max_shard_size), progress=True, status=status)
     if args.json:
         print(plan.to_json())
         return 0
