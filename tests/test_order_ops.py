@@ -71,20 +71,15 @@ PINNED: list[tuple[str, Callable[[Probe, torch.Tensor], torch.Tensor], set, str]
     ("argmax", lambda m, h: h.argmax(1), {A}, "argmax returns positions"),
     ("argmin-keepdim", lambda m, h: h.argmin(dim=1, keepdim=True).squeeze(1), {A},
      "argmin returns positions"),
-    ("argmax-gather", lambda m, h: h.gather(1, h.argmax(1, keepdim=True)).squeeze(1), {A},
-     "returns positions"),
     ("argmax-flat", lambda m, h: h.argmax() + h.sum(1), {A, B}, "flattened"),
     ("torch-argmax", lambda m, h: torch.argmax(h, 1), {A}, "argmax returns positions"),
     ("flatten-argmax", lambda m, h: h.sum(2, keepdim=True).expand(-1, -1, 3).flatten(1)
      .argmax(1)[:, None] + h.sum(1), {A}, "argmax returns positions"),
-    ("max-indices-gather", lambda m, h: h.gather(1, h.max(1, keepdim=True).indices)[:, 0],
-     {A}, "max returns positions"),
     ("max-indices", lambda m, h: h.max(1).indices, {A}, "max returns positions"),
     ("min-indices", lambda m, h: torch.min(h, dim=1)[1], {A}, "min returns positions"),
     ("median-indices", lambda m, h: h.median(1).indices, {A}, "median returns positions"),
     ("mode-indices", lambda m, h: torch.mode(h.round(), 1)[1], {A}, "mode returns positions"),
     ("kthvalue", lambda m, h: h.kthvalue(2, 1).values, {A}, "needs k entries"),
-    ("topk", lambda m, h: h.topk(3, 1).values.sum(1), {A}, "needs k entries"),
     ("sort", lambda m, h: _mixed(m, h.sort(1).values), {A}, "sort depends on the order"),
     ("argsort", lambda m, h: _mixed(m, h.argsort(1)), {A}, "argsort returns positions"),
     ("cumsum", lambda m, h: _mixed(m, h.cumsum(1)), {A}, "cumsum depends on the order"),
@@ -108,8 +103,6 @@ PINNED: list[tuple[str, Callable[[Probe, torch.Tensor], torch.Tensor], set, str]
      {A}, "argsort returns positions"),
     ("scatter", lambda m, h: _mixed(m, (h * 0).scatter(1, _signs(h), 1.0)), {A},
      "scatter addresses"),
-    ("scatter-argmax", lambda m, h: _mixed(m, (h * 0).scatter(
-        1, h.argmax(1, keepdim=True), 1.0)), {A}, "argmax returns positions"),
     ("scatter-add", lambda m, h: _mixed(m, h.scatter_add(1, _signs(h), h)), {A},
      "scatter_add addresses"),
     ("index-fill", lambda m, h: _mixed(m, h.index_fill(1, torch.tensor([1]), 0.0)), {A},
@@ -127,11 +120,23 @@ OTHER_DIM: list[tuple[str, Callable[[Probe, torch.Tensor], torch.Tensor]]] = [
     ("cumsum", lambda m, h: _rows(m, h.cumsum(-1))),
     ("sort", lambda m, h: _rows(m, h.sort(dim=2).values)),
     ("flip", lambda m, h: _rows(m, h.flip(2))),
-    ("topk", lambda m, h: _rows(m, h.topk(3).values)),
     ("argmax", lambda m, h: _rows(m, h.argmax(-1, keepdim=True))),
     ("gather", lambda m, h: _rows(m, h.gather(2, h.argsort(2)))),
     ("index-select", lambda m, h: _rows(m, h.index_select(2, torch.tensor([1, 0])))),
     ("select", lambda m, h: F.linear(h.select(2, 0), m.mix.weight, m.mix.bias)),
+]
+
+# picks by value whose positions only read the dim they index (``tests/test_experts.py``): the
+# dim worked along stays a group, *routed* (permutation exact, dropping changes the picks),
+# keeping at least as many units as the op picks
+ROUTED: list[tuple[str, Callable[[Probe, torch.Tensor], torch.Tensor], tuple[str, str], int]] = [
+    ("topk", lambda m, h: h.topk(3, 1).values.sum(1), A, 3),
+    ("topk-last-dim", lambda m, h: _rows(m, h.topk(3).values), B, 3),
+    ("argmax-gather", lambda m, h: h.gather(1, h.argmax(1, keepdim=True)).squeeze(1), A, 1),
+    ("max-indices-gather", lambda m, h: h.gather(1, h.max(1, keepdim=True).indices)[:, 0],
+     A, 1),
+    ("scatter-argmax", lambda m, h: _mixed(m, (h * 0).scatter(
+        1, h.argmax(1, keepdim=True), 1.0)), A, 1),
 ]
 
 # value reductions and order-free ops: A stays searchable (and B too)
@@ -211,6 +216,18 @@ def test_value_reductions_and_equivariant_ops_stay_searchable(
     members = _members(sm)
     assert A in members, sm.why_constant(*A)
     assert B in members, sm.why_constant(*B)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("op", "key", "least"), [p[1:] for p in ROUTED],
+                         ids=[p[0] for p in ROUTED])
+def test_picks_by_value_read_back_by_position_route_the_dim(
+        op: Callable[[Probe, torch.Tensor], torch.Tensor], key: tuple[str, str], least: int,
+        shape: tuple[int, ...]) -> None:
+    _, sm = _analyze(op, shape)
+    (group,) = [g for g in sm.groups() if key in g.members]
+    assert group.routed and group.min_size == least
+    assert not any(g.routed for g in sm.groups() if g is not group)
 
 
 # data-dependent shapes: no value on the meta device, so the node is a boundary (the rules

@@ -3,7 +3,10 @@ into 3-D parameters, ``experts.gate_up_proj`` ``[E, 2I, H]`` and ``experts.down_
 ``[E, H, I]``, read per routed token by ``gate_up_proj[expert_ids]`` (the ``batched_mm``
 experts kernel fxsym traces). The expert FFN width ``I`` (alike in every expert) is a group per
 layer (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, GraniteMoE, PhiMoE); shared experts are plain MLPs.
-The number of experts is still constant: the router's ``topk`` pins it.
+The number of experts ``E`` is a group per layer too: the router's ``topk`` returns positions
+along its rows, which index the fused expert tensors (see ``tests/test_experts.py``). It is
+*routed*: permuting the experts is exact, dropping one changes the routing by design (the value
+oracle does not check it), and a resize keeps at least ``num_experts_per_tok`` of them.
 """
 
 from __future__ import annotations
@@ -73,21 +76,73 @@ def test_shared_expert_width_is_a_group() -> None:
     assert ("model.layers.0.mlp.shared_expert.down_proj", "in_features") in shared.members
 
 
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_experts_are_a_routed_group_per_layer(family: str) -> None:
+    """Router rows and every fused expert tensor's expert dim, one group per layer; resizing
+    it runs the model with the family's own experts kernel (``grouped_mm`` reads
+    ``experts.num_experts``, which follows)."""
+    model = build_moe(family)
+    sm = fxsym.analyze(model, example_inputs=resolve_example_inputs(model, None))
+    path = EXPERTS.get(family, "mlp.experts")
+    groups = [group_with(sm, f"model.layers.{i}.{path}", "gate_up_proj:0") for i in (0, 1)]
+    assert groups[0].name != groups[1].name
+    for i, g in enumerate(groups):
+        experts = f"model.layers.{i}.{path}"
+        assert g.size == 4 and g.routed
+        assert g.min_size == (1 if family == "phimoe" else 2)  # PhiMoE: max, then max again
+        assert {(experts, "gate_up_proj:0"), (experts, "down_proj:0")} <= set(g.members)
+        assert any(s == "weight:0" for _, s in g.members), g.members  # the router's rows
+    fxsym.resize(model, sm, {groups[0].name: [3, 0]})
+    experts = model.get_submodule(f"model.layers.0.{path}")
+    assert experts.gate_up_proj.shape[0] == experts.down_proj.shape[0] == 2
+    assert experts.num_experts == 2
+    assert model.get_submodule(f"model.layers.1.{path}").gate_up_proj.shape[0] == 4
+    with torch.no_grad():
+        assert model(input_ids=torch.randint(0, 100, (2, 8))).logits.shape == (2, 8, 100)
+
+
 @pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
-def test_width_pruned_experts_round_trip_through_from_pretrained(family: str,
-                                                                 tmp_path: Any) -> None:
-    """A uniform plan halves every group, the expert width included: the config's intermediate
-    field follows the fused expert tensors, so transformers' own loader rebuilds the model."""
+def test_pruned_experts_round_trip_through_from_pretrained(family: str, tmp_path: Any) -> None:
+    """A uniform plan halves every group, the experts and their width included: the config's
+    experts and intermediate fields follow the fused expert tensors, so transformers' own
+    loader rebuilds the model."""
     model = build_moe(family)
     sm = fxsym.analyze(model)
     fxsym.plan(model, sm, ratio=0.5, scope="uniform").apply(model, sm)
     experts = model.model.layers[0].mlp.experts
-    assert experts.gate_up_proj.shape == (4, 32, 32)  # E constant, 2I and H halved
-    assert experts.down_proj.shape == (4, 32, 16)
+    assert experts.gate_up_proj.shape == (2, 32, 32)  # E, 2I and H halved
+    assert experts.down_proj.shape == (2, 32, 16)
+    assert model.config.num_experts == 2 and model.config.num_experts_per_tok == 2
     assert not getattr(model.config, "fxsym_nonuniform", None)
     model.save_pretrained(tmp_path)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.num_experts == 2
+    assert loaded.model.layers[1].mlp.gate.weight.shape == (2, 32)
     ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
+
+
+def test_expert_pruned_checkpoint_keeps_the_chosen_experts(tmp_path: Any) -> None:
+    """Only experts pruned, a different pair kept per layer: the saved checkpoint holds those
+    experts' weights and router rows, in the order kept."""
+    model = build_moe("mixtral")
+    sm = fxsym.analyze(model)
+    before = [layer.mlp.experts.down_proj.detach().clone() for layer in model.model.layers]
+    rows = [layer.mlp.gate.weight.detach().clone() for layer in model.model.layers]
+    keep = ([2, 0], [1, 3])
+    fxsym.resize(model, sm, {group_with(sm, f"model.layers.{i}.mlp.experts",
+                                        "down_proj:0").name: list(k) for i, k in enumerate(keep)})
+    assert model.config.num_local_experts == 2
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    for i, k in enumerate(keep):
+        layer = loaded.model.layers[i].mlp
+        assert torch.equal(layer.experts.down_proj, before[i][list(k)])
+        assert torch.equal(layer.gate.weight, rows[i][list(k)])
+        assert layer.experts.num_experts == layer.gate.num_experts == 2
+    ids = torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
                                    rtol=0, atol=0)

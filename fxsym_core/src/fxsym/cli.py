@@ -114,14 +114,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             "seconds": round(elapsed, 4),
             "output_contract": None if sm.output_contract is None else list(sm.output_contract),
             "groups": [{"name": g.name, "size": g.size, "sortable": g.is_sortable,
+                        "routed": g.routed, "min_size": g.min_size,
                         "members": [list(m) for m in g.members]} for g in groups],
             "trace_report": [{"kind": e.kind, "where": e.where, "message": e.message}
                              for e in report],
         }, indent=2))
         return 0
     print(f"{label}: {len(groups)} searchable groups ({elapsed:.2f} s)\n")
-    print_table([[g.name, g.size, g.unit, "yes" if g.is_sortable else "no", len(g.members)]
-                 for g in groups], ["group", "size", "unit", "sortable", "members"])
+    print_table([[g.name, g.size, g.unit, "yes" if g.is_sortable else "no",
+                  f"yes, keeps >= {g.min_size}" if g.routed else "no", len(g.members)]
+                 for g in groups], ["group", "size", "unit", "sortable", "routed", "members"])
     print()
     if report:
         print(f"trace report ({len(report)} entries: fallbacks, constant groups and why):")

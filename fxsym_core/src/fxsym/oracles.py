@@ -304,7 +304,7 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
         return result
     clone, sm = perturbed(model, seed, symmap)
     reference = run_model(clone, example_inputs, symmap.output_contract)
-    chosen = {g.name: max(1, g.size // 2) for g in groups}
+    chosen = {g.name: max(g.min_size, g.size // 2) for g in groups}
     modules = dict(clone.named_modules())
     members = {m for g in groups for m in g.members}
     owners = {q for q, _ in members if q in modules}
@@ -574,7 +574,9 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     softmax along it, a reduction or a product of two activations over it), dropping is not
     zeroing even for a right group: the group is *not checked by value*, listed with the reason
     in ``unchecked``, and counts neither way; ``status`` is ``"not checked"`` when no group
-    was checked. The layouts come from the analysis (``GroupAnalysis.node_layouts``).
+    was checked. The layouts come from the analysis (``GroupAnalysis.node_layouts``). A
+    *routed* group (``SymGroup.routed``: the experts a router's ``topk`` picks among) is not
+    checked either: dropping an expert changes which experts are picked, by design.
     """
     symmap = _bound(model, symmap, example_inputs)
     seeds = tuple(seeds)
@@ -594,8 +596,10 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
             continue
         members = [g, *(by_name[n] for n in g.same_size if n in by_name)]
         seen.update(m.name for m in members)
-        why = next((f"{m.name}: {plan.unchecked[m.id]}" for m in members
-                    if m.id in plan.unchecked), None)
+        why = next((f"{m.name}: {ROUTED}" for m in members if m.routed), None)
+        if why is None:
+            why = next((f"{m.name}: {plan.unchecked[m.id]}" for m in members
+                        if m.id in plan.unchecked), None)
         if why is None:
             why = next((w for m in members if (w := _inside_leaf(symmap, modules, m))), None)
         if why is None and any(m.size < 2 for m in members):
@@ -632,6 +636,11 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
             result.error = (f"seed {seed}: outputs changed with every group dropped at once, "
                             "but with none alone")
     return result
+
+
+#: why the value oracle does not check a routed group (``SymGroup.routed``)
+ROUTED = ("a router picks its entries by value: dropping one changes the routing by design "
+          "(checked by the permutation and shrink oracles only)")
 
 
 def _inside_leaf(symmap: SymMap, modules: dict[str, nn.Module], group: SymGroup) -> str | None:

@@ -23,7 +23,8 @@ reduce (the attention scores inside a leaf are not counted).
 their mean so groups compare. A ``ratio`` is that fraction of units; ``target_params`` or
 ``target_macs`` is met by bisection on it: the plan is the smallest cut that reaches the target,
 so it misses it by less than one rounding step. Kept sizes are rounded up to a multiple of
-``round_to`` (never past the group's size), at least ``min_keep``; groups listed in
+``round_to`` (never past the group's size), at least ``min_keep`` and at least the group's
+own ``min_size`` (a router's ``topk`` over the experts needs ``k`` of them); groups listed in
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
@@ -604,7 +605,8 @@ def plan(
     label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
     for g in groups:
-        if g.size <= min_keep or any(fnmatch.fnmatchcase(g.name, p) for p in patterns):
+        if g.size <= max(min_keep, g.min_size) or any(
+                fnmatch.fnmatchcase(g.name, p) for p in patterns):
             continue
         s = unit_scores(g, scores)
         if s is not None:
@@ -616,7 +618,8 @@ def plan(
         out = {}
         for c in candidates:
             size = c.group.size
-            k = min(size, max(min_keep, math.ceil(counts[c.group.name] / round_to) * round_to))
+            least = max(min_keep, c.group.min_size)
+            k = min(size, max(least, math.ceil(counts[c.group.name] / round_to) * round_to))
             out[c.group.name] = k
         for members in classes:  # blocks of one chunk keep as many units: the most of them,
             inside = [out.get(n) for n in members]  # all if one of them must stay whole

@@ -429,6 +429,13 @@ class SymGroup:
     #: names of the other groups that must keep as many units as this one (the blocks of a
     #: ``chunk``, cut at equal sizes at run time); their entries are chosen independently
     same_size: tuple[str, ...] = ()
+    #: the fewest units a resize may keep (a router's ``topk`` over the group needs ``k``)
+    min_size: int = 1
+    #: a router picks this group's entries by value: the positions its ``topk`` returns index
+    #: the members (the experts of a mixture of experts). Permuting the entries is exact;
+    #: dropping some changes what the router picks (that is expert pruning), so dropping is
+    #: not zeroing and the value oracle does not check the group
+    routed: bool = False
 
 
 @dataclass(frozen=True)

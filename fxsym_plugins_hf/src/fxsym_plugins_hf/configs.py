@@ -90,7 +90,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim", "d_ff", "hidden_dim",
                           "encoder_ffn_dim", "decoder_ffn_dim", "ffn_hidden_size"),
     "embedding_size": ("embedding_size", "word_embed_proj_dim"),
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts"),
 }
+#: what fields size the dims that follow them when the model is built (:class:`_Prober`)
+_PROBED = ("intermediate_size", "num_experts")
 #: where a layout is read from attention modules: its position in ``current_layout``
 _ATTENTION = {"hidden_size": 0, "num_attention_heads": 1, "num_key_value_heads": 2,
               "head_dim": 3}
@@ -234,9 +237,16 @@ def _found(model: nn.Module, config: Any, what: str, field: str, sizes: Sizes,
     field when the model is built from it (the MLP's), the attention leaves' layouts, else
     the attention modules traced through (their attributes) or the input embeddings."""
     scope = _scope(field)
-    if what == "intermediate_size":
-        probed = prober.follow(field, _old_value(config, field) or _derived_mlp(config))
-        return _mlp_sizes(model, config, field, sizes, attention) if probed is None else probed
+    if what in _PROBED:
+        old = _old_value(config, field)
+        if what == "intermediate_size":
+            old = old or _derived_mlp(config)
+        probed = prober.follow(field, old)
+        if probed is not None:
+            prober.set_attributes(field, old, probed)
+        if probed is None and what == "intermediate_size":
+            return _mlp_sizes(model, config, field, sizes, attention)
+        return probed or {}
     found: dict[str, int] = {}
     if what in _ATTENTION:
         found = {q: lay[_ATTENTION[what]] for q, lay in attention.items()
@@ -353,6 +363,7 @@ class _Prober:
         self._base: dict[str, tuple[int, ...]] | None = None
         self._now: dict[str, tuple[int, ...]] = {}
         self._built = False
+        self._base_attributes: dict[str, dict[str, int]] | None = None
 
     def follow(self, field: str, old: int | None) -> dict[str, int] | None:
         """``{where: length now}`` at each dim ``field`` (of value ``old``) sizes: ``where``
@@ -386,6 +397,52 @@ class _Prober:
             else:
                 found.update(dims)
         return found
+
+
+    def set_attributes(self, field: str, old: int | None, found: Mapping[str, int]) -> None:
+        """Set the int attributes of the model's modules that follow ``field`` when the model
+        is built (``experts.num_experts``, which a ``grouped_mm`` experts kernel reads at run
+        time but the traced one does not) to the length now of the dims that follow the
+        field inside that module (``found``, from :meth:`follow`), where those agree."""
+        if not old or not found:
+            return
+        probe = copy.deepcopy(self.before)
+        setattr(probe, field, 3 * old)
+        if self._base_attributes is None:
+            self._base_attributes = _meta_modules(self.model, self.before) or {}
+        base, other = self._base_attributes, _meta_modules(self.model, probe)
+        if other is None:
+            return
+        lengths = {where.partition(":")[0].rpartition(".")[0] if ":" in where else where: n
+                   for where, n in found.items()}
+        modules = dict(self.model.named_modules())
+        for name, attrs in base.items():
+            mod = modules.get(name)
+            if mod is None:
+                continue
+            inside = {n for owner, n in lengths.items()
+                      if owner == name or owner.startswith(f"{name}.") or not name}
+            if len(inside) != 1:
+                continue
+            now = inside.pop()
+            for attr, value in attrs.items():
+                state = vars(mod)  # as the config is swapped: the transaction restores it
+                if value == old and other.get(name, {}).get(attr) == 3 * old and isinstance(
+                        state.get(attr), int) and state[attr] != now:
+                    state[attr] = now
+
+
+def _meta_modules(model: nn.Module, config: Any) -> dict[str, dict[str, int]] | None:
+    """The int attributes of every module of a model of ``model``'s class built from
+    ``config`` on the meta device, by module qualname; ``None`` if it cannot be built."""
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fresh = type(model)(config)
+    except Exception:  # a config the class refuses, or a class that cannot be built on meta
+        return None
+    return {name: {k: v for k, v in vars(mod).items() if type(v) is int and not k.startswith(
+        "_")} for name, mod in fresh.named_modules()}
 
 
 def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:

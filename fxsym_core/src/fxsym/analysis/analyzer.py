@@ -15,6 +15,7 @@ touches become constant. Groups reaching the graph output become constant too.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -73,6 +74,10 @@ class Analyzer:
         self.report = report
         self.table = GroupTable()
         self.env: dict[torch.fx.Node, Layout] = {}
+        #: values that are positions along a dim (see :mod:`fxsym.analysis.context`), and
+        #: the op that returned them first
+        self.positions: dict[torch.fx.Node, Any] = {}
+        self.position_origins: dict[torch.fx.Node, str] = {}
         #: (module_qualname, symbol_name) -> the Dim that symbol sizes
         self.symbol_dims: dict[tuple[str, str], Dim] = {}
         self._out_groups: dict[tuple[str, str], int] = {}
@@ -140,6 +145,13 @@ class Analyzer:
         nodes: list[torch.fx.Node] = []
         torch.fx.node.map_arg(picked, nodes.append)
         self.fix(tuple(self.env.get(n) for n in nodes), "reaches the model output", node)
+        for n in nodes:
+            found = self.positions.get(n)
+            for dim in (found.values() if isinstance(found, dict) else [found]):
+                if dim is not None:
+                    self.fix(self.table.resolve(dim), f"{self.position_origins[n]} returns "
+                             "positions along an elastic dim, which reach the model output",
+                             node)
         if contract is not None:
             others = [k for k in output_keys(structure) if k not in contract]
             if others:
@@ -147,12 +159,48 @@ class Analyzer:
                                 f"free to change size: {others}")
 
     def _visit(self, node: torch.fx.Node) -> Layout:
+        ctx = OpContext(self, node)
+        layout = self._visit_rule(ctx)
+        if self.positions or ctx.positions_given is not None:
+            self._check_positions(ctx)
+        return layout
+
+    def _check_positions(self, ctx: OpContext) -> None:
+        """Pin the dims indexed by positions among the node's inputs that its rule did not map
+        (:meth:`OpContext.take_positions`); an item of a tuple of values read by index or name
+        (``topk(...)[1]``, ``.indices``) holds that item's positions."""
+        node = ctx.node
+        origin = _op_name(node)
+        for arg in node.all_input_nodes:
+            found = self.positions.get(arg)
+            if found is None:
+                continue
+            origin = self.position_origins[arg]
+            if arg in ctx.positions_taken:
+                continue
+            if isinstance(found, dict) and node.args and node.args[0] is arg and len(
+                    node.args) == 2 and (node.target is operator.getitem or (
+                    node.target is getattr)) and isinstance(node.args[1], (int, str)):
+                item = found.get(node.args[1])
+                if item is not None:
+                    self.positions[node] = item
+                    self.position_origins[node] = origin
+                continue
+            dims = list(found.values()) if isinstance(found, dict) else [found]
+            for dim in dims:
+                self.fix(self.table.resolve(dim), f"{origin} returns positions along an "
+                         f"elastic dim, which {_op_name(node)} reads as numbers", node)
+        if ctx.positions_given is not None:
+            self.positions[node] = ctx.positions_given
+            self.position_origins[node] = origin
+
+    def _visit_rule(self, ctx: OpContext) -> Layout:
+        node = ctx.node
         if "val" not in node.meta:
             return self.boundary(node, "its value is unknown at trace time")
         if any(self.env.get(n) is None and isinstance(n.meta.get("val"), torch.Tensor)
                for n in node.all_input_nodes):
             return self.boundary(node, "an input has no known layout")
-        ctx = OpContext(self, node)
         try:
             if node.op == "call_module":
                 result = self._visit_module(ctx)
@@ -565,6 +613,13 @@ def _place(layout: Layout, path: tuple[int, ...], dim: Dim) -> Layout | None:
 
 def _is_dim(obj: Any) -> bool:
     return isinstance(obj, tuple) and bool(obj) and isinstance(obj[0], Seg)
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return f"module {node.target}"
+    target = node.target
+    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
 def _where(node: torch.fx.Node) -> str:

@@ -137,6 +137,8 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
             is_sortable=all(k in not_symbols or symbol(k).is_sortable_itself for k in keys),
             members=keys,
             id=root,
+            min_size=table.min_units(root),
+            routed=root in table.routed,
         ))
     # symbol states: constant unless in a searchable group; the group head is searchable (a
     # symbol inside a leaf lives through the leaf's symbols covering it)

@@ -5,6 +5,14 @@ that must change together (:meth:`OpContext.unify`), ends or fixes others, and r
 layout of the node's value. A rule that cannot prove a mapping calls
 :meth:`OpContext.unsupported`; the node then becomes a boundary (every group it touches
 becomes constant) and the reason goes to the trace report. Never guess.
+
+Besides its layout, a value may hold *positions*: its entries are indices into a dim (the
+expert ids a router's ``topk`` returns index the experts). A rule that maps them — indexing a
+tensor whose dim it ties to theirs, ``one_hot`` over it, passing them on unchanged — reads
+them with :meth:`OpContext.take_positions` and gives its result positions with
+:meth:`OpContext.give_positions`; every other use pins the dim they index (the analyzer
+checks each node's inputs after its rule ran), since a resize would leave them pointing
+elsewhere.
 """
 
 from __future__ import annotations
@@ -26,6 +34,9 @@ class AnalysisState(Protocol):
 
     table: GroupTable
     env: dict[torch.fx.Node, Layout]
+    #: per node whose values are positions: the dim they index (for a tuple value, a dict
+    #: from item index or attribute name to that item's dim)
+    positions: dict[torch.fx.Node, Any]
     #: nodes taking their alternative mapping in this run, and the offers made so far
     alternatives: frozenset[str]
     offers: list[tuple[str, Dim]]
@@ -59,6 +70,9 @@ class OpContext:
         self.analyzer = analyzer
         self.node = node
         self.table = analyzer.table
+        #: the inputs whose positions this rule mapped, and the positions of its result
+        self.positions_taken: set[torch.fx.Node] = set()
+        self.positions_given: Any = None
 
     # -- reading ---------------------------------------------------------------------------
     @property
@@ -227,6 +241,42 @@ class OpContext:
         if not isinstance(source, torch.fx.Node):
             return False
         return self.analyzer.produce_from_parameter(dim, source, self.node)
+
+    # -- positions ------------------------------------------------------------------------
+    def positions(self, a: Any) -> Dim | None:
+        """The dim whose positions the values of argument ``a`` are, or ``None``."""
+        found = self.analyzer.positions.get(a) if isinstance(a, torch.fx.Node) else None
+        return self.table.resolve(found) if isinstance(found, tuple) else None
+
+    def take_positions(self, a: Any) -> Dim | None:
+        """:meth:`positions`, recording that this rule maps them (see the module docstring)."""
+        found = self.positions(a)
+        if found is not None:
+            self.positions_taken.add(a)
+        return found
+
+    def give_positions(self, dim: Dim, item: int | None = None) -> None:
+        """The node's value holds positions along ``dim`` (``item``: only that item of a
+        tuple value, also read as its ``indices`` attribute)."""
+        if item is None:
+            self.positions_given = dim
+        else:
+            self.positions_given = {item: dim, "indices": dim}
+
+    def pick_by_value(self, dim: Dim, k: int, why: str) -> bool:
+        """Say that the node picks ``k`` entries of ``dim`` by their values and returns their
+        positions (``topk``): ``dim``'s group is *routed* (see
+        :meth:`GroupTable.route`) and keeps at least ``k`` units. Returns whether ``dim`` is
+        one elastic group of single entries (anything else is pinned with ``why``)."""
+        if len(dim) != 1 or dim[0].group is None or dim[0].block != 1 or (
+                k > dim[0].units):
+            self.fix(dim, why)
+            return False
+        if self.table.is_constant(dim[0].group):
+            return False
+        units = self.table.units[self.table.find(dim[0].group)]
+        self.table.route(dim[0].group, -(-k * units // dim[0].units), why)
+        return True
 
     # -- alternatives ----------------------------------------------------------------------
     @property

@@ -19,6 +19,11 @@ Two refinements serve fused projections (one Linear whose output is cut into q, 
   entries are chosen independently (the pieces of ``chunk``, which cuts at equal sizes at run
   time). The groups of a class have equal unit counts (coarsening one coarsens all) and are
   constant together; splitting one splits all alike, block by block.
+
+A group may also be *routed* (:meth:`GroupTable.route`): a router picks its entries by value
+(``topk`` over it returns positions that index its members). Permuting its entries is exact;
+dropping some changes what the router picks, by design, and the router needs at least ``k``
+entries to pick from: the share of its units a resize must keep is recorded with it.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from .layout import Dim, Seg, SizeLayout, TensorLayout
@@ -52,6 +58,10 @@ class GroupTable:
     blocks: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: same-size classes: group id -> the shared list of the class' group ids
     _same: dict[int, list[int]] = field(default_factory=dict)
+    #: per root of a routed group: why (see :meth:`route`)
+    routed: dict[int, str] = field(default_factory=dict)
+    #: per root: the share of its units every resize must keep (a ``topk`` over it needs k)
+    least: dict[int, Fraction] = field(default_factory=dict)
 
     def new(self, units: int) -> int:
         gid = len(self.parent)
@@ -116,7 +126,30 @@ class GroupTable:
             self.producers[ra].sort()
         if ra in self._same or rb in self._same:
             self._merge_same(ra, rb)
+        if rb in self.routed:
+            self.routed.setdefault(ra, self.routed.pop(rb))
+        if rb in self.least:
+            self.least[ra] = max(self.least.get(ra, Fraction(0)), self.least.pop(rb))
         return ra
+
+    def route(self, g: int, units: int, why: str) -> None:
+        """Record that a router picks ``units`` of ``g``'s current units by value (a ``topk``
+        over the group's dim): the group is routed, and every resize keeps at least that
+        many (a share of its units, so it survives coarsening)."""
+        r = self.find(g)
+        if r in self.children:
+            self.fix(r, f"{why}, over a group cut into blocks")
+            return
+        self.routed.setdefault(r, why)
+        share = Fraction(units, self.units[r])
+        if share > self.least.get(r, Fraction(0)):
+            self.least[r] = share
+
+    def min_units(self, g: int) -> int:
+        """The fewest units a resize may keep of ``g``'s group (at least one)."""
+        r = self.find(g)
+        share = max([self.least.get(self.find(m), Fraction(0)) for m in self.same_size(r)])
+        return max(1, math.ceil(share * self.units[r]))
 
     def tie_sizes(self, a: int, b: int) -> None:
         """Make ``a`` and ``b`` keep equal numbers of units (their entries stay independent)."""
@@ -151,6 +184,7 @@ class GroupTable:
         if len(pieces) < 2 or any(p <= 0 for p in pieces) or sum(pieces) != self.units[r]:
             raise SplitError(f"cannot cut a group of {self.units[r]} units into "
                              f"{list(pieces)} units")
+        routed = [m for m in self.same_size(r) if m in self.routed]
         cut: list[list[int]] = []
         for m in self.same_size(r):
             kids: list[int] = []
@@ -170,6 +204,8 @@ class GroupTable:
         for i in range(len(pieces)):
             for other in cut[1:]:
                 self._merge_same(cut[0][i], other[i])
+        if routed:  # how many of each block the router needs is unknown
+            self.fix(r, f"{self.routed[routed[0]]}, and the group is cut into blocks")
         return cut[0]
 
     def fix(self, g: int, reason: str) -> bool:

@@ -77,6 +77,10 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
         if group is None:
             raise ResizeError(_not_a_group(symmap, str(name), groups))
         plans[group.id] = _indices(symmap, group, choice)
+        if len(plans[group.id]) < group.min_size:
+            raise ResizeError(f"{name}: a router picks {group.min_size} of its entries by "
+                              f"value, so a resize must keep at least {group.min_size} "
+                              f"(got {len(plans[group.id])})")
     for name in choices:  # blocks cut by ``chunk`` keep equal sizes
         group = groups[name]
         for other in group.same_size:

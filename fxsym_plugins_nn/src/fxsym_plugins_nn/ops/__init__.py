@@ -9,8 +9,9 @@ The rules live in one module per concern, each stating what it proves: :mod:`.el
 :mod:`.order` (reductions and order-dependent ops), :mod:`.pieces` (concatenations and cuts),
 :mod:`.linear_sizes` (sizes as linear forms in kept units), :mod:`.views` (reshape algebra),
 :mod:`.slicing` (indexing and slice bounds), :mod:`.spatial` (pooling, padding, shuffles),
-:mod:`.contractions` (matmul, einsum, attention) and :mod:`.functional` (the module
-families' functional forms). :func:`register_op_rules` is the table: which rule each target
+:mod:`.contractions` (matmul, einsum, attention), :mod:`.functional` (the module
+families' functional forms) and :mod:`.positions` (values that are positions along a dim: a
+router's picks and what reads by them). :func:`register_op_rules` is the table: which rule each target
 gets (a target registered twice keeps the later rule).
 """
 
@@ -38,6 +39,7 @@ from .elementwise import (
 from .functional import conv_fn, embedding_fn, group_norm_fn, linear_fn, norm_fn
 from .order import reduce_rule, reduction, register_order_rules
 from .pieces import concat, split, stack
+from .positions import register_position_rules
 from .sizes import not_a_tensor, numel, size
 from .slicing import getattr_rule, getitem
 from .spatial import interpolate, pad, patch_merging_pad, pixel_shuffle, trailing_spatial
@@ -54,7 +56,19 @@ from .views import (
 
 
 def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
-    """Register every rule of this module with fxsym (called from the plugin hook)."""
+    """Register every rule of this package with fxsym (called from the plugin hook): the
+    table, then :mod:`.positions` over it (its rules wrap or fall back to the table's)."""
+    rules: dict[Any, Rule] = {}
+
+    def keep(target: Any, rule: Rule) -> None:
+        rules[target] = rule
+        register(target, rule)
+
+    _register_table(keep)
+    register_position_rules(register, rules)
+
+
+def _register_table(register: Callable[[Any, Rule], None]) -> None:
     t: OpTarget
     for f in ELEMENTWISE_FUNCS:
         register(f, elementwise)

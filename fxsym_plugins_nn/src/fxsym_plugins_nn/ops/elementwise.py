@@ -129,7 +129,7 @@ UNARY_METHODS = [
     "sign", "square", "reciprocal", "floor", "ceil", "round", "float", "double", "half",
     "bfloat16", "int", "long", "bool", "to", "type", "type_as", "contiguous", "clone",
     "detach", "detach_", "cpu", "cuda", "softmax", "log_softmax",
-    "masked_fill", "nan_to_num", "requires_grad_", "exp_", "log_", "sqrt_", "fill_", "zero_",
+    "nan_to_num", "requires_grad_", "exp_", "log_", "sqrt_", "fill_", "zero_",
     "hardtanh_", "clamp_min_", "abs_", "neg_", "logical_not", "isnan", "isinf", "pin_memory",
     "sigmoid", "erf_", "pow", "square_", "float_power",
 ]
