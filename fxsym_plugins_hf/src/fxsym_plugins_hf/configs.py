@@ -426,7 +426,7 @@ class _Prober:
                 continue
             now = inside.pop()
             for attr, value in attrs.items():
-                state = vars(mod)  # as the config is swapped: the transaction restores it
+                state: dict[str, Any] = mod.__dict__  # restored by the transaction
                 if value == old and other.get(name, {}).get(attr) == 3 * old and isinstance(
                         state.get(attr), int) and state[attr] != now:
                     state[attr] = now

@@ -11,8 +11,8 @@ The rules live in one module per concern, each stating what it proves: :mod:`.el
 :mod:`.slicing` (indexing and slice bounds), :mod:`.spatial` (pooling, padding, shuffles),
 :mod:`.contractions` (matmul, einsum, attention), :mod:`.functional` (the module
 families' functional forms) and :mod:`.positions` (values that are positions along a dim: a
-router's picks and what reads by them). :func:`register_op_rules` is the table: which rule each target
-gets (a target registered twice keeps the later rule).
+router's picks and what reads by them). :func:`register_op_rules` is the table: which rule
+each target gets (a target registered twice keeps the later rule).
 """
 
 from __future__ import annotations
