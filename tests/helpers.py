@@ -1,5 +1,5 @@
-"""Assertions shared by the analysis tests: the two oracles of DESIGN.md, and finding a group
-by a symbol it holds."""
+"""Assertions shared by the analysis tests: the two oracles of DESIGN.md, finding a group
+by a symbol it holds, and the probe layout as the oracle of the derived one."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 import fxsym
+from fxsym import paramlayout
 from fxsym.oracles import check_permutation, check_shrink, check_values
 
 
@@ -92,3 +93,21 @@ class ReadThrough(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.c1(x)
         return self.c2(self.op(h)) + self.c3(h)
+
+
+def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout:
+    """The layout derived from the analysis and the one trial resizes of whole-model probe
+    copies learn (:func:`fxsym.paramlayout.probe_layout`) agree on every group's slices,
+    exactly."""
+    direct = paramlayout.layout(model, sm)
+    probe = paramlayout.probe_layout(model, sm)
+    assert dict(direct.shapes) == dict(probe.shapes)
+    assert dict(direct.sizes) == dict(probe.sizes)
+    assert set(direct.slices) == set(probe.slices)
+
+    def rows(lay: paramlayout.Layout, group: str) -> list[tuple[Any, ...]]:
+        return [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in lay.slices[group]]
+
+    for group in probe.slices:
+        assert rows(direct, group) == rows(probe, group), group
+    return direct

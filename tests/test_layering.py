@@ -41,7 +41,8 @@ ORDER = [
     "tracer",      # the hook-driven tracer and its report
     "analysis",    # layouts, groups, op-rule context, analyze
     "resizing",    # the resize engine and its helpers
-    "importance",  # where each group's units lie in the parameters; importance criteria
+    "paramlayout",  # where each group's units lie in the parameters
+    "importance",  # importance criteria
     "depth",       # block importance and the blocks a plan keeps
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
     "search",      # architecture sizes by role; the search for a parameter target
@@ -68,9 +69,10 @@ ALLOWED: dict[str, set[str]] = {
     "tracer": {"errors", "modstate", "plugins", "registry"},
     "analysis": {"errors", "modstate", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
-    "importance": {"errors", "resizing", "symbols"},
+    "paramlayout": {"errors", "modstate", "resizing", "symbols"},
+    "importance": {"errors", "paramlayout", "symbols"},
     "depth": {"errors", "importance", "symbols"},  # console inside a function
-    "planning": {"console", "depth", "errors", "importance", "resizing", "symbols"},
+    "planning": {"console", "depth", "errors", "importance", "paramlayout", "resizing", "symbols"},
     "search": {"console", "depth", "errors", "importance", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",

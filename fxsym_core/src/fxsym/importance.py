@@ -4,19 +4,9 @@ A unit of a group (a channel, an attention head) lives in many tensors: the rows
 write, the columns its consumers read, the scales of the norms between them, parameters used
 directly in the graph. Every criterion here scores a unit over *all* of them.
 
-**Which slices belong to which unit** is learned from the resize rules themselves, since the
-core knows no module family. :func:`layout` resizes throw-away copies of the model whose
-parameters are *probes* (each element holds its own flat index, no weight is copied) with
-subsets of units chosen so that the slices surviving each resize spell, bit by bit, the unit
-each slice belongs to: ``⌈log2(units + 1)⌉`` resizes of a copy per batch of groups that change
-no parameter in common (a few batches: a conv's input and output groups, a head, its queries
-and its dims go in different ones). The blocks of one ``chunk`` (``SymGroup.same_size``) must
-be cut together; where they share a parameter, ``2·⌈log2 groups⌉`` more resizes spell which
-block each slice is in, every subset keeping as many units in groups of equal size. The
-result, a :class:`Layout`, also counts the parameters a choice of sizes leaves (used by
-:mod:`fxsym.planning`). The warnings of these trial resizes (a plugin's "the config does not
-describe the resized model") are about throw-away copies and are not shown: the real resize
-issues them once.
+**Which slices belong to which unit** is the :class:`~fxsym.paramlayout.Layout`
+(:func:`layout`, re-exported from :mod:`fxsym.paramlayout`), derived from the analysis' segments
+and the resize rules without copying the model.
 
 **Criteria** are callables ``criterion(model, symmap) -> {group name: scores}`` with one score
 per unit (``SymGroup.size`` of them); a group a criterion cannot score is left out:
@@ -32,25 +22,20 @@ per unit (``SymGroup.size`` of them); a group a criterion cannot score is left o
 
 Long criteria (batches) show a progress bar with ``rich`` when asked and installed.
 
-Imports from fxsym: errors, resizing, symbols.
+Imports from fxsym: errors, paramlayout, symbols.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import math
-import warnings
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from .errors import PlanError
-from .resizing import resize
+from .paramlayout import Layout, Slices, layout
 from .symbols import Symbol, SymGroup, SymMap
 
 __all__ = [
@@ -71,256 +56,6 @@ __all__ = [
 
 #: ``criterion(model, symmap) -> {group name: one score per unit}``
 Criterion = Callable[[nn.Module, SymMap], dict[str, torch.Tensor]]
-
-
-@dataclass(frozen=True)
-class Slices:
-    """The slices of parameter ``param`` along ``dim`` that belong to units of one group:
-    slice ``index[i]`` belongs to unit ``unit[i]``."""
-
-    param: str
-    dim: int
-    index: torch.Tensor
-    unit: torch.Tensor
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the units of every searchable group lie in the model's parameters.
-
-    ``shapes`` holds every parameter of the model (a shared one under its first name);
-    ``slices`` the slices of each group of size 2 or more (a group without any parameter
-    slice has an empty list); ``sizes`` the units of every group.
-    """
-
-    shapes: Mapping[str, tuple[int, ...]]
-    slices: Mapping[str, Sequence[Slices]]
-    sizes: Mapping[str, int]
-
-    def shapes_after(self, kept: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-        """Every parameter's shape once each group of ``kept`` keeps that many units.
-
-        A slice stays if every group it belongs to keeps its unit; groups cutting one dim side
-        by side (a concatenation) or crosswise (heads x head dims of one projection) are both
-        counted exactly, whichever units are kept."""
-        shapes = {name: list(shape) for name, shape in self.shapes.items()}
-        cut: dict[tuple[str, int], torch.Tensor] = {}
-        for group, count in kept.items():
-            size = self.sizes[group]
-            if count == size:
-                continue
-            for s in self.slices.get(group, ()):
-                share = cut.get((s.param, s.dim))
-                if share is None:
-                    share = cut[(s.param, s.dim)] = torch.ones(
-                        self.shapes[s.param][s.dim], dtype=torch.float64)
-                share[s.index] *= count / size
-        for (param, dim), share in cut.items():
-            shapes[param][dim] = round(float(share.sum()))
-        return {name: tuple(shape) for name, shape in shapes.items()}
-
-    def param_count(self, kept: Mapping[str, int]) -> int:
-        """How many parameters the model holds once each group of ``kept`` keeps that many
-        units (the others unchanged)."""
-        return sum(math.prod(s) for s in self.shapes_after(kept).values())
-
-
-_LAYOUTS: weakref.WeakKeyDictionary[SymMap, Layout] = weakref.WeakKeyDictionary()
-
-
-def layout(model: nn.Module, symmap: SymMap) -> Layout:
-    """The :class:`Layout` of ``model`` as analyzed in ``symmap`` (computed once per SymMap).
-
-    Raises :class:`~fxsym.errors.PlanError` when a resize rule does something other than
-    keeping slices of parameters (the probes would not say where the units are).
-    """
-    if symmap.model is not model:
-        raise PlanError("this SymMap was computed for another model; call fxsym.analyze(model)")
-    if symmap.is_stale:
-        raise PlanError("the model was resized since this SymMap was computed; analyze again")
-    cached = _LAYOUTS.get(symmap)
-    if cached is None:
-        cached = _LAYOUTS[symmap] = _compute_layout(model, symmap)
-    return cached
-
-
-def _compute_layout(model: nn.Module, symmap: SymMap) -> Layout:
-    params = dict(model.named_parameters())
-    shapes = {name: tuple(p.shape) for name, p in params.items()}
-    groups = symmap.groups()
-    sizes = {g.name: g.size for g in groups}
-    live = [g for g in groups if g.size >= 2]
-    slices: dict[str, list[Slices]] = {g.name: [] for g in live}
-    if not live:
-        return Layout(shapes, slices, sizes)
-    probes = {name: nn.Parameter(torch.arange(p.numel(), dtype=_probe_dtype(p)).reshape(p.shape),
-                                 requires_grad=False) for name, p in params.items()}
-    touches = _touches(model, live)
-    for batch in _batches(live, touches):
-        _decode(model, symmap, params, probes, batch, touches, slices)
-    return Layout(shapes, slices, sizes)
-
-
-def _touches(model: nn.Module, live: Sequence[SymGroup]) -> dict[str, set[str]]:
-    """Per group, the parameters its resize may change: those of its member modules and their
-    submodules, and its parameter members (under each parameter's first name)."""
-    first = {id(p): n for n, p in model.named_parameters()}
-    modules = dict(model.named_modules())
-    out: dict[str, set[str]] = {}
-    for g in live:
-        names: set[str] = set()
-        for qualname, sname in g.members:
-            mod = modules.get(qualname)
-            if mod is None:
-                continue
-            pname, colon, dim = sname.rpartition(":")
-            if colon and dim.isdigit():
-                p = getattr(mod, pname, None)
-                if isinstance(p, torch.Tensor) and id(p) in first:
-                    names.add(first[id(p)])
-            elif not colon:
-                names.update(first[id(p)] for p in mod.parameters() if id(p) in first)
-        out[g.name] = names
-    return out
-
-
-def _batches(live: Sequence[SymGroup], touches: Mapping[str, set[str]]
-             ) -> list[list[SymGroup]]:
-    """The groups in batches that resize no parameter twice (a head, its queries and its
-    dims all cut the rows of one projection: they go in different batches), except groups
-    tied by ``same_size``, which must go together (they cut disjoint segments)."""
-    by_name = {g.name: g for g in live}
-    units: list[list[SymGroup]] = []
-    placed: set[str] = set()
-    for g in live:
-        if g.name in placed:
-            continue
-        tied = [g] + [by_name[n] for n in getattr(g, "same_size", ()) if n in by_name]
-        placed.update(t.name for t in tied)
-        units.append(tied)
-    batches: list[tuple[list[SymGroup], set[str]]] = []
-    for unit in units:
-        need = set().union(*(touches[t.name] for t in unit))
-        for members, used in batches:
-            if not used & need:
-                members.extend(unit)
-                used |= need
-                break
-        else:
-            batches.append((list(unit), set(need)))
-    return [members for members, _ in batches]
-
-
-def _decode(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Parameter],
-            probes: Mapping[str, nn.Parameter], live: Sequence[SymGroup],
-            touches: Mapping[str, set[str]], slices: dict[str, list[Slices]]) -> None:
-    """Find the slices of the groups ``live`` (no parameter resized by two of them but for
-    ``same_size`` blocks) and append them to ``slices``."""
-    owners: dict[str, list[int]] = {}
-    for i, g in enumerate(live):
-        for name in touches[g.name]:
-            owners.setdefault(name, []).append(i)
-    # unit u is coded u + 1 and a slice of it dropped by call k when bit k of its code is set:
-    # a slice no call drops belongs to no unit (groups too small for bit k keep everything)
-    unit_bits = max(g.size for g in live).bit_length()
-    kept_unit = [_survivors(model, symmap, params, probes, {
-        g.name: [u for u in range(g.size) if not ((u + 1) >> k) & 1]
-        for g in live if g.size >= 1 << k}) for k in range(unit_bits)]
-    # the blocks of one chunk cut one parameter: which block a slice is in, bit by bit
-    shared = any(len(ids) > 1 for ids in owners.values())
-    group_bits = (len(live) - 1).bit_length() if shared else 0
-    kept_group: list[tuple[dict[str, list[torch.Tensor]], dict[str, list[torch.Tensor]]]] = []
-    for j in range(group_bits):
-        first = _survivors(model, symmap, params, probes, {
-            g.name: _code_subset(g.size, bool((i >> j) & 1)) for i, g in enumerate(live)})
-        second = _survivors(model, symmap, params, probes, {
-            g.name: [g.size - 1] if (i >> j) & 1 else [0] for i, g in enumerate(live)})
-        kept_group.append((first, second))
-    for name in params:
-        ids = owners.get(name, [])
-        for dim, size in enumerate(params[name].shape):
-            code = torch.zeros(size, dtype=torch.long)
-            dropped = torch.zeros(size, dtype=torch.bool)
-            for k, kept in enumerate(kept_unit):
-                code |= (~kept[name][dim]).long() << k
-                dropped |= ~kept[name][dim]
-            where = dropped.nonzero().flatten()
-            if where.numel() == 0:
-                continue
-            if not ids:
-                raise PlanError(f"a resize changed {name}, which belongs to no member of the "
-                                "groups resized: a resize rule reaches outside its module")
-            unit = code - 1
-            gid = torch.full((size,), ids[0], dtype=torch.long)
-            if len(ids) > 1:
-                gid.zero_()
-                for j, (first, second) in enumerate(kept_group):
-                    k1, k2 = first[name][dim], second[name][dim]
-                    odd = unit % 2 == 1
-                    bit = torch.where(odd, ~k1, torch.where(unit == 0, k1, k1 | k2))
-                    gid |= bit.long() << j
-            for i in sorted(set(gid[where].tolist())):
-                at = where[gid[where] == i]
-                if i not in ids or not 0 <= int(unit[at].min()) <= int(unit[at].max()) < live[
-                        i].size:
-                    raise PlanError(f"cannot tell which units {name} (dim {dim}) belongs to: "
-                                    "a resize rule does more than keep slices")
-                slices[live[i].name].append(Slices(name, dim, at, unit[at]))
-
-
-def _probe_dtype(p: torch.Tensor) -> torch.dtype:
-    """A float type holding every flat index of ``p`` exactly (probes stay parameters, which
-    must be floating point)."""
-    return torch.float32 if p.numel() <= 1 << 24 else torch.float64
-
-
-def _code_subset(size: int, bit: bool) -> list[int]:
-    """Units kept in the first call of a group-code bit: the even units (bit set) or the odd
-    ones, as many either way (see :func:`_compute_layout`)."""
-    evens = [u for u in range(0, size, 2) if not (size % 2 and u == size - 1)]
-    return evens if bit else list(range(1, size, 2))
-
-
-def _survivors(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Parameter],
-               probes: Mapping[str, nn.Parameter], choices: Mapping[str, list[int]]
-               ) -> dict[str, list[torch.Tensor]]:
-    """Resize a probe copy of ``model`` with ``choices``; for every parameter and dim, which
-    slices survived (a bool mask over the original slices)."""
-    memo: dict[int, Any] = {id(p): probes[name] for name, p in params.items()}
-    for _, b in model.named_buffers():
-        memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
-    memo[id(symmap.graph_module)] = None
-    memo[id(symmap.trace_report)] = symmap.trace_report
-    clone_model, clone_map = copy.deepcopy((model, symmap), memo)
-    try:
-        with warnings.catch_warnings():  # about a throw-away copy: the real resize says it
-            warnings.simplefilter("ignore")
-            resize(clone_model, clone_map, choices)
-    except Exception as exc:
-        raise PlanError(f"cannot map the units of the groups onto the parameters: a trial "
-                        f"resize of a copy failed: {exc}") from exc
-    after = dict(clone_model.named_parameters())
-    out: dict[str, list[torch.Tensor]] = {}
-    for name, shape in ((n, tuple(p.shape)) for n, p in params.items()):
-        t = after.get(name)
-        if t is None or t.dim() != len(shape) or t.dtype != probes[name].dtype:
-            raise PlanError(f"cannot tell where the units of the groups lie in {name}: a resize "
-                            "rule replaced it instead of keeping slices of it")
-        strides = torch.ones(len(shape), dtype=torch.long)
-        for d in range(len(shape) - 2, -1, -1):
-            strides[d] = strides[d + 1] * shape[d + 1]
-        masks = []
-        for d, size in enumerate(shape):
-            mask = torch.zeros(size, dtype=torch.bool)
-            if t.numel():
-                line = t.detach()
-                for other in range(len(shape) - 1, -1, -1):  # views: nothing copied
-                    if other != d:
-                        line = line.select(other, 0)
-                mask[(line.long() // strides[d]) % size] = True
-            masks.append(mask)
-        out[name] = masks
-    return out
 
 
 # -- scores from the weights ----------------------------------------------------------------
@@ -349,14 +84,13 @@ def element_scores(model: nn.Module, symmap: SymMap,
         e = score(name, tensors(name))
         if e is None:
             continue
-        e = e.detach().to("cpu", torch.float64)
+        sums = _sums_along(e.detach().to("cpu", torch.float64), {s.dim for _, s in slices})
+        del e
         for gname, s in slices:
-            per_slice = e.movedim(s.dim, 0).reshape(e.shape[s.dim], -1).sum(1)
             total = totals.get(gname)
             if total is None:
                 total = totals[gname] = torch.zeros(lay.sizes[gname], dtype=torch.float64)
-            total.index_add_(0, s.unit, per_slice[s.index])
-        del e
+            total.index_add_(0, s.unit, sums[s.dim].index_select(0, s.index))
     out: dict[str, torch.Tensor] = {}
     for g in symmap.groups():
         if g.size < 2:
@@ -364,6 +98,15 @@ def element_scores(model: nn.Module, symmap: SymMap,
         elif g.name in totals:
             out[g.name] = finish(totals[g.name])
     return out
+
+
+def _sums_along(e: torch.Tensor, dims: set[int]) -> dict[int, torch.Tensor]:
+    """Per dim of ``dims``, the sum of ``e`` over each slice along it. The first two dims (a
+    weight's outputs and inputs, the usual case) come from one pass over ``e``."""
+    if e.dim() >= 2 and dims <= {0, 1}:
+        core = e.reshape(e.shape[0], e.shape[1], -1).sum(2) if e.dim() > 2 else e
+        return {d: core.sum(1 - d) for d in dims}
+    return {d: e.movedim(d, 0).reshape(e.shape[d], -1).sum(1) for d in dims}
 
 
 def _meta_check(name: str, p: torch.Tensor) -> None:
@@ -384,7 +127,7 @@ def l2(model: nn.Module, symmap: SymMap) -> dict[str, torch.Tensor]:
     """The L2 norm of each unit's weights, over every member of its group."""
     def score(name: str, p: torch.Tensor) -> torch.Tensor:
         _meta_check(name, p)
-        return p.detach().double().square()
+        return p.detach().to(torch.float64, copy=True).square_()
 
     return element_scores(model, symmap, score, torch.sqrt)
 
@@ -570,7 +313,8 @@ class ActivationRecorder:
         for (qualname, i), total in self.sums.items():
             for pos, unit, gname in self.watch[qualname][i][2]:
                 if int(pos.max()) < total.numel():
-                    totals[gname].index_add_(0, unit, total[pos] / self.runs[(qualname, i)])
+                    totals[gname].index_add_(0, unit,
+                                             total.index_select(0, pos) / self.runs[(qualname, i)])
         return totals
 
 

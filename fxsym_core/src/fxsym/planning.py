@@ -28,7 +28,7 @@ own ``min_size`` (a router's ``topk`` over the experts needs ``k`` of them); gro
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
-Imports from fxsym: console, depth, errors, importance, resizing, symbols.
+Imports from fxsym: console, depth, errors, importance, paramlayout, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ from torch import fx, nn
 from .console import format_table
 from .depth import block_importance, choose_blocks, renamed
 from .errors import PlanError, PlanMismatchError
-from .importance import CRITERIA, Criterion, Layout, criterion_by_name, layout, unit_scores
+from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
+from .paramlayout import Layout, layout
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
@@ -470,14 +471,14 @@ def _key(v: Any, what: str) -> str | int:
 # -- MACs -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _MacModel:
-    """MACs as ``fixed + Σ positions x Σ elements of its parameters after``, per module call."""
+    """MACs as ``fixed + Σ positions x elements of its parameters``, over module calls:
+    ``weights`` is, per parameter, the positions of all the calls using it."""
 
     fixed: int
-    calls: tuple[tuple[int, tuple[str, ...]], ...]
+    weights: Mapping[str, int]
 
     def count(self, shapes: Mapping[str, tuple[int, ...]]) -> int:
-        return self.fixed + sum(pos * sum(math.prod(shapes[p]) for p in params)
-                                for pos, params in self.calls)
+        return self.fixed + sum(w * math.prod(shapes[p]) for p, w in self.weights.items())
 
 
 _MATMULS = {torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm"}
@@ -490,7 +491,7 @@ def _mac_model(model: nn.Module, symmap: SymMap) -> _MacModel:
     names = {id(p): n for n, p in model.named_parameters()}
     modules = dict(model.named_modules())
     fixed = 0
-    calls: list[tuple[int, tuple[str, ...]]] = []
+    weights: dict[str, int] = {}
     for node in gm.graph.nodes:
         out = _value(node)
         if out is None:
@@ -508,13 +509,14 @@ def _mac_model(model: nn.Module, symmap: SymMap) -> _MacModel:
             dims = [d for d in (1, -1) if out.dim() > max(d, -d - 1) and out.shape[d] == lead]
             feature = out.shape[dims[0]] if dims else (out.shape[-1] if out.dim() else 1)
             positions = out.numel() // max(int(feature), 1)
-            calls.append((positions, tuple(names[id(p)] for p in params)))
+            for p in params:
+                weights[names[id(p)]] = weights.get(names[id(p)], 0) + positions
         elif node.op in ("call_function", "call_method") and node.target in _MATMULS:
             first = _value(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) \
                 else None
             if first is not None and first.dim():
                 fixed += out.numel() * int(first.shape[-1])
-    return _MacModel(fixed, tuple(calls))
+    return _MacModel(fixed, weights)
 
 
 def _value(node: Any) -> torch.Tensor | None:
@@ -538,7 +540,6 @@ def count_macs(model: nn.Module, symmap: SymMap, kept: Mapping[str, int] | None 
 class _Candidate:
     group: SymGroup
     scores: torch.Tensor
-    order: torch.Tensor  # units by increasing score
 
 
 def plan(
@@ -611,7 +612,7 @@ def plan(
         s = unit_scores(g, scores)
         if s is not None:
             _check_finite(model, lay, g, s, label)
-            candidates.append(_Candidate(g, s, torch.argsort(s, stable=True)))
+            candidates.append(_Candidate(g, s))
     classes = _same_size_classes(groups)
 
     def kept_for(counts: Mapping[str, int]) -> dict[str, int]:
@@ -632,13 +633,12 @@ def plan(
         return kept_for({c.group.name: math.ceil(c.group.size * (1 - r) - 1e-9)
                          for c in candidates})
 
-    everyone = _global_order(candidates)
+    everyone = (_global_order(candidates) if scope == "global"
+                else torch.zeros(0, dtype=torch.long))
 
     def global_(n: int) -> dict[str, int]:
-        counts = {c.group.name: c.group.size for c in candidates}
-        for name in everyone[:n]:
-            counts[name] -= 1
-        return kept_for(counts)
+        removed = torch.bincount(everyone[:n], minlength=len(candidates)).tolist()
+        return kept_for({c.group.name: c.group.size - r for c, r in zip(candidates, removed)})
 
     def measure(kept: Mapping[str, int]) -> int:
         if target_macs is not None:
@@ -778,15 +778,25 @@ def _unreachable(params: int | None, target: int, least: int) -> str:
             f"exclude, the groups the criterion scores) has {least}")
 
 
-def _global_order(candidates: Sequence[_Candidate]) -> list[str]:
-    """Group names, one per unit, lowest score first (scores divided by their group's mean)."""
-    keys: list[tuple[float, int, str]] = []
-    for c in candidates:
+def _global_order(candidates: Sequence[_Candidate]) -> torch.Tensor:
+    """The position in ``candidates`` of each unit's group, one per unit, lowest score first
+    (scores divided by their group's mean); equal scores by unit index, then group name."""
+    if not candidates:
+        return torch.zeros(0, dtype=torch.long)
+    by_name = sorted(range(len(candidates)), key=lambda j: candidates[j].group.name)
+    name_rank = torch.empty(len(candidates), dtype=torch.long)
+    name_rank[torch.tensor(by_name)] = torch.arange(len(candidates))
+    values, units, owners = [], [], []
+    for j, c in enumerate(candidates):
         mean = float(c.scores.mean())
-        norm = c.scores / mean if mean > 0 else c.scores
-        keys.extend((float(v), i, c.group.name) for i, v in enumerate(norm.tolist()))
-    keys.sort()
-    return [name for _, _, name in keys]
+        values.append(c.scores / mean if mean > 0 else c.scores)
+        units.append(torch.arange(c.scores.numel()))
+        owners.append(torch.full((c.scores.numel(),), j, dtype=torch.long))
+    value, unit, owner = torch.cat(values), torch.cat(units), torch.cat(owners)
+    order = torch.argsort(name_rank.index_select(0, owner), stable=True)
+    for key in (unit, value):  # least significant first: stable sorts keep the earlier keys
+        order = order.index_select(0, torch.argsort(key.index_select(0, order), stable=True))
+    return owner.index_select(0, order)
 
 
 def _same_size_classes(groups: Sequence[SymGroup]) -> list[list[str]]:
@@ -817,11 +827,13 @@ def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
             continue
         s = scores.get(g.name)
         top = torch.arange(k) if s is None else torch.topk(s, k, sorted=False).indices
-        keep = tuple(int(i) for i in top.sort().values)
-        alone = {g.name: k}
-        choices.append(GroupChoice(g.name, g.size, g.unit, keep,
-                                   params_before - lay.param_count(alone),
-                                   macs_before - macs.count(lay.shapes_after(alone))))
+        keep = tuple(top.sort().values.tolist())
+        alone = lay.changed_shapes({g.name: k})
+        choices.append(GroupChoice(
+            g.name, g.size, g.unit, keep,
+            sum(math.prod(lay.shapes[p]) - math.prod(shape) for p, shape in alone.items()),
+            sum(macs.weights.get(p, 0) * (math.prod(lay.shapes[p]) - math.prod(shape))
+                for p, shape in alone.items())))
     gm = symmap.graph_module
     spec = input_spec(getattr(gm, "example_inputs", None))
     return Plan(model=_class_path(model), groups=tuple(choices), params_before=params_before,

@@ -31,6 +31,7 @@ all heads) that the resize rule would not know how to slice.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -122,11 +123,18 @@ def _int_attr(obj: Any, names: tuple[str, ...]) -> int | None:
     return None
 
 
-def _forward_params(module: nn.Module) -> set[str]:
+def _forward_params(module: nn.Module) -> frozenset[str]:
+    return _forward_params_of(type(module).forward)
+
+
+@functools.lru_cache(maxsize=1024)
+def _forward_params_of(forward: Any) -> frozenset[str]:
+    """The parameter names of a ``forward`` (by function: ``inspect.signature`` costs ~10 ms
+    on a transformers forward, and every resize and layout trial asks)."""
     try:
-        return set(inspect.signature(inspect.unwrap(type(module).forward)).parameters)
+        return frozenset(inspect.signature(inspect.unwrap(forward)).parameters)
     except (TypeError, ValueError):
-        return set()
+        return frozenset()
 
 
 def describe(module: nn.Module) -> AttnSpec | None:

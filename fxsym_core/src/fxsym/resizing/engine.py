@@ -187,7 +187,7 @@ def _work(model: nn.Module, registry: Registry, analysis: GroupAnalysis,
         if mod is None:
             raise ResizeError(f"module {qualname!r} is no longer part of the model")
         if (qualname, sname) in analysis.param_members:
-            work.append((mod, qualname, sname, _dim_index(table, dim, plans), _PARAMETER))
+            work.append((mod, qualname, sname, dim_index(table, dim, plans), _PARAMETER))
             continue
         entry = registry.sym_info_entry(type(mod))
         if entry is None or entry.resize is None:
@@ -195,7 +195,7 @@ def _work(model: nn.Module, registry: Registry, analysis: GroupAnalysis,
                 f"no resize rule for {type(mod).__name__} ({qualname}.{sname}); register one "
                 "with the fxsym_register_sym_infos hook (resize=...)"
             )
-        work.append((mod, qualname, sname, _dim_index(table, dim, plans), entry))
+        work.append((mod, qualname, sname, dim_index(table, dim, plans), entry))
     return work
 
 
@@ -430,8 +430,8 @@ def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
     return total
 
 
-def _dim_index(table: GroupIndex, dim: Sequence[Segment], plans: dict[int, torch.Tensor]
-               ) -> torch.Tensor:
+def dim_index(table: GroupIndex, dim: Sequence[Segment], plans: dict[int, torch.Tensor]
+              ) -> torch.Tensor:
     """The entries of a dimension laid out as ``dim`` to keep, once each group in ``plans``
     (by root) keeps the units given there."""
     parts: list[torch.Tensor] = []

@@ -1,9 +1,36 @@
-"""Building blocks for resize rules: keep some entries of a parameter or buffer."""
+"""Building blocks for resize rules: keep some entries of a parameter or buffer.
+
+:func:`keep_entries` reports every keep to the observer :func:`observe_keeps` installs (per
+thread and task): that is how :mod:`fxsym.paramlayout` learns where a rule puts the units of a
+symbol, running the rule on a copy of one module whose tensors are on the meta device, without
+reading or copying a weight.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+
 import torch
 from torch import nn
+
+#: ``observer(old, dim, index, new)``: ``new`` (bound in place of ``old``) holds the entries
+#: ``index`` of ``old`` along ``dim``
+KeepObserver = Callable[[torch.Tensor, int, torch.Tensor, torch.Tensor], None]
+
+_OBSERVER: contextvars.ContextVar[KeepObserver | None] = contextvars.ContextVar(
+    "fxsym_keep_observer", default=None)
+
+
+@contextlib.contextmanager
+def observe_keeps(observer: KeepObserver) -> Iterator[None]:
+    """Call ``observer`` for every :func:`keep_entries` in this thread (or task) meanwhile."""
+    token = _OBSERVER.set(observer)
+    try:
+        yield
+    finally:
+        _OBSERVER.reset(token)
 
 
 def keep_entries(module: nn.Module, name: str, dim: int, index: torch.Tensor) -> None:
@@ -16,11 +43,18 @@ def keep_entries(module: nn.Module, name: str, dim: int, index: torch.Tensor) ->
     tensor = getattr(module, name, None)
     if tensor is None:
         return
-    index = index.to(device=tensor.device, dtype=torch.long)
-    with torch.no_grad():
-        new = tensor.detach().index_select(dim, index)  # a new tensor: the old one stays
+    if tensor.is_meta:  # no entries to copy: a tensor of the new shape
+        shape = list(tensor.shape)
+        shape[dim] = len(index)
+        new = torch.empty(shape, dtype=tensor.dtype, device="meta")
+    else:
+        with torch.no_grad():  # a new tensor: the old one stays
+            new = tensor.detach().index_select(dim, index.to(tensor.device, torch.long))
     if isinstance(tensor, nn.Parameter):
         new = nn.Parameter(new, requires_grad=tensor.requires_grad)
+    observer = _OBSERVER.get()
+    if observer is not None:
+        observer(tensor, dim, index, new)
     setattr(module, name, new)
 
 

@@ -1,0 +1,646 @@
+"""Where the units of every group lie in the model's parameters: the :class:`Layout`.
+
+A unit of a group (a channel, an attention head) lives in many tensors: the rows its producers
+write, the columns its consumers read, the scales of the norms between them, parameters used
+directly in the graph. The layout says, for every parameter and dim, which slices belong to
+which unit of which group; importance criteria sum over them and plans count parameters with
+them.
+
+**Derived from the analysis, in the size of the metadata.** ``analysis.symbol_dims`` gives,
+for every member of a group, the segments of the dimension it sizes (``dim_index`` of
+:mod:`fxsym.resizing` turns units kept into entries kept, exactly as a resize does):
+
+* a *parameter member* (``"weight:0"``) is that dim of that parameter: its layout is read off
+  the segments, nothing runs;
+* a *symbol* of a module is resized by its family's rule, which the core cannot read. The rule
+  runs on a copy of that one module whose parameters and buffers are meta tensors (no weight
+  is read or copied), under :func:`~fxsym.resizing.observe_keeps`: every
+  :func:`~fxsym.resizing.keep_entries` it makes says which entries of which parameter dim it
+  keeps. Keeping subsets of units chosen so that the slices surviving spell, bit by bit, the
+  unit of each slice (``⌈log2(units + 1)⌉`` calls per group of the symbol) gives the unit of
+  every slice. Modules whose rules and state are alike (the layers of a transformer) are run
+  once: the result is reused for every module with the same class, symbol, segments,
+  parameter shapes and plain attributes.
+
+A rule that changes a parameter another way (its own ``index_select``, a new tensor) or cannot
+run on meta tensors is run again on a copy of its module holding *probes* (each element its own
+flat index, sized like the module's parameters) and read from the values that survive; if that
+cannot tell either, :class:`~fxsym.errors.PlanError`.
+
+:func:`probe_layout` is the reference: trial resizes of whole-model probe copies, with no
+knowledge of the analysis' segments, in ``O(copies of the model)``. The tests compare the two
+on model zoos.
+
+The warnings of trial runs (a plugin's "the config does not describe the resized model") are
+about throw-away copies and are not shown.
+
+Imports from fxsym: errors, modstate, resizing, symbols.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .errors import PlanError
+from .modstate import ModuleTreeState
+from .resizing import dim_index, observe_keeps, resize
+from .symbols import GroupIndex, Segment, SymGroup, SymMap
+
+__all__ = ["Layout", "Slices", "layout", "probe_layout"]
+
+
+@dataclass(frozen=True)
+class Slices:
+    """The slices of parameter ``param`` along ``dim`` that belong to units of one group:
+    slice ``index[i]`` belongs to unit ``unit[i]``."""
+
+    param: str
+    dim: int
+    index: torch.Tensor
+    unit: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the units of every searchable group lie in the model's parameters.
+
+    ``shapes`` holds every parameter of the model (a shared one under its first name);
+    ``slices`` the slices of each group of size 2 or more (a group without any parameter
+    slice has an empty list), in the order of the parameters and their dims; ``sizes`` the
+    units of every group.
+    """
+
+    shapes: Mapping[str, tuple[int, ...]]
+    slices: Mapping[str, Sequence[Slices]]
+    sizes: Mapping[str, int]
+
+    def shapes_after(self, kept: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """Every parameter's shape once each group of ``kept`` keeps that many units.
+
+        A slice stays if every group it belongs to keeps its unit; groups cutting one dim side
+        by side (a concatenation) or crosswise (heads x head dims of one projection) are both
+        counted exactly, whichever units are kept."""
+        return {**self.shapes, **self.changed_shapes(kept)}
+
+    def changed_shapes(self, kept: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """The parameters :meth:`shapes_after` changes, with their new shapes (in the size of
+        the groups' slices, not of the model)."""
+        shapes: dict[str, list[int]] = {}
+        cut: dict[tuple[str, int], torch.Tensor] = {}
+        for group, count in kept.items():
+            size = self.sizes[group]
+            if count == size:
+                continue
+            for s in self.slices.get(group, ()):
+                share = cut.get((s.param, s.dim))
+                if share is None:
+                    share = cut[(s.param, s.dim)] = torch.ones(
+                        self.shapes[s.param][s.dim], dtype=torch.float64)
+                share.index_copy_(0, s.index, share.index_select(0, s.index) * (count / size))
+        for (param, dim), share in cut.items():
+            shapes.setdefault(param, list(self.shapes[param]))[dim] = round(float(share.sum()))
+        return {name: tuple(shape) for name, shape in shapes.items()}
+
+    def param_count(self, kept: Mapping[str, int]) -> int:
+        """How many parameters the model holds once each group of ``kept`` keeps that many
+        units (the others unchanged)."""
+        return sum(math.prod(s) for s in self.shapes.values()) - sum(
+            math.prod(self.shapes[p]) - math.prod(s) for p, s in self.changed_shapes(kept).items())
+
+
+_LAYOUTS: weakref.WeakKeyDictionary[SymMap, Layout] = weakref.WeakKeyDictionary()
+
+
+def layout(model: nn.Module, symmap: SymMap) -> Layout:
+    """The :class:`Layout` of ``model`` as analyzed in ``symmap`` (computed once per SymMap).
+
+    Raises :class:`~fxsym.errors.PlanError` when a resize rule does something other than
+    keeping slices of parameters (nothing would say where the units are).
+    """
+    _check(model, symmap)
+    cached = _LAYOUTS.get(symmap)
+    if cached is None:
+        cached = _LAYOUTS[symmap] = _Deriver(model, symmap).layout()
+    return cached
+
+
+def _check(model: nn.Module, symmap: SymMap) -> None:
+    if symmap.model is not model:
+        raise PlanError("this SymMap was computed for another model; call fxsym.analyze(model)")
+    if symmap.is_stale:
+        raise PlanError("the model was resized since this SymMap was computed; analyze again")
+
+
+# -- the direct derivation ------------------------------------------------------------------
+#: per parameter (first name), per dim: which slices a trial kept (``None``: all of them)
+_Kept = dict[str, list[torch.Tensor | None]]
+#: one parameter a module holds: (submodule path, attribute, the model's name for it)
+_Slot = tuple[str, str, str]
+
+
+class _Opaque(Exception):
+    """A rule did something the keep observer cannot follow (run it on probes instead)."""
+
+
+class _Deriver:
+    """One layout computation: the model's parameters, their meta stand-ins, and the results
+    of rule runs by module signature."""
+
+    def __init__(self, model: nn.Module, symmap: SymMap) -> None:
+        self.model = model
+        self.symmap = symmap
+        self.params = dict(model.named_parameters())
+        self.first = {id(p): n for n, p in self.params.items()}
+        self.modules = dict(model.named_modules())
+        self.standins: dict[int, Any] = {}
+        for t in self.params.values():
+            self.standins[id(t)] = nn.Parameter(torch.empty(t.shape, dtype=t.dtype,
+                                                            device="meta"),
+                                                requires_grad=t.requires_grad)
+        for _, b in model.named_buffers():
+            self.standins[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
+        self.standin_ids = {id(s) for s in self.standins.values()}
+        self.memo_base: dict[int, Any] = dict(self.standins)
+        if symmap.graph_module is not None:  # never copied along with a module
+            self.memo_base[id(symmap.graph_module)] = None
+        self.memo_base[id(symmap)] = symmap
+        self.cache: dict[Any, dict[tuple[str, int], torch.Tensor]] = {}
+        self.clones: dict[int, tuple[nn.Module, ModuleTreeState]] = {}
+
+    def layout(self) -> Layout:
+        symmap, analysis = self.symmap, self.symmap.analysis
+        shapes = {name: tuple(p.shape) for name, p in self.params.items()}
+        groups = symmap.groups()
+        sizes = {g.name: g.size for g in groups}
+        live = {g.id: g for g in groups if g.size >= 2}
+        if not live:
+            return Layout(shapes, {}, sizes)
+        if analysis is None:
+            raise PlanError("the SymMap holds no analysis; compute it with fxsym.analyze")
+        table = analysis.table
+        units: dict[tuple[int, str, int], torch.Tensor] = {}
+        for (qualname, sname), dim in analysis.symbol_dims.items():
+            roots = [r for r in dict.fromkeys(table.find(s.group) for s in dim
+                                              if s.group is not None) if r in live]
+            mod = self.modules.get(qualname)
+            if not roots or mod is None:
+                continue
+            for root in roots:
+                if (qualname, sname) in analysis.param_members:
+                    found = self._member_units(mod, sname, dim, table, root)
+                else:
+                    found = self._rule_units(mod, qualname, sname, dim, table, live[root])
+                for (name, d), u in found.items():
+                    _merge(units, (root, name, d), u, live[root].name)
+        slices: dict[str, list[Slices]] = {g.name: [] for g in live.values()}
+        order = {name: i for i, name in enumerate(self.params)}
+        for root, name, d in sorted(units, key=lambda k: (order[k[1]], k[2], k[0])):
+            u = units[(root, name, d)]
+            at = (u >= 0).nonzero().flatten()
+            if at.numel():
+                slices[live[root].name].append(Slices(name, d, at, u.index_select(0, at)))
+        return Layout(shapes, slices, sizes)
+
+    def _member_units(self, mod: nn.Module, sname: str, dim: Sequence[Segment],
+                      table: GroupIndex, root: int) -> dict[tuple[str, int], torch.Tensor]:
+        """A parameter member ``"name:dim"``: its units read off the segments."""
+        pname, _, d = sname.rpartition(":")
+        name = self.first.get(id(getattr(mod, pname, None)))
+        if not d.isdigit() or name is None:  # an attribute, or a buffer
+            return {}
+        length = self.params[name].shape[int(d)]
+        u = torch.full((length,), -1, dtype=torch.long)
+        offset = 0
+        for seg in dim:
+            n = seg.units * seg.block
+            if seg.group is not None and table.find(seg.group) == root:
+                per_unit = max(seg.units // table.units[root], 1)
+                u[offset:offset + n] = torch.arange(n) // seg.block // per_unit
+            offset += n
+        if offset != length:
+            raise PlanError(f"{name} has {length} entries along dim {d}, the analysis "
+                            f"{offset}: analyze the model again")
+        return {(name, int(d)): u}
+
+    def _rule_units(self, mod: nn.Module, qualname: str, sname: str, dim: Sequence[Segment],
+                    table: GroupIndex, group: SymGroup) -> dict[tuple[str, int], torch.Tensor]:
+        """A symbol of a module: where its resize rule puts the units of ``group``, by trial
+        runs on a meta copy of the module (else on a probe copy), reused for alike modules."""
+        entry = self.symmap.registry.sym_info_entry(type(mod))
+        if entry is None or entry.resize is None:
+            raise PlanError(f"no resize rule for {type(mod).__name__} ({qualname}.{sname})")
+        rule = entry.resize
+        slots = self._slots(mod)
+        root = group.id
+        layout_of_dim = tuple((s.units, s.block, None if s.group is None else
+                               table.find(s.group) == root) for s in dim)
+        signature = _signature(mod, slots)
+        key = (rule, sname, group.size, layout_of_dim, signature)
+        rel = self.cache.get(key) if signature is not None else None
+        if rel is None:
+            rel = self._decode(mod, sname, dim, table, group, rule, slots, meta=True)
+            if rel is None:
+                rel = self._decode(mod, sname, dim, table, group, rule, slots, meta=False)
+            if rel is None:
+                raise PlanError(f"cannot tell where the units of {group.name} lie in the "
+                                f"parameters of {qualname}: its resize rule ({sname}) does "
+                                "more than keep slices of them")
+            if signature is not None:
+                self.cache[key] = rel
+        names = {(sub, pname): name for sub, pname, name in slots}
+        return {(names[_split(slot)], d): u for (slot, d), u in rel.items()}
+
+    def _slots(self, mod: nn.Module) -> list[_Slot]:
+        out: list[_Slot] = []
+        for sub, m in mod.named_modules(remove_duplicate=False):
+            for pname, p in m.named_parameters(recurse=False, remove_duplicate=False):
+                name = self.first.get(id(p))
+                if name is not None:
+                    out.append((sub, pname, name))
+        return out
+
+    def _decode(self, mod: nn.Module, sname: str, dim: Sequence[Segment], table: GroupIndex,
+                group: SymGroup, rule: Callable[..., None], slots: Sequence[_Slot], meta: bool
+                ) -> dict[tuple[str, int], torch.Tensor] | None:
+        """Unit ``u`` is coded ``u + 1``; trial ``k`` keeps the units whose code has bit ``k``
+        clear. The code of a slice is the set of trials it did not survive (``None``: the
+        rule cannot be followed this way)."""
+        codes: dict[tuple[str, int], torch.Tensor] = {}
+        code_of_unit = torch.arange(1, group.size + 1)
+        for k in range(group.size.bit_length()):
+            kept = ((code_of_unit >> k) & 1 == 0).nonzero().flatten()
+            index = dim_index(table, dim, {group.id: kept})
+            try:
+                after = self._trial(mod, sname, index, rule, slots, meta)
+            except _Opaque:
+                return None
+            except Exception as exc:
+                if meta:
+                    return None
+                raise PlanError(f"cannot map the units of {group.name} onto the parameters: a "
+                                f"trial resize of {type(mod).__name__}.{sname} failed: "
+                                f"{exc}") from exc
+            for slot, per_dim in after.items():
+                for d, survived in enumerate(per_dim):
+                    if survived is None:
+                        continue
+                    code = codes.get((slot, d))
+                    if code is None:
+                        code = codes[(slot, d)] = torch.zeros(survived.numel(),
+                                                              dtype=torch.long)
+                    code |= (~survived).long() << k
+        out: dict[tuple[str, int], torch.Tensor] = {}
+        for key, code in codes.items():
+            u = code - 1
+            if int(u.max()) >= group.size:
+                return None
+            out[key] = u
+        return out
+
+    def _trial(self, mod: nn.Module, sname: str, index: torch.Tensor,
+               rule: Callable[..., None], slots: Sequence[_Slot], meta: bool
+               ) -> dict[str, list[torch.Tensor | None]]:
+        """Run ``rule`` on a copy of ``mod`` keeping ``index``; per changed slot
+        (``"sub/param"``), per dim, which slices survived (``None``: all, unchanged)."""
+        if meta:  # one copy per module, put back after each trial as a resize would be
+            found = self.clones.get(id(mod))
+            if found is None:
+                found = self.clones[id(mod)] = _clone_of(mod, self.memo_base)
+            clone, state = found
+            try:
+                return self._run(clone, sname, index, rule, slots, None)
+            finally:
+                state.restore()
+        memo = dict(self.memo_base)
+        probes: dict[int, torch.Tensor] = {}
+        for _, _, name in slots:
+            p = self.params[name]
+            probe = nn.Parameter(torch.arange(p.numel(), dtype=_probe_dtype(p)).reshape(
+                p.shape), requires_grad=False)
+            memo[id(p)] = probes.setdefault(id(p), probe)
+        return self._run(copy.deepcopy(mod, memo), sname, index, rule, slots, probes)
+
+    def _run(self, clone: nn.Module, sname: str, index: torch.Tensor,
+             rule: Callable[..., None], slots: Sequence[_Slot],
+             probes: dict[int, torch.Tensor] | None) -> dict[str, list[torch.Tensor | None]]:
+        """Run ``rule`` on ``clone`` (holding meta stand-ins, or ``probes`` of the module's
+        parameters) and read what survived."""
+        meta = probes is None
+        origins: dict[int, tuple[torch.Tensor, list[torch.Tensor | None]]] = {}
+
+        def observe(old: torch.Tensor, d: int, idx: torch.Tensor, new: torch.Tensor) -> None:
+            base = origins.get(id(old))
+            if base is None:
+                if id(old) not in self.standin_ids:
+                    raise _Opaque
+                lines: list[torch.Tensor | None] = [None] * old.dim()
+            else:
+                lines = list(base[1])
+            idx = idx.to("cpu", torch.long)
+            line = lines[d]
+            lines[d] = idx if line is None else line.index_select(0, idx)
+            origins[id(new)] = (new, lines)
+
+        with warnings.catch_warnings():  # about a throw-away copy: the real resize says it
+            warnings.simplefilter("ignore")
+            if meta:
+                with observe_keeps(observe):
+                    rule(clone, sname, index)
+            else:
+                rule(clone, sname, index)
+        out: dict[str, list[torch.Tensor | None]] = {}
+        for sub, pname, name in slots:
+            p = self.params[name]
+            before = self.standins[id(p)] if probes is None else probes.get(id(p))
+            try:
+                t = getattr(clone.get_submodule(sub), pname)
+            except AttributeError as exc:
+                raise _Opaque from exc
+            if t is before:
+                continue
+            if meta:
+                rec = origins.get(id(t))
+                if rec is None:
+                    raise _Opaque
+                out[_join(sub, pname)] = [None if line is None else _mask(line, n)
+                                          for line, n in zip(rec[1], p.shape)]
+            elif not isinstance(t, torch.Tensor) or t.dim() != p.dim() or (
+                    before is None or t.dtype != before.dtype):
+                raise PlanError(f"cannot tell where the units lie in {name}: a resize rule "
+                                "replaced it instead of keeping slices of it")
+            else:
+                masks = _survivor_masks(t, tuple(p.shape))
+                out[_join(sub, pname)] = [None if bool(m.all()) else m for m in masks]
+        return out
+
+
+def _clone_of(mod: nn.Module, memo_base: Mapping[int, Any]
+              ) -> tuple[nn.Module, ModuleTreeState]:
+    clone = copy.deepcopy(mod, dict(memo_base))
+    return clone, ModuleTreeState(clone)
+
+
+def _join(sub: str, pname: str) -> str:
+    return f"{sub}/{pname}"
+
+
+def _split(slot: str) -> tuple[str, str]:
+    sub, _, pname = slot.rpartition("/")
+    return sub, pname
+
+
+def _mask(line: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=torch.bool).index_fill_(0, line, True)
+
+
+def _merge(units: dict[tuple[int, str, int], torch.Tensor], key: tuple[int, str, int],
+           u: torch.Tensor, group: str) -> None:
+    """Add the units ``u`` of one member to those already found for the same parameter dim
+    (a tied parameter is reached from each of its places; they must agree)."""
+    have = units.get(key)
+    if have is None:
+        units[key] = u
+        return
+    if bool(((have != u) & (have >= 0) & (u >= 0)).any()):
+        raise PlanError(f"the members of {group} disagree on which of its units the slices "
+                        f"of {key[1]} (dim {key[2]}) belong to")
+    units[key] = torch.where(have >= 0, have, u)
+
+
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _signature(mod: nn.Module, slots: Sequence[_Slot]) -> Any:
+    """What a resize rule of ``mod`` can read: per submodule its class and plain attributes
+    (objects held, such as a config, by identity), the shapes of its tensors. ``None`` when a
+    value cannot be keyed (nothing is reused then)."""
+    parts: list[Any] = []
+    try:
+        for sub, m in mod.named_modules(remove_duplicate=False):
+            state: list[tuple[Any, ...]] = []
+            for k, v in vars(m).items():
+                if k in ("_parameters", "_buffers", "_modules"):
+                    continue
+                if isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(
+                        isinstance(x, _PLAIN) for x in v)):
+                    state.append((k, v))
+                elif isinstance(v, (dict, list, set)):
+                    if v:
+                        return None
+                else:
+                    state.append((k, type(v), id(v)))
+            tensors = tuple((n, tuple(t.shape), t.dtype) for n, t in (
+                *m.named_parameters(recurse=False, remove_duplicate=False),
+                *m.named_buffers(recurse=False, remove_duplicate=False)))
+            parts.append((sub, type(m), tuple(state), tensors))
+        tied = tuple(name for _, _, name in slots)  # which places share a parameter
+        shared = tuple(tied.index(n) for n in tied)
+        key = (tuple(parts), shared)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _probe_dtype(p: torch.Tensor) -> torch.dtype:
+    """A float type holding every flat index of ``p`` exactly (probes stay parameters, which
+    must be floating point)."""
+    return torch.float32 if p.numel() <= 1 << 24 else torch.float64
+
+
+def _survivor_masks(t: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
+    """Per dim of a probe of ``shape`` (each element its flat index), which slices are in
+    ``t`` (the probe after a resize kept some of them)."""
+    strides = torch.ones(len(shape), dtype=torch.long)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    masks = []
+    for d, size in enumerate(shape):
+        mask = torch.zeros(size, dtype=torch.bool)
+        if t.numel():
+            line = t.detach()
+            for other in range(len(shape) - 1, -1, -1):  # views: nothing copied
+                if other != d:
+                    line = line.select(other, 0)
+            mask.index_fill_(0, (line.long() // strides[d]) % size, True)
+        masks.append(mask)
+    return masks
+
+
+# -- the reference: trial resizes of whole-model probe copies -------------------------------
+def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
+    """The layout learned without the analysis' segments: resizes of throw-away copies of the
+    model whose parameters are probes, with subsets of units chosen so that the slices
+    surviving each resize spell, bit by bit, the unit each slice belongs to
+    (``⌈log2(units + 1)⌉`` resizes of a copy per batch of groups that change no parameter in
+    common; ``2·⌈log2 groups⌉`` more where the blocks of one ``chunk`` share a parameter).
+
+    The reference :func:`layout` is checked against (``O(copies of the model)`` in time and
+    memory: for tests and small models)."""
+    _check(model, symmap)
+    params = dict(model.named_parameters())
+    shapes = {name: tuple(p.shape) for name, p in params.items()}
+    groups = symmap.groups()
+    sizes = {g.name: g.size for g in groups}
+    live = [g for g in groups if g.size >= 2]
+    slices: dict[str, list[Slices]] = {g.name: [] for g in live}
+    if not live:
+        return Layout(shapes, slices, sizes)
+    probes = {name: nn.Parameter(torch.arange(p.numel(), dtype=_probe_dtype(p)).reshape(p.shape),
+                                 requires_grad=False) for name, p in params.items()}
+    touches = _touches(model, live)
+    for batch in _batches(live, touches):
+        _probe_batch(model, symmap, params, probes, batch, touches, slices)
+    return Layout(shapes, slices, sizes)
+
+
+def _touches(model: nn.Module, live: Sequence[SymGroup]) -> dict[str, set[str]]:
+    """Per group, the parameters its resize may change: those of its member modules and their
+    submodules, and its parameter members (under each parameter's first name)."""
+    first = {id(p): n for n, p in model.named_parameters()}
+    modules = dict(model.named_modules())
+    out: dict[str, set[str]] = {}
+    for g in live:
+        names: set[str] = set()
+        for qualname, sname in g.members:
+            mod = modules.get(qualname)
+            if mod is None:
+                continue
+            pname, colon, dim = sname.rpartition(":")
+            if colon and dim.isdigit():
+                p = getattr(mod, pname, None)
+                if isinstance(p, torch.Tensor) and id(p) in first:
+                    names.add(first[id(p)])
+            elif not colon:
+                names.update(first[id(p)] for p in mod.parameters() if id(p) in first)
+        out[g.name] = names
+    return out
+
+
+def _batches(live: Sequence[SymGroup], touches: Mapping[str, set[str]]
+             ) -> list[list[SymGroup]]:
+    """The groups in batches that resize no parameter twice (a head, its queries and its
+    dims all cut the rows of one projection: they go in different batches), except groups
+    tied by ``same_size``, which must go together (they cut disjoint segments)."""
+    by_name = {g.name: g for g in live}
+    units: list[list[SymGroup]] = []
+    placed: set[str] = set()
+    for g in live:
+        if g.name in placed:
+            continue
+        tied = [g] + [by_name[n] for n in getattr(g, "same_size", ()) if n in by_name]
+        placed.update(t.name for t in tied)
+        units.append(tied)
+    batches: list[tuple[list[SymGroup], set[str]]] = []
+    for unit in units:
+        need = set().union(*(touches[t.name] for t in unit))
+        for members, used in batches:
+            if not used & need:
+                members.extend(unit)
+                used |= need
+                break
+        else:
+            batches.append((list(unit), set(need)))
+    return [members for members, _ in batches]
+
+
+def _probe_batch(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Parameter],
+                 probes: Mapping[str, nn.Parameter], live: Sequence[SymGroup],
+                 touches: Mapping[str, set[str]], slices: dict[str, list[Slices]]) -> None:
+    """Find the slices of the groups ``live`` (no parameter resized by two of them but for
+    ``same_size`` blocks) and append them to ``slices``."""
+    owners: dict[str, list[int]] = {}
+    for i, g in enumerate(live):
+        for name in touches[g.name]:
+            owners.setdefault(name, []).append(i)
+    # unit u is coded u + 1 and a slice of it dropped by call k when bit k of its code is set:
+    # a slice no call drops belongs to no unit (groups too small for bit k keep everything)
+    unit_bits = max(g.size for g in live).bit_length()
+    kept_unit = [_survivors(model, symmap, params, probes, {
+        g.name: [u for u in range(g.size) if not ((u + 1) >> k) & 1]
+        for g in live if g.size >= 1 << k}) for k in range(unit_bits)]
+    # the blocks of one chunk cut one parameter: which block a slice is in, bit by bit
+    shared = any(len(ids) > 1 for ids in owners.values())
+    group_bits = (len(live) - 1).bit_length() if shared else 0
+    kept_group: list[tuple[dict[str, list[torch.Tensor]], dict[str, list[torch.Tensor]]]] = []
+    for j in range(group_bits):
+        first = _survivors(model, symmap, params, probes, {
+            g.name: _code_subset(g.size, bool((i >> j) & 1)) for i, g in enumerate(live)})
+        second = _survivors(model, symmap, params, probes, {
+            g.name: [g.size - 1] if (i >> j) & 1 else [0] for i, g in enumerate(live)})
+        kept_group.append((first, second))
+    for name in params:
+        ids = owners.get(name, [])
+        for dim, size in enumerate(params[name].shape):
+            code = torch.zeros(size, dtype=torch.long)
+            dropped = torch.zeros(size, dtype=torch.bool)
+            for k, kept in enumerate(kept_unit):
+                code |= (~kept[name][dim]).long() << k
+                dropped |= ~kept[name][dim]
+            where = dropped.nonzero().flatten()
+            if where.numel() == 0:
+                continue
+            if not ids:
+                raise PlanError(f"a resize changed {name}, which belongs to no member of the "
+                                "groups resized: a resize rule reaches outside its module")
+            unit = code - 1
+            gid = torch.full((size,), ids[0], dtype=torch.long)
+            if len(ids) > 1:
+                gid.zero_()
+                for j, (first, second) in enumerate(kept_group):
+                    k1, k2 = first[name][dim], second[name][dim]
+                    odd = unit % 2 == 1
+                    bit = torch.where(odd, ~k1, torch.where(unit == 0, k1, k1 | k2))
+                    gid |= bit.long() << j
+            for i in sorted(set(gid[where].tolist())):
+                at = where[gid[where] == i]
+                if i not in ids or not 0 <= int(unit[at].min()) <= int(unit[at].max()) < live[
+                        i].size:
+                    raise PlanError(f"cannot tell which units {name} (dim {dim}) belongs to: "
+                                    "a resize rule does more than keep slices")
+                slices[live[i].name].append(Slices(name, dim, at, unit[at]))
+
+
+def _code_subset(size: int, bit: bool) -> list[int]:
+    """Units kept in the first call of a group-code bit: the even units (bit set) or the odd
+    ones, as many either way (see :func:`probe_layout`)."""
+    evens = [u for u in range(0, size, 2) if not (size % 2 and u == size - 1)]
+    return evens if bit else list(range(1, size, 2))
+
+
+def _survivors(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Parameter],
+               probes: Mapping[str, nn.Parameter], choices: Mapping[str, list[int]]
+               ) -> dict[str, list[torch.Tensor]]:
+    """Resize a probe copy of ``model`` with ``choices``; for every parameter and dim, which
+    slices survived (a bool mask over the original slices)."""
+    memo: dict[int, Any] = {id(p): probes[name] for name, p in params.items()}
+    for _, b in model.named_buffers():
+        memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
+    memo[id(symmap.graph_module)] = None
+    memo[id(symmap.trace_report)] = symmap.trace_report
+    clone_model, clone_map = copy.deepcopy((model, symmap), memo)
+    try:
+        with warnings.catch_warnings():  # about a throw-away copy: the real resize says it
+            warnings.simplefilter("ignore")
+            resize(clone_model, clone_map, choices)
+    except Exception as exc:
+        raise PlanError(f"cannot map the units of the groups onto the parameters: a trial "
+                        f"resize of a copy failed: {exc}") from exc
+    after = dict(clone_model.named_parameters())
+    out: dict[str, list[torch.Tensor]] = {}
+    for name, shape in ((n, tuple(p.shape)) for n, p in params.items()):
+        t = after.get(name)
+        if t is None or t.dim() != len(shape) or t.dtype != probes[name].dtype:
+            raise PlanError(f"cannot tell where the units of the groups lie in {name}: a resize "
+                            "rule replaced it instead of keeping slices of it")
+        out[name] = _survivor_masks(t, shape)
+    return out

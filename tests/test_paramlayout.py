@@ -1,0 +1,223 @@
+"""fxsym.paramlayout: the layout derived from the analysis equals the one trial resizes of
+whole-model probe copies learn (the oracle), without copying the model (issue 22 §6)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from fuzz_nets import random_net
+from helpers import assert_same_layout
+from torch import nn
+
+import fxsym
+from fxsym import paramlayout
+
+torchvision = pytest.importorskip("torchvision")
+
+
+class Concat(nn.Module):
+    """Two convs side by side (a concatenation), a chunk gate, a grouped conv, a GroupNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(3, 6, 1)
+        self.gn = nn.GroupNorm(5, 10)
+        self.grouped = nn.Conv2d(10, 10, 3, padding=1, groups=5)
+        self.gate = nn.Conv2d(10, 8, 1)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.grouped(self.gn(torch.cat([self.a(x), self.b(x)], 1)))
+        u, v = self.gate(y).chunk(2, 1)
+        return self.head((u * v.sigmoid()).mean((2, 3)))
+
+
+class Recurrent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(11, 6)
+        self.lstm = nn.LSTM(6, 5, num_layers=2, bidirectional=True, batch_first=True)
+        self.out = nn.Linear(10, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.lstm(self.emb(x))[0])
+
+
+class Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cls = nn.Parameter(torch.randn(1, 1, 8))
+        self.inp = nn.Linear(4, 8)
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.norm = nn.LayerNorm(8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.cat([self.cls.expand(x.shape[0], 1, 8), self.inp(x)], 1)
+        return self.out(self.norm(self.mha(h, h, h, need_weights=False)[0])[:, 0])
+
+
+TINY: dict[str, tuple[type[nn.Module], Any]] = {
+    "concat": (Concat, lambda: (torch.randn(1, 3, 8, 8),)),
+    "recurrent": (Recurrent, lambda: (torch.randint(0, 11, (2, 4)),)),
+    "attention": (Attention, lambda: (torch.randn(2, 3, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_direct_layout_equals_the_probe_layout_on_tiny_modules(name: str) -> None:
+    cls, inputs = TINY[name]
+    m = cls().eval()
+    assert_same_layout(m, fxsym.analyze(m, example_inputs=inputs()))
+
+
+TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x0_5",
+               "mnasnet0_5", *(pytest.param(n, marks=pytest.mark.zoo) for n in (
+                   "regnet_y_400mf", "efficientnet_b0", "googlenet"))]
+
+
+@pytest.mark.parametrize("name", TORCHVISION)
+def test_direct_layout_equals_the_probe_layout_on_torchvision(name: str) -> None:
+    kwargs = {"aux_logits": False, "init_weights": False} if name == "googlenet" else {}
+    m = torchvision.models.get_model(name, weights=None, num_classes=10, **kwargs).eval()
+    assert_same_layout(m, fxsym.analyze(m, example_inputs=(torch.randn(1, 3, 64, 64),)))
+
+
+def test_direct_layout_equals_the_probe_layout_on_transformers_of_torchvision() -> None:
+    from torchvision.models import VisionTransformer
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    vit = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                            hidden_dim=16, mlp_dim=32, num_classes=3).eval()
+    assert_same_layout(vit, fxsym.analyze(vit, example_inputs=(torch.randn(1, 3, 32, 32),)))
+    swin = SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[1, 1], num_heads=[2, 4],
+                           window_size=[4, 4], num_classes=3).eval()
+    assert_same_layout(swin, fxsym.analyze(swin, example_inputs=(torch.randn(1, 3, 32, 32),)))
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_direct_layout_equals_the_probe_layout_on_fuzzed_nets(seed: int) -> None:
+    m, x = random_net(seed)
+    m.eval()
+    assert_same_layout(m, fxsym.analyze(m, example_inputs=(x,)))
+
+
+# -- rules the keep observer cannot follow ----------------------------------------------------
+class Scaled(nn.Module):
+    """A linear layer with a per-output scale, resized by a rule of its own that never calls
+    ``keep_entries`` (it rebinds ``index_select`` results itself)."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_out, n_in))
+        self.scale = nn.Parameter(torch.randn(n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight) * self.scale
+
+
+def _scaled_info(mod: nn.Module) -> fxsym.SymInfo:
+    return fxsym.SymInfo(
+        n_in=fxsym.Symbol(cl_type=fxsym.Symbol.CLType.INCOMING, elastic_dims={-1}),
+        n_out=fxsym.Symbol(is_searchable=True, cl_type=fxsym.Symbol.CLType.OUTGOING,
+                           elastic_dims={-1}))
+
+
+def _scaled_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    with torch.no_grad():
+        if name == "n_in":
+            mod.weight = nn.Parameter(mod.weight.index_select(1, index))
+        else:
+            mod.weight = nn.Parameter(mod.weight.index_select(0, index))
+            mod.scale = nn.Parameter(mod.scale.index_select(0, index))
+
+
+def _replace_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    """Not a keep: a fresh parameter of the new size (nothing says where the units went)."""
+    if name == "n_out":
+        mod.weight = nn.Parameter(torch.zeros(len(index), mod.weight.shape[1]))
+        mod.scale = nn.Parameter(torch.zeros(len(index)))
+    else:
+        mod.weight = nn.Parameter(torch.zeros(mod.weight.shape[0], len(index)))
+
+
+class TwoScaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = Scaled(4, 6)
+        self.b = Scaled(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.fixture
+def scaled_rule() -> Any:
+    def register(resize: Any) -> None:
+        fxsym.SymMap.register(Scaled, resize=resize)(_scaled_info)
+
+    yield register
+    fxsym.SymMap.unregister(Scaled)
+
+
+def test_a_rule_that_keeps_slices_its_own_way_is_read_from_probes(scaled_rule: Any) -> None:
+    scaled_rule(_scaled_resize)
+    m = TwoScaled()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 4),))
+    lay = assert_same_layout(m, sm)
+    assert {(s.param, s.dim) for s in lay.slices["a.n_out"]} == {
+        ("a.weight", 0), ("a.scale", 0), ("b.weight", 1)}
+
+
+def test_a_rule_that_replaces_parameters_is_a_plan_error(scaled_rule: Any) -> None:
+    scaled_rule(_replace_resize)
+    m = TwoScaled()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 4),))
+    with pytest.raises(fxsym.PlanError, match=r"a\.n_out"):
+        paramlayout.layout(m, sm)
+
+
+# -- nothing is copied but member modules, on the meta device ---------------------------------
+class Uncopyable(nn.Module):
+    """A model whose root refuses ``copy.deepcopy`` (as a model holding a lock, a file or a
+    process handle does): the layout must not copy the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(5, 6)
+        self.fc2 = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise TypeError("this model cannot be copied")
+
+
+def test_the_layout_never_copies_the_model() -> None:
+    m = Uncopyable()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 5),))
+    with pytest.raises(TypeError):
+        copy.deepcopy(m)
+    lay = paramlayout.layout(m, sm)
+    rows = {(s.param, s.dim): s.unit.tolist() for s in lay.slices["fc1.out_features"]}
+    assert rows == {("fc1.weight", 0): list(range(6)), ("fc1.bias", 0): list(range(6)),
+                    ("fc2.weight", 1): list(range(6))}
+
+
+def test_the_layout_of_a_meta_model_reads_no_weight() -> None:
+    """Parameters on the meta device hold nothing to read: a layout from their metadata."""
+    with torch.device("meta"):
+        m = Attention().eval()
+    ref = Attention().eval()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 3, 4, device="meta"),))
+    sm_ref = fxsym.analyze(ref, example_inputs=(torch.randn(2, 3, 4),))
+    got, want = paramlayout.layout(m, sm), paramlayout.layout(ref, sm_ref)
+    assert {g: [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in v]
+            for g, v in got.slices.items()} == {
+        g: [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in v]
+        for g, v in want.slices.items()}
