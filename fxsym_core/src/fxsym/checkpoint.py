@@ -16,8 +16,9 @@ The steps, none of which holds more than one decoder layer's weights:
 
    * *activation* (:func:`stream_activations`): the model's repeated blocks (the
      ``nn.ModuleList`` holding most parameters: a decoder's layers) run one at a time on the
-     calibration tokens. The inputs of the first block are caught once (the modules outside
-     the blocks loaded, a pre-hook stopping the run there); then each block's tensors are
+     calibration tokens. A module outside the blocks (embeddings, final norm, head) gets its
+     tensors when it is called and gives them back when it returns. The inputs of the first
+     block are caught once (a pre-hook stopping the run there); then each block's tensors are
      read with safetensors' lazy ``safe_open``, the block runs on the hidden states of every
      batch (its outputs are the next block's inputs) while an
      :class:`~fxsym.importance.ActivationRecorder` watches its members, and its parameters go
@@ -45,7 +46,7 @@ holds what it held, or the complete pruned checkpoint, whatever fails. Beside th
 and the plugin's config go the input's other regular files (tokenizer, chat template; the
 generation config, which the plugin rewrites from the one it read) and ``fxsym.json`` with
 the plan. The calibration runs in the checkpoint's dtype. Peak memory is about the largest
-block plus the modules outside the blocks (embeddings, head) plus the calibration hidden
+block or module outside the blocks (an embedding, the head) plus the calibration hidden
 states, or the largest tensor while writing.
 
 Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins.
@@ -242,50 +243,76 @@ def block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     return None if best is None else (best[1], best[2])
 
 
-def _slots(module: nn.Module, prefix: str) -> dict[int, list[tuple[nn.Module, str, str]]]:
-    """Per parameter (by id), every ``(owner module, attribute, qualified name)`` holding it."""
-    out: dict[int, list[tuple[nn.Module, str, str]]] = {}
-    for qual, mod in module.named_modules(remove_duplicate=False):
-        for attr, p in mod.named_parameters(recurse=False, remove_duplicate=False):
-            if p is not None:
-                name = f"{prefix}{qual}.{attr}" if qual else f"{prefix}{attr}"
-                out.setdefault(id(p), []).append((mod, attr, name))
-    return out
+class _Loader:
+    """Puts checkpoint tensors into the meta model's parameters and takes them out again.
 
+    A parameter is known by its first qualified name; loading it gives the tensor (in the meta
+    parameter's dtype) to every place holding it, so tied weights stay tied, and reads it
+    under whichever of its names the files hold. Releasing puts a meta parameter back in every
+    place, freeing the tensor."""
 
-def _materialize(module: nn.Module, prefix: str, tensors: _Tensors,
-                 skip: Callable[[nn.Module], bool] = lambda m: False) -> None:
-    """Give every meta parameter of ``module`` (outside modules ``skip`` accepts) the
-    checkpoint's tensor, in the meta parameter's dtype, under each name holding it (tied
-    weights stay tied)."""
-    skipped = {id(p) for m in module.modules() if skip(m) for p in m.parameters()}
-    wanted: list[tuple[list[tuple[nn.Module, str, str]], str]] = []
-    for pid, owners in _slots(module, prefix).items():
-        if pid in skipped or not getattr(owners[0][0], owners[0][1]).is_meta:
-            continue
-        stored = next((n for _, _, n in owners if n in tensors.files), None)
-        if stored is None:
-            raise CheckpointError(f"{tensors.directory}: no weight file holds "
-                                  f"{owners[0][2]}")
-        wanted.append((owners, stored))
-    got = tensors.read([stored for _, stored in wanted])
-    for owners, stored in wanted:
-        meta = getattr(owners[0][0], owners[0][1])
-        t = got[stored]
-        if t.shape != meta.shape:
-            raise CheckpointError(f"{stored}: the weights hold shape {tuple(t.shape)}, the model "
-                                  f"built from the config {tuple(meta.shape)}")
-        p = nn.Parameter(t.to(meta.dtype), requires_grad=False)
-        for mod, attr, _ in owners:
-            setattr(mod, attr, p)
+    def __init__(self, model: nn.Module, tensors: _Tensors) -> None:
+        self.tensors = tensors
+        self.places: dict[str, list[tuple[nn.Module, str, str]]] = {}
+        self.first: dict[tuple[int, str], str] = {}
+        by_id: dict[int, str] = {}
+        for qual, mod in model.named_modules(remove_duplicate=False):
+            for attr, p in mod.named_parameters(recurse=False, remove_duplicate=False):
+                name = f"{qual}.{attr}" if qual else attr
+                first = by_id.setdefault(id(p), name)
+                self.places.setdefault(first, []).append((mod, attr, name))
+                self.first[(id(mod), attr)] = first
 
+    def names(self, module: nn.Module, *, recurse: bool = True) -> list[str]:
+        """The first names of ``module``'s parameters (its own only, without ``recurse``)."""
+        mods = module.modules() if recurse else [module]
+        return list(dict.fromkeys(self.first[(id(m), attr)] for m in mods
+                                  for attr, _ in m.named_parameters(recurse=False)))
 
-def _to_meta(module: nn.Module) -> None:
-    """Put ``module``'s parameters back on the meta device (their memory freed)."""
-    for mod in module.modules():
-        for attr, p in list(mod.named_parameters(recurse=False)):
+    def load(self, names: Sequence[str]) -> None:
+        wanted: list[tuple[str, str]] = []
+        for first in names:
+            places = self.places[first]
+            if not getattr(places[0][0], places[0][1]).is_meta:
+                continue
+            stored = next((n for _, _, n in places if n in self.tensors.files), None)
+            if stored is None:
+                raise CheckpointError(f"{self.tensors.directory}: no weight file holds {first}")
+            wanted.append((first, stored))
+        got = self.tensors.read([stored for _, stored in wanted])
+        for first, stored in wanted:
+            places = self.places[first]
+            meta = getattr(places[0][0], places[0][1])
+            t = got.pop(stored)
+            if t.shape != meta.shape:
+                raise CheckpointError(f"{stored}: the weights hold shape {tuple(t.shape)}, the "
+                                      f"model built from the config {tuple(meta.shape)}")
+            p = nn.Parameter(t.to(meta.dtype), requires_grad=False)
+            for mod, attr, _ in places:
+                setattr(mod, attr, p)
+
+    def release(self, names: Sequence[str]) -> None:
+        for first in names:
+            places = self.places[first]
+            p = getattr(places[0][0], places[0][1])
             if not p.is_meta:
-                setattr(mod, attr, nn.Parameter(p.to("meta"), requires_grad=False))
+                meta = nn.Parameter(p.to("meta"), requires_grad=False)
+                for mod, attr, _ in places:
+                    setattr(mod, attr, meta)
+
+    def on_call(self, modules: Sequence[nn.Module]) -> list[Any]:
+        """Hooks loading each module's own parameters when it is called and releasing them
+        when it returns (the modules outside the blocks: only one of them in memory at a
+        time); remove the handles returned when done."""
+        handles = []
+        for mod in modules:
+            own = self.names(mod, recurse=False)
+            if own:
+                handles.append(mod.register_forward_pre_hook(
+                    lambda m, args, own=own: self.load(own)))
+                handles.append(mod.register_forward_hook(
+                    lambda m, args, out, own=own: self.release(own)))
+        return handles
 
 
 # -- streamed activation importance -------------------------------------------------------
@@ -373,8 +400,10 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
         raise _Stop
 
     importance: list[float] = []
+    loader = _Loader(model, tensors)
+    outside = [m for m in model.modules() if id(m) not in block_ids]
+    loading = loader.on_call(outside)
     try:
-        _materialize(model, "", tensors, skip=lambda m: id(m) in block_ids)
         model.eval()
         with torch.no_grad():
             handle = blocks[0].register_forward_pre_hook(catch, with_kwargs=True)
@@ -387,6 +416,7 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
                     raise CheckpointError("the model ran without calling its first block")
             finally:
                 handle.remove()
+            loader.release(list(loader.places))
             where = _hidden(*caught[0])[0]
             states = [_hidden(a, k)[1] for a, k in caught]
             kind: list[Any] = []
@@ -394,7 +424,8 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
             for i in (track(steps, description="calibration", label=lambda i: f"{prefix}.{i}")
                       if progress else steps):
                 block = blocks[i]
-                _materialize(block, inside[i], tensors)
+                own = loader.names(block)
+                loader.load(own)
                 handles = recorder.attach(_under(inside[i]))
                 try:
                     cos, count, nxt = 0.0, 0, []
@@ -413,7 +444,7 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
                 finally:
                     for h_ in handles:
                         h_.remove()
-                    _to_meta(block)
+                    loader.release(own)
             replays = [(o,) if kind and kind[0] is tuple else o for o in states]
             originals = list(blocks)
             for i in range(len(blocks)):
@@ -429,7 +460,9 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
                 for i, b in enumerate(originals):
                     blocks[i] = b
     finally:
-        _to_meta(model)
+        for h_ in loading:
+            h_.remove()
+        loader.release(list(loader.places))
     return StreamedScores(recorder.scores(), importance, prefix)
 
 
