@@ -6,7 +6,8 @@ SymMap analyzed beforehand and not yet planned (the layout is computed per SymMa
 is in the time). Torch-Pruning 1.6.1: ``MetaPruner(model, example, importance=
 MagnitudeImportance(p=2), pruning_ratio=0.3, ignored_layers=[classifier]).step()`` on a fresh
 copy of the model, the pruner (its dependency graph) built beforehand. Median of ``--repeat``
-runs each.
+runs each, wall-clock and CPU time of the process (``time.process_time``: on a shared machine
+the wall-clock includes waiting for the cores).
 
 Rows 4-5: Llama-3-shaped models built on the meta device (no weight allocated), planned with
 scores given: ``fxsym.plan(model, sm, ratio=0.5, scope="uniform", importance=scores)``. 8B
@@ -71,11 +72,24 @@ def llm_row(shape: str) -> dict[str, Any]:
     analyzed = time.perf_counter()
     gen = torch.Generator().manual_seed(0)
     scores = {g.name: torch.rand(g.size, generator=gen) for g in sm.groups()}
-    planned = time.perf_counter()
+    planned = _clocks()
     plan = fxsym.plan(model, sm, ratio=0.5, scope="uniform", importance=scores)
-    done = time.perf_counter()
-    return {"analyze": analyzed - start, "plan": done - planned, "peak_gb": peak_rss_gb(),
+    wall, cpu = _since(planned)
+    return {"analyze": analyzed - start, "plan": wall, "plan_cpu": cpu, "peak_gb": peak_rss_gb(),
             "params": f"{plan.params_before / 1e9:.2f}B -> {plan.params_after / 1e9:.2f}B"}
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def _since(start: tuple[float, float]) -> tuple[float, float]:
+    wall, cpu = _clocks()
+    return wall - start[0], cpu - start[1]
+
+
+def _median(times: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
 
 
 def cnn_rows(names: list[str], repeat: int) -> list[list[str]]:
@@ -90,12 +104,13 @@ def cnn_rows(names: list[str], repeat: int) -> list[list[str]]:
         torch.manual_seed(0)
         model = torchvision.models.get_model(name, weights=None).eval()
         example = torch.randn(1, 3, 224, 224)
-        ours, theirs = [], []
+        ours: list[tuple[float, float]] = []
+        theirs: list[tuple[float, float]] = []
         for _ in range(repeat):
             sm = fxsym.analyze(model, example_inputs=(example,))
-            start = time.perf_counter()
+            start = _clocks()
             plan = fxsym.plan(model, sm, ratio=0.3)
-            ours.append(time.perf_counter() - start)
+            ours.append(_since(start))
             other = copy.deepcopy(model)
             classifier = [m for m in other.modules() if isinstance(m, torch.nn.Linear)][-1]
             with warnings.catch_warnings():
@@ -103,12 +118,13 @@ def cnn_rows(names: list[str], repeat: int) -> list[list[str]]:
                 pruner = tp.pruner.MetaPruner(
                     other, example, importance=tp.importance.MagnitudeImportance(p=2),
                     pruning_ratio=0.3, ignored_layers=[classifier])
-                start = time.perf_counter()
+                start = _clocks()
                 pruner.step()
-                theirs.append(time.perf_counter() - start)
+                theirs.append(_since(start))
         after = sum(p.numel() for p in other.parameters())
-        a, b = statistics.median(ours), statistics.median(theirs)
-        rows.append([name, f"{a:.3f}", f"{b:.3f}", f"{a / b:.2f}",
+        (a, a_cpu), (b, b_cpu) = _median(ours), _median(theirs)
+        rows.append([name, f"{a:.3f} / {a_cpu:.3f}", f"{b:.3f} / {b_cpu:.3f}",
+                     f"{a / b:.2f} / {a_cpu / b_cpu:.2f}",
                      f"{plan.params_after / plan.params_before:.2f} / "
                      f"{after / plan.params_before:.2f}"])
     return rows
@@ -129,17 +145,18 @@ def main() -> None:
     from _common import table
 
     rows = cnn_rows(["resnet50", "vit_b_16", "mobilenet_v3_large"], args.repeat)
-    print(table(rows, ["model", "fxsym plan (s)", "TP step (s)", "ratio",
-                       "params left (fxsym / TP)"]))
+    print(table(rows, ["model", "fxsym plan s (wall / cpu)", "TP step s (wall / cpu)",
+                       "fxsym / TP (wall / cpu)", "params left (fxsym / TP)"]))
     llm = []
     for shape in [s for s in LLAMA if not (args.skip_70b and s == "70b")]:
         out = subprocess.run([sys.executable, __file__, "--llm", shape], capture_output=True,
                              text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        llm.append([f"llama {shape} (meta)", f"{r['analyze']:.1f}", f"{r['plan']:.1f}",
-                    f"{r['peak_gb']:.2f}", r["params"]])
+        llm.append([f"llama {shape} (meta)", f"{r['analyze']:.1f}",
+                    f"{r['plan']:.1f} / {r['plan_cpu']:.1f}", f"{r['peak_gb']:.2f}", r["params"]])
     print()
-    print(table(llm, ["model", "analyze (s)", "plan (s)", "peak RSS (GB)", "parameters"]))
+    print(table(llm, ["model", "analyze (s)", "plan s (wall / cpu)", "peak RSS (GB)",
+                      "parameters"]))
 
 
 if __name__ == "__main__":

@@ -18,9 +18,11 @@ for every member of a group, the segments of the dimension it sizes (``dim_index
   :func:`~fxsym.resizing.keep_entries` it makes says which entries of which parameter dim it
   keeps. Keeping subsets of units chosen so that the slices surviving spell, bit by bit, the
   unit of each slice (``⌈log2(units + 1)⌉`` calls per group of the symbol) gives the unit of
-  every slice. Modules whose rules and state are alike (the layers of a transformer) are run
-  once: the result is reused for every module with the same class, symbol, segments,
-  parameter shapes and plain attributes.
+  every slice. A rule that keeps, in the first two calls, exactly the entries it is given along
+  every dim it changes (a projection, a norm) needs no more calls: slice ``i`` is entry ``i``,
+  whose unit the segments say. Modules whose rules and state are alike (the layers of a
+  transformer) are run once: the result is reused for every module with the same class,
+  symbol, segments, parameter shapes and plain attributes.
 
 A rule that changes a parameter another way (its own ``index_select``, a new tensor) or cannot
 run on meta tensors is run again on a copy of its module holding *probes* (each element its own
@@ -145,6 +147,9 @@ def _check(model: nn.Module, symmap: SymMap) -> None:
 _Kept = dict[str, list[torch.Tensor | None]]
 #: one parameter a module holds: (submodule path, attribute, the model's name for it)
 _Slot = tuple[str, str, str]
+#: what one trial run left: per changed slot, per dim, the slices that survived (``None``:
+#: all); per changed slot and dim, the slices kept in order (meta copies only)
+_Trial = tuple[dict[str, list[torch.Tensor | None]], dict[tuple[str, int], torch.Tensor]]
 
 
 class _Opaque(Exception):
@@ -218,17 +223,10 @@ class _Deriver:
         if not d.isdigit() or name is None:  # an attribute, or a buffer
             return {}
         length = self.params[name].shape[int(d)]
-        u = torch.full((length,), -1, dtype=torch.long)
-        offset = 0
-        for seg in dim:
-            n = seg.units * seg.block
-            if seg.group is not None and table.find(seg.group) == root:
-                per_unit = max(seg.units // table.units[root], 1)
-                u[offset:offset + n] = torch.arange(n) // seg.block // per_unit
-            offset += n
-        if offset != length:
+        u = _entry_units(dim, table, root)
+        if u.numel() != length:
             raise PlanError(f"{name} has {length} entries along dim {d}, the analysis "
-                            f"{offset}: analyze the model again")
+                            f"{u.numel()}: analyze the model again")
         return {(name, int(d)): u}
 
     def _rule_units(self, mod: nn.Module, qualname: str, sname: str, dim: Sequence[Segment],
@@ -273,14 +271,20 @@ class _Deriver:
                 ) -> dict[tuple[str, int], torch.Tensor] | None:
         """Unit ``u`` is coded ``u + 1``; trial ``k`` keeps the units whose code has bit ``k``
         clear. The code of a slice is the set of trials it did not survive (``None``: the
-        rule cannot be followed this way)."""
+        rule cannot be followed this way).
+
+        A rule that kept, in the first two trials, exactly the entries it was given along
+        every dim it changed (a projection's rows or columns, a norm's scales) keeps entry
+        ``i`` as slice ``i``: its slices' units are the entries' units, read off the segments
+        without the other trials."""
         codes: dict[tuple[str, int], torch.Tensor] = {}
         code_of_unit = torch.arange(1, group.size + 1)
+        same: set[tuple[str, int]] | None = None  # the dims kept entry for entry so far
         for k in range(group.size.bit_length()):
             kept = ((code_of_unit >> k) & 1 == 0).nonzero().flatten()
             index = dim_index(table, dim, {group.id: kept})
             try:
-                after = self._trial(mod, sname, index, rule, slots, meta)
+                after, lines = self._trial(mod, sname, index, rule, slots, meta)
             except _Opaque:
                 return None
             except Exception as exc:
@@ -298,6 +302,17 @@ class _Deriver:
                         code = codes[(slot, d)] = torch.zeros(survived.numel(),
                                                               dtype=torch.long)
                     code |= (~survived).long() << k
+            if meta and k < 2:
+                exact = {key for key, line in lines.items() if torch.equal(line, index)}
+                if not exact or len(exact) != len(lines) or same not in (None, exact):
+                    same = set()
+                elif same is None:
+                    same = exact
+                if k == 1 and same:
+                    units = _entry_units(dim, table, group.id)
+                    return {(slot, d): torch.cat([units, torch.full(
+                        (self.params[_slot_name(slots, slot)].shape[d] - units.numel(),), -1,
+                        dtype=torch.long)]) for slot, d in same}
         out: dict[tuple[str, int], torch.Tensor] = {}
         for key, code in codes.items():
             u = code - 1
@@ -307,10 +322,10 @@ class _Deriver:
         return out
 
     def _trial(self, mod: nn.Module, sname: str, index: torch.Tensor,
-               rule: Callable[..., None], slots: Sequence[_Slot], meta: bool
-               ) -> dict[str, list[torch.Tensor | None]]:
+               rule: Callable[..., None], slots: Sequence[_Slot], meta: bool) -> _Trial:
         """Run ``rule`` on a copy of ``mod`` keeping ``index``; per changed slot
-        (``"sub/param"``), per dim, which slices survived (``None``: all, unchanged)."""
+        (``"sub/param"``), per dim, which slices survived (``None``: all, unchanged), and (meta
+        copies only) per changed slot and dim, the slices kept in order."""
         if meta:  # one copy per module, put back after each trial as a resize would be
             found = self.clones.get(id(mod))
             if found is None:
@@ -331,7 +346,7 @@ class _Deriver:
 
     def _run(self, clone: nn.Module, sname: str, index: torch.Tensor,
              rule: Callable[..., None], slots: Sequence[_Slot],
-             probes: dict[int, torch.Tensor] | None) -> dict[str, list[torch.Tensor | None]]:
+             probes: dict[int, torch.Tensor] | None) -> _Trial:
         """Run ``rule`` on ``clone`` (holding meta stand-ins, or ``probes`` of the module's
         parameters) and read what survived."""
         meta = probes is None
@@ -358,6 +373,7 @@ class _Deriver:
             else:
                 rule(clone, sname, index)
         out: dict[str, list[torch.Tensor | None]] = {}
+        kept: dict[tuple[str, int], torch.Tensor] = {}
         for sub, pname, name in slots:
             p = self.params[name]
             before = self.standins[id(p)] if probes is None else probes.get(id(p))
@@ -373,6 +389,8 @@ class _Deriver:
                     raise _Opaque
                 out[_join(sub, pname)] = [None if line is None else _mask(line, n)
                                           for line, n in zip(rec[1], p.shape)]
+                kept.update(((_join(sub, pname), d), line) for d, line in enumerate(rec[1])
+                            if line is not None)
             elif not isinstance(t, torch.Tensor) or t.dim() != p.dim() or (
                     before is None or t.dtype != before.dtype):
                 raise PlanError(f"cannot tell where the units lie in {name}: a resize rule "
@@ -380,13 +398,32 @@ class _Deriver:
             else:
                 masks = _survivor_masks(t, tuple(p.shape))
                 out[_join(sub, pname)] = [None if bool(m.all()) else m for m in masks]
-        return out
+        return out, kept
 
 
 def _clone_of(mod: nn.Module, memo_base: Mapping[int, Any]
               ) -> tuple[nn.Module, ModuleTreeState]:
     clone = copy.deepcopy(mod, dict(memo_base))
     return clone, ModuleTreeState(clone)
+
+
+def _entry_units(dim: Sequence[Segment], table: GroupIndex, root: int) -> torch.Tensor:
+    """Along a dimension laid out as ``dim``: the unit of group ``root`` of each entry (-1 for
+    the entries of other groups or of fixed size)."""
+    parts = []
+    for seg in dim:
+        n = seg.units * seg.block
+        if seg.group is not None and table.find(seg.group) == root:
+            per_unit = max(seg.units // table.units[root], 1)
+            parts.append(torch.arange(n) // seg.block // per_unit)
+        else:
+            parts.append(torch.full((n,), -1, dtype=torch.long))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+def _slot_name(slots: Sequence[_Slot], slot: str) -> str:
+    sub, pname = _split(slot)
+    return next(name for s, p, name in slots if (s, p) == (sub, pname))
 
 
 def _join(sub: str, pname: str) -> str:
