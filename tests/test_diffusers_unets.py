@@ -83,3 +83,42 @@ def test_unet2d_condition_self_and_cross_attention_are_groups() -> None:
         assert (f"{attn}.to_k", "out_features") in heads.members
         assert (attn, "attr:heads") in heads.members
     assert shrunk_share(model, sm) > 0.9
+
+
+def test_config_follows_a_prune_it_can_describe_through_save_pretrained(tmp_path: Any) -> None:
+    """A uniform plan whose sizes the config can hold round-trips through diffusers' own
+    ``save_pretrained``/``from_pretrained``: the fields are found by what they size
+    (``block_out_channels``, ``norm_num_groups`` — norm groups are dropped whole —, the heads
+    ``attention_head_dim`` counts here), the outputs are the pruned model's. The config's
+    Fourier time projection is as wide as ``time_embedding_dim``, fixed by its random
+    frequencies, so the time-embedding MLP (which that field also sizes) stays out of the
+    plan; equal block widths keep every skip concatenation in whole norm groups."""
+    model, x = unet2d_condition(block_out_channels=(32, 32), time_embedding_type="fourier",
+                                time_embedding_dim=64)
+    sm = fxsym.analyze(model, example_inputs=x)
+    time_mlp = [g.name for g in sm.groups()
+                if any(m.startswith("time_embedding.") for m, _ in g.members)]
+    fxsym.plan(model, sm, ratio=0.5, scope="uniform", exclude=time_mlp).apply(model, sm)
+    config = model.config
+    assert (config.block_out_channels, config.norm_num_groups) == ((16, 16), 4)
+    assert (config.attention_head_dim, config.time_embedding_dim) == (4, 64)
+    model.save_pretrained(tmp_path)
+    loaded = diffusers.UNet2DConditionModel.from_pretrained(tmp_path).double().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*x).sample, model(*x).sample, rtol=1e-12,
+                                   atol=1e-12)
+
+
+def test_save_pretrained_refuses_a_prune_the_config_cannot_describe(tmp_path: Any) -> None:
+    """Halving every group of a UNet with blocks of 32 and 64 channels leaves norm groups of
+    several sizes (a skip concatenation keeps the norm groups it straddles) and a sinusoidal
+    time projection as wide as the old ``block_out_channels[0]``: one config cannot hold
+    that. diffusers' ``save_pretrained`` raises before writing a weight."""
+    model, x = unet2d_condition()
+    sm = fxsym.analyze(model, example_inputs=x)
+    with pytest.warns(fxsym.ResizeWarning, match="block_out_channels"):
+        fxsym.plan(model, sm, ratio=0.5, scope="uniform").apply(model, sm)
+    with pytest.raises(fxsym.ResizeError, match="norm_num_groups"):
+        model.save_pretrained(tmp_path)
+    assert not list(tmp_path.glob("*.safetensors"))
+    model(*x)  # the pruned model itself runs

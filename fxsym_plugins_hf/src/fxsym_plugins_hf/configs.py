@@ -602,6 +602,13 @@ def _differences(model: nn.Module, config: Any, read: frozenset[str] = frozenset
             fresh = type(model)(config)
     except Exception:  # a class that cannot be built on meta: nothing to compare with
         return {}
+    return differences_from(model, fresh, read)
+
+
+def differences_from(model: nn.Module, fresh: nn.Module, read: frozenset[str] = frozenset()
+                     ) -> dict[str, dict[str, Any]]:
+    """What ``fresh`` (a model of ``model``'s class built from a config on the meta device)
+    holds differently from ``model``, as :func:`_differences` says."""
     out: dict[str, dict[str, Any]] = {}
     built = dict(fresh.named_modules())
     for name, mod in model.named_modules():

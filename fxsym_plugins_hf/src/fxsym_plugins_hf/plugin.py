@@ -25,7 +25,17 @@ from torch import nn
 import fxsym
 from fxsym.plugins import get_plugin_manager
 
-from . import attention, checkpoint, configs, context, discovery, inputs, modules, rotary
+from . import (
+    attention,
+    checkpoint,
+    configs,
+    context,
+    diffusers_configs,
+    discovery,
+    inputs,
+    modules,
+    rotary,
+)
 from .perhead import PerHeadInputs
 
 if importlib.util.find_spec("transformers") is None:
@@ -99,6 +109,8 @@ class HuggingFacePlugin:
     def fxsym_after_resize(self, model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
         if _transformers_imported() and isinstance(model, nn.Module):
             configs.update_config(model, sizes, configs.attributes_read(symmap))
+        if diffusers_configs.is_diffusers_model(model):
+            diffusers_configs.update_config(model, sizes, configs.attributes_read(symmap))
 
     @fxsym.hookimpl
     def fxsym_after_depth(self, model: Any, group: Any, kept: Any) -> list[str] | None:

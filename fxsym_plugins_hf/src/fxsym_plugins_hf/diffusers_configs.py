@@ -1,0 +1,171 @@
+"""A diffusers model's ``config`` after :func:`fxsym.resize` (the ``fxsym_after_resize`` hook).
+
+diffusers builds a model from its config (``from_pretrained``, ``from_config``), whose fields
+are the constructor's arguments: ints (``norm_num_groups``, ``cross_attention_dim``) and
+tuples of ints, one per block (``block_out_channels``). After a resize the config must
+describe the resized model, or say that it cannot.
+
+Which field sizes what is found, never named nor guessed from equal numbers (issue 19 §7):
+a field whose value was the length of a dim the resize changed, or each such int of a tuple
+field, is set to twice its value in a config the model's class is built from on the meta
+device; the parameter and buffer dims, and the int module attributes the model computes with
+(those its traced ``forward`` reads and those its leaves' SymInfos declare: a GroupNorm's
+``num_groups``), that double with it are the field's. Where all of them hold one value in the
+resized model, the field takes it. The config so changed is checked by building from it on
+meta (:func:`.configs.differences_from`: every parameter and buffer shape, every such int
+attribute, every float attribute must be the resized model's); then it replaces the model's
+config (a new ``FrozenDict``; a failing resize transaction puts the old one back).
+
+Otherwise the config cannot describe the model: sizes that differ between blocks where the
+config has one field for all of them (``norm_num_groups``), or a size the config derives
+from another (the sinusoidal time projection is ``block_out_channels[0]`` wide). The config
+then keeps its old values and gains an entry :data:`NONUNIFORM`, whose serialization raises
+:class:`fxsym.ResizeError` naming what differs, so ``save_pretrained`` (which writes the
+config before any weight) fails loudly instead of writing a checkpoint ``from_pretrained``
+would rebuild as another model; a :class:`fxsym.ResizeWarning` says so at the resize.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from fxsym import ResizeError, ResizeWarning
+
+from .configs import differences_from
+
+#: the config entry of a model its config cannot describe
+NONUNIFORM = "fxsym_nonuniform"
+
+Sizes = Mapping[tuple[str, str], tuple[int, int]]
+
+
+def is_diffusers_model(model: Any) -> bool:
+    """Whether ``model`` is a diffusers ``ModelMixin`` (diffusers is never imported here)."""
+    diffusers = sys.modules.get("diffusers")
+    mixin = getattr(diffusers, "ModelMixin", None) if diffusers is not None else None
+    return isinstance(mixin, type) and isinstance(model, mixin)
+
+
+class NotDescribed:
+    """The value of :data:`NONUNIFORM`: what the config cannot describe. diffusers serializes
+    a config value with a ``to_dict`` method by calling it: this one refuses."""
+
+    def __init__(self, differences: Mapping[str, Any]) -> None:
+        self.differences = dict(differences)
+
+    def to_dict(self) -> dict[str, Any]:
+        raise ResizeError(
+            "this diffusers model was resized in a way its config cannot describe "
+            f"({self}): a checkpoint of it would load as another model; save it with "
+            "fxsym.save and load it with fxsym.load into a model built from the original "
+            "config")
+
+    def __str__(self) -> str:
+        return "; ".join(f"{k}: {v}" for k, v in list(self.differences.items())[:4])
+
+    def __repr__(self) -> str:
+        return f"NotDescribed({self.differences!r})"
+
+
+def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str]) -> None:
+    """Give ``model`` a config describing it after a resize, or one that says it cannot
+    (see the module docstring); ``sizes`` and ``read`` as :func:`.configs.update_config`
+    takes them."""
+    config = getattr(model, "config", None)
+    if not sizes or not isinstance(config, Mapping):
+        return
+    old = {k: v for k, v in config.items() if k != NONUNIFORM}
+    base = _build(model, old)
+    if base is None:
+        return
+    before = _sizes_of(base, read)
+    now = _sizes_of(model, read)
+    olds = {o for o, n in sizes.values() if o != n}
+    new = dict(old)
+    differences: dict[str, Any] = {}
+    for field, index, value in _candidates(old, olds):
+        probe = _build(model, _with(old, field, index, 2 * value))
+        if probe is None:
+            continue
+        doubled = _sizes_of(probe, read)
+        found = {now[k] for k, v in before.items()
+                 if v == value and doubled.get(k) == 2 * value and k in now}
+        where = f"{field}[{index}]" if index is not None else field
+        if len(found) > 1:
+            differences[where] = sorted(found)
+        elif found and (kept := found.pop()) != value:
+            new = _with(new, field, index, kept)
+    if not differences:
+        fresh = _build(model, new)
+        differences = (differences_from(model, fresh, read) if fresh is not None
+                       else {"config": "the model class refuses it"})
+    if differences:
+        new = {**old, NONUNIFORM: NotDescribed(differences)}
+        warnings.warn(
+            f"{type(model).__name__}.config cannot describe the resized model "
+            f"({', '.join(differences)} differ between modules or from what the config "
+            "derives): save_pretrained will refuse it", ResizeWarning, stacklevel=2)
+    if new != dict(config):
+        frozen: Any = type(config)  # diffusers' FrozenDict
+        vars(model)["_internal_dict"] = frozen(new)
+
+
+def _candidates(config: Mapping[str, Any], olds: set[int]
+                ) -> list[tuple[str, int | None, int]]:
+    """``(field, position in a tuple field or None, value)`` of every public int of the
+    config whose value a resized dim had."""
+    out: list[tuple[str, int | None, int]] = []
+    for field, value in config.items():
+        if field.startswith("_"):
+            continue
+        if type(value) is int and value in olds:
+            out.append((field, None, value))
+        elif isinstance(value, (tuple, list)) and all(type(v) is int for v in value):
+            out.extend((field, i, v) for i, v in enumerate(value) if v in olds)
+    return out
+
+
+def _with(config: Mapping[str, Any], field: str, index: int | None, value: int
+          ) -> dict[str, Any]:
+    out = dict(config)
+    if index is None:
+        out[field] = value
+    else:
+        items = list(config[field])
+        items[index] = value
+        out[field] = type(config[field])(items)
+    return out
+
+
+def _build(model: nn.Module, config: Mapping[str, Any]) -> nn.Module | None:
+    """A model of ``model``'s class built from ``config`` on the meta device (``None`` if the
+    class refuses the config)."""
+    try:
+        with torch.device("meta"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            built = type(model).from_config(dict(config))  # type: ignore[attr-defined]
+    except Exception:  # a config the class's own checks refuse
+        return None
+    return built if isinstance(built, nn.Module) else None
+
+
+def _sizes_of(model: nn.Module, read: frozenset[str]) -> dict[str, int]:
+    """Every parameter and buffer dim (``"<tensor>:<dim>"``) and every int attribute in
+    ``read`` (``"<module>.<attribute>"``) of ``model``: its value."""
+    out: dict[str, int] = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
+        for d, n in enumerate(t.shape):
+            out[f"{name}:{d}"] = int(n)
+    for qual, mod in model.named_modules():
+        for attr, value in vars(mod).items():
+            key = f"{qual}.{attr}".lstrip(".")
+            if type(value) is int and key in read:
+                out[key] = value
+    return out
