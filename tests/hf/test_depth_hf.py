@@ -108,3 +108,20 @@ def test_plan_by_layers_saves_a_plain_checkpoint(tmp_path: Path) -> None:
     fxsym.load(fresh, tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(fresh(IDS).logits, model(IDS).logits, rtol=0, atol=0)
+
+
+def test_depth_with_a_config_that_cannot_describe_the_width(tmp_path: Path) -> None:
+    """Gemma2's embedding scale follows the hidden size only through the config: a width plan
+    makes the checkpoint fxsym's own type, whose loader replays the plan, depth included."""
+    model = _build("gemma2")
+    sm = fxsym.analyze(model)
+    plan = fxsym.plan(model, sm, layers=[0, 2, 3], ratio=0.25, scope="uniform")
+    with pytest.warns(fxsym.ResizeWarning):
+        plan.apply(model, sm)
+    assert getattr(model.config, "fxsym_nonuniform", None)
+    fxsym.save(model, tmp_path, plan)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path,
+                                                              trust_remote_code=True).eval()
+    assert len(again.model.layers) == 3
+    with torch.no_grad():
+        torch.testing.assert_close(again(IDS).logits, model(IDS).logits, rtol=0, atol=0)
