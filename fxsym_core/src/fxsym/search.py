@@ -44,10 +44,10 @@ import torch
 from torch import fx, nn
 
 from .console import format_table
-from .depth import block_importance
+from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
-from .planning import Plan, plan
+from .planning import Plan, param_shapes, plan
 from .symbols import SymMap
 
 __all__ = ["Candidate", "Roles", "SearchResult", "active_params", "roles", "search", "sizes_for"]
@@ -254,9 +254,6 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool
              ) -> Callable[[Mapping[str, int], Any], int]:
     """``count(sizes, layers)``: the (active) parameters of the plan of those sizes and
     blocks, without building it."""
-    from .depth import renamed
-    from .planning import param_shapes
-
     shapes_after = param_shapes(model, symmap)
     skipped = active_params(model, symmap)[1] if active else frozenset()
     groups = symmap.depth_groups()

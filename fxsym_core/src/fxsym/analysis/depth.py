@@ -33,7 +33,7 @@ Imports from fxsym: symbols, tracer.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -64,6 +64,11 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
     a ``depth`` report line for each stack refused."""
     nodes = list(graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
+    inside: dict[str, list[fx.Node]] = {}
+    for n in nodes:
+        for key, value in (n.meta.get("nn_module_stack") or {}).items():
+            path = value[0] if isinstance(value, tuple) else key
+            inside.setdefault(path, []).append(n)
     found: list[DepthGroup] = []
     for qualname, container in model.named_modules():
         children = list(container.named_children())
@@ -71,7 +76,7 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
                 {type(c) for _, c in children}) != 1:
             continue
         names = [f"{qualname}.{k}" if qualname else k for k, _ in children]
-        members = [_block_nodes(nodes, name) for name in names]
+        members = [list(dict.fromkeys(inside.get(name, ()))) for name in names]
         if not any(members):
             continue
         try:
@@ -81,18 +86,6 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
             report.add("depth", qualname or "<root>", f"no depth group: {exc}",
                        detail=not isinstance(container, nn.ModuleList))
     return tuple(found)
-
-
-def _block_nodes(nodes: Sequence[fx.Node], block: str) -> list[fx.Node]:
-    inside = []
-    prefix = block + "."
-    for n in nodes:
-        stack = n.meta.get("nn_module_stack") or {}
-        if any(path == block or path.startswith(prefix)
-               for path, _ in (v if isinstance(v, tuple) else (k, None)
-                               for k, v in stack.items())):
-            inside.append(n)
-    return inside
 
 
 def _prove(container: nn.Module, qualname: str, names: list[str],
