@@ -54,7 +54,8 @@ from fxsym.analysis import (
     tie_size,
 )
 
-Rule = Callable[[OpContext], Layout]
+from .common import Rule, checked_layout, norm_dim, op_name
+from .order import _indices_read
 
 #: why a pick by value pins a dim it cannot route (a concatenation, heads of several entries)
 PICKS = "returns positions of entries it picks by value"
@@ -69,19 +70,6 @@ PASS_ON = ("view", "reshape", torch.reshape, torch.flatten, "flatten", "unflatte
 SHAPE_READS = ("size", "dim", "numel", "nelement", torch.numel)
 #: attributes of a tensor that are not its values
 _SHAPE_ATTRIBUTES = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout"})
-
-
-def _norm(d: int, ndim: int) -> int:
-    if not -ndim <= d < ndim:
-        raise ValueError(f"dim {d} out of range for {ndim} dims")
-    return d % ndim
-
-
-def _checked(ctx: OpContext, dims: list[Dim], value: Any) -> TensorLayout:
-    if not isinstance(value, torch.Tensor) or len(dims) != value.dim() or any(
-            dim_size(d) != n for d, n in zip(dims, value.shape)):
-        ctx.unsupported("the computed layout does not match the value's shape")
-    return TensorLayout(dims)
 
 
 def _point_at(ctx: OpContext, target: Dim, positions: Dim) -> None:
@@ -102,7 +90,7 @@ def topk(ctx: OpContext) -> Layout:
     lay = ctx.tensor_layout(x)
     k_arg = ctx.arg(1, "k")
     k = int(ctx.val(k_arg))
-    d = _norm(int(ctx.val(ctx.arg(2, "dim", -1))), len(lay))
+    d = norm_dim(int(ctx.val(ctx.arg(2, "dim", -1))), len(lay))
     dims = list(lay)
     dims[d] = fixed_dim(k)
     size = ctx.layout(k_arg)
@@ -112,16 +100,17 @@ def topk(ctx: OpContext) -> Layout:
         size_checked(ctx, size)
     routed = not is_fixed(lay[d]) and ctx.pick_by_value(lay[d], k, f"topk {PICKS}")
     value = ctx.value
-    out = tuple(_checked(ctx, dims, v) for v in value)
+    out = tuple(checked_layout(ctx, dims, v) for v in value)
     if routed:
         ctx.give_positions(lay[d], item=1)
     return out
 
 
 def pick_along(original: Rule | None) -> Rule:
-    """``max``/``min`` with a dim (values and indices) and ``argmax``/``argmin`` with a dim:
-    one entry picked by value, its position along a routed group. Other forms (no dim, the
-    elementwise ``max(a, b)``) and fixed dims follow ``original``."""
+    """``max``/``min`` with a dim whose indices are read, and ``argmax``/``argmin`` with a
+    dim: one entry picked by value, its position along a routed group. Other forms (no dim,
+    the elementwise ``max(a, b)``, the values alone: a value reduction) and fixed dims follow
+    ``original``."""
 
     def rule(ctx: OpContext) -> Layout:
         x = ctx.arg(0, "input")
@@ -130,19 +119,19 @@ def pick_along(original: Rule | None) -> Rule:
         if not isinstance(lay, TensorLayout) or not isinstance(raw, int) or isinstance(
                 raw, bool):
             return _fallback(ctx, original)
-        d = _norm(raw, len(lay))
-        if is_fixed(lay[d]):
+        d = norm_dim(raw, len(lay))
+        if is_fixed(lay[d]) or (isinstance(ctx.value, tuple) and not _indices_read(ctx.node)):
             return _fallback(ctx, original)
         keepdim = bool(ctx.val(ctx.arg(2, "keepdim", False)))
         dims = [fixed_dim(1) if i == d else x for i, x in enumerate(lay) if i != d or keepdim]
-        routed = ctx.pick_by_value(lay[d], 1, f"{_name(ctx)} {PICKS}")
+        routed = ctx.pick_by_value(lay[d], 1, f"{op_name(ctx)} {PICKS}")
         value = ctx.value
         if isinstance(value, tuple):  # (values, indices)
-            out: Layout = tuple(_checked(ctx, dims, v) for v in value)
+            out: Layout = tuple(checked_layout(ctx, dims, v) for v in value)
             if routed:
                 ctx.give_positions(lay[d], item=1)
         else:
-            out = _checked(ctx, dims, value)
+            out = checked_layout(ctx, dims, value)
             if routed:
                 ctx.give_positions(lay[d])
         return out
@@ -186,7 +175,7 @@ def _take(ctx: OpContext, lay: TensorLayout, items: tuple[Any, ...], k: int,
     _point_at(ctx, lay[d], positions)
     lay = ctx.table.resolve_layout(lay)
     index_lay = ctx.tensor_layout(index)
-    return _checked(ctx, [*lay[:d], *index_lay, *lay[d + 1:]], ctx.value)
+    return checked_layout(ctx, [*lay[:d], *index_lay, *lay[d + 1:]], ctx.value)
 
 
 def select_by_positions(original: Rule | None) -> Rule:
@@ -198,11 +187,11 @@ def select_by_positions(original: Rule | None) -> Rule:
         if positions is None:
             return _fallback(ctx, original)
         lay = ctx.tensor_layout(x)
-        d = _norm(int(ctx.val(ctx.arg(1, "dim"))), len(lay))
+        d = norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lay))
         _point_at(ctx, lay[d], positions)
         dims = list(ctx.table.resolve_layout(lay))
         dims[d] = ctx.tensor_layout(index)[0]
-        return _checked(ctx, dims, ctx.value)
+        return checked_layout(ctx, dims, ctx.value)
 
     return rule
 
@@ -223,7 +212,7 @@ def gather_by_positions(original: Rule | None, *, index_at: int, dim_at: int) ->
         sx, si = ctx.shape(x), ctx.shape(index)
         if len(lx) != len(li):
             ctx.unsupported("gather by positions of another rank")
-        d = _norm(raw, len(lx))
+        d = norm_dim(raw, len(lx))
         _point_at(ctx, lx[d], positions)
         lx, li = ctx.table.resolve_layout(lx), ctx.table.resolve_layout(li)
         dims: list[Dim] = []
@@ -236,7 +225,7 @@ def gather_by_positions(original: Rule | None, *, index_at: int, dim_at: int) ->
                 ctx.fix(lx[k], "a part of an elastic dim is gathered")
                 ctx.fix(li[k], "a part of an elastic dim is gathered")
                 dims.append(fixed_dim(si[k]))
-        return _checked(ctx, dims, ctx.value)
+        return checked_layout(ctx, dims, ctx.value)
 
     return rule
 
@@ -255,7 +244,7 @@ def scatter_by_positions(original: Rule | None) -> Rule:
         ctx.take_positions(index)
         lx = ctx.tensor_layout(x)
         sx = ctx.shape(x)
-        d = _norm(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
+        d = norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
         operands = [index]
         src = ctx.arg(3, "src", None)
         if isinstance(src, torch.fx.Node) and isinstance(ctx.layout(src), TensorLayout):
@@ -275,7 +264,7 @@ def scatter_by_positions(original: Rule | None) -> Rule:
                     ctx.fix(lx[k], "writes a part of an elastic dim")
                 else:
                     ctx.unify(ctx.table.resolve(lx[k]), ctx.table.resolve(la[k]))
-        return _checked(ctx, list(ctx.table.resolve_layout(lx)), ctx.value)
+        return checked_layout(ctx, list(ctx.table.resolve_layout(lx)), ctx.value)
 
     return rule
 
@@ -303,7 +292,7 @@ def one_hot(original: Rule | None) -> Rule:
         else:
             ctx.fix(positions, "one_hot's num_classes is a number: it cannot follow the dim "
                                "its positions index")
-        return _checked(ctx, [*lay, ctx.table.resolve(positions)], ctx.value)
+        return checked_layout(ctx, [*lay, ctx.table.resolve(positions)], ctx.value)
 
     return rule
 
@@ -372,13 +361,8 @@ def attribute(original: Rule) -> Rule:
 
 def _fallback(ctx: OpContext, original: Rule | None) -> Layout:
     if original is None:
-        ctx.unsupported(f"no rule for {_name(ctx)}")
+        ctx.unsupported(f"no rule for {op_name(ctx)}")
     return original(ctx)
-
-
-def _name(ctx: OpContext) -> str:
-    target = ctx.node.target
-    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
 def register_position_rules(register: Callable[[Any, Rule], None],
