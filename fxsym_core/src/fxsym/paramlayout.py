@@ -161,7 +161,6 @@ class _Deriver:
     of rule runs by module signature."""
 
     def __init__(self, model: nn.Module, symmap: SymMap) -> None:
-        self.model = model
         self.symmap = symmap
         self.params = dict(model.named_parameters())
         self.first = {id(p): n for n, p in self.params.items()}
@@ -175,9 +174,6 @@ class _Deriver:
             self.standins[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
         self.standin_ids = {id(s) for s in self.standins.values()}
         self.memo_base: dict[int, Any] = dict(self.standins)
-        if symmap.graph_module is not None:  # never copied along with a module
-            self.memo_base[id(symmap.graph_module)] = None
-        self.memo_base[id(symmap)] = symmap
         self.cache: dict[Any, dict[tuple[str, int], torch.Tensor]] = {}
         self.clones: dict[int, tuple[nn.Module, ModuleTreeState]] = {}
 
