@@ -102,8 +102,11 @@ def element_scores(model: nn.Module, symmap: SymMap,
 
 def _sums_along(e: torch.Tensor, dims: set[int]) -> dict[int, torch.Tensor]:
     """Per dim of ``dims``, the sum of ``e`` over each slice along it. The first two dims (a
-    weight's outputs and inputs, the usual case) come from one pass over ``e``."""
-    if e.dim() >= 2 and dims <= {0, 1}:
+    weight's outputs and inputs, the usual case) come from one pass over ``e``; a vector is
+    its own sums."""
+    if e.dim() == 1:
+        return {0: e}
+    if dims <= {0, 1}:
         core = e.reshape(e.shape[0], e.shape[1], -1).sum(2) if e.dim() > 2 else e
         return {d: core.sum(1 - d) for d in dims}
     return {d: e.movedim(d, 0).reshape(e.shape[d], -1).sum(1) for d in dims}
