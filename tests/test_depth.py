@@ -296,4 +296,4 @@ def test_cli_layers_and_target_search(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "candidates for" in text and "calib loss" in text and "<- kept" in text
     assert main(["prune", "test_depth:make_tower", "--experts", "2", "--input-shape", "2,5,4",
                  "-o", str(tmp_path / "x")]) == 2
-    assert "not groups yet" in capsys.readouterr().err
+    assert "no group of the model holds experts" in capsys.readouterr().err

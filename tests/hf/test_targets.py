@@ -83,3 +83,20 @@ def test_active_parameters_leave_out_the_lookup_table() -> None:
     result = search(model, sm, target_params=total // 2, batches=BATCHES, round_to=8,
                     active=True)
     assert all(c.params <= total // 2 for c in result.candidates)
+
+
+def test_experts_are_a_role_of_their_own(tmp_path: Path) -> None:
+    """A MoE's routed groups (the experts per layer) are not FFN widths: ``ffn`` sizes the
+    expert FFN width, ``experts`` the number of experts, and the config follows both."""
+    model = _build("qwen3_moe", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                   decoder_sparse_step=1, head_dim=8)
+    sm = fxsym.analyze(model)
+    r = roles(sm)
+    assert len(r.experts) == 4 and not set(r.experts) & set(r.ffn)
+    sizes = sizes_for(sm, ffn=16, experts=2)
+    fxsym.plan(model, sm, sizes=sizes).apply(model, sm)
+    assert (model.config.moe_intermediate_size, model.config.num_experts) == (16, 2)
+    assert model.model.layers[0].mlp.experts.gate_up_proj.shape == (2, 32, 64)
+    with pytest.raises(fxsym.PlanError, match="experts"):
+        sizes_for(fxsym.analyze(_build("qwen3_moe", num_experts=4, num_experts_per_tok=2,
+                                       head_dim=8)), experts=1)

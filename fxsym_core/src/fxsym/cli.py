@@ -381,24 +381,23 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs,
                            args.target_active_params) if x is not None]
-    shape = {k: getattr(args, k) for k in ("hidden", "ffn", "heads", "kv_heads")
+    shape = {k: getattr(args, k) for k in ("hidden", "ffn", "heads", "kv_heads", "experts")
              if getattr(args, k) is not None}
-    if args.experts is not None:
-        raise CliError("--experts: MoE experts are not groups yet; prune their width with the "
-                       "other options")
     if len(targets) > 1 or not (targets or shape or args.layers is not None):
         raise CliError("give exactly one of --ratio, --param-ratio, --target-params, "
                        "--target-active-params and --target-macs, or sizes (--hidden, --ffn, "
                        "--heads, --kv-heads, --layers)")
     if targets and shape:
-        raise CliError("give sizes (--hidden, --ffn, --heads, --kv-heads) or an amount, not both")
+        raise CliError("give sizes (--hidden, --ffn, --heads, --kv-heads, --experts) or an "
+                       "amount, not both")
     if args.param_ratio is not None and not 0 <= args.param_ratio < 1:
         raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); got "
                        f"{args.param_ratio}")
     _check_output(args.output, args.force)
     if is_checkpoint_dir(args.model):
         if shape or args.target_active_params is not None:
-            raise CliError("--hidden, --ffn, --heads, --kv-heads and --target-active-params "
+            raise CliError("--hidden, --ffn, --heads, --kv-heads, --experts and "
+                           "--target-active-params "
                            "do not stream a checkpoint directory yet: load it with "
                            "from_pretrained and use fxsym.plan(..., sizes=) or fxsym.search")
         return _prune_checkpoint(args)
@@ -555,7 +554,8 @@ def add_prune_parser(sub: Any) -> None:
     sizes.add_argument("--ffn", type=int, help="FFN width of every block")
     sizes.add_argument("--heads", type=int, help="attention (query) heads of every block")
     sizes.add_argument("--kv-heads", type=int, help="key/value heads of every block")
-    sizes.add_argument("--experts", type=int, help="MoE experts per layer (not available yet)")
+    sizes.add_argument("--experts", type=int, help="MoE experts per layer (at least the "
+                       "number a router picks)")
     p.add_argument("--importance", choices=["l1", "l2", "bn_scale", "taylor", "activation"],
                    help="how units are ranked (default l2; taylor and activation: on random "
                    "inputs; for a checkpoint, activation on --calib text by default)")

@@ -26,8 +26,9 @@ the lowest loss is kept (Minitron's architecture search, in miniature: no distil
 
 *Active* parameters (``active=True``) are those a token uses: every parameter but those only
 looked up (an embedding table whose rows one token reads one of; tied to an output head, it
-counts). MoE experts, of which a token uses only ``top_k``, are counted whole until experts
-are groups.
+counts). MoE experts, of which a token uses only ``top_k``, are still counted whole. The
+experts of each MoE layer (routed groups) are a role of their own, ``experts``, sized only
+when asked (:func:`sizes_for`); the search keeps them.
 
 Imports from fxsym: console, depth, errors, importance, planning, symbols.
 """
@@ -65,6 +66,8 @@ class Roles:
     heads: tuple[str, ...] = ()
     queries: tuple[str, ...] = ()
     layers: str | None = None
+    #: the routed groups: the experts of each MoE layer (``SymGroup.routed``)
+    experts: tuple[str, ...] = ()
 
 
 def roles(symmap: SymMap) -> Roles:
@@ -75,8 +78,12 @@ def roles(symmap: SymMap) -> Roles:
     ffn: list[str] = []
     heads: list[str] = []
     queries: list[str] = []
+    experts: list[str] = []
     for g in symmap.groups():
         if g.name in hidden:
+            continue
+        if g.routed:
+            experts.append(g.name)
             continue
         homes = {next((b for b in blocks if q == b or q.startswith(b + ".")), None)
                  for q, _ in g.members}
@@ -86,14 +93,16 @@ def roles(symmap: SymMap) -> Roles:
         (heads if root == "heads" else queries if root == "queries_per_kv" else ffn).append(
             g.name)
     return Roles(hidden, tuple(ffn), tuple(heads), tuple(queries),
-                 depth[0].name if len(depth) == 1 else None)
+                 depth[0].name if len(depth) == 1 else None, tuple(experts))
 
 
 def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = None,
-              heads: int | None = None, kv_heads: int | None = None) -> dict[str, int]:
+              heads: int | None = None, kv_heads: int | None = None,
+              experts: int | None = None) -> dict[str, int]:
     """``{group name: units to keep}`` for the sizes given (entries: channels for ``hidden``
-    and ``ffn``, heads for ``heads`` and ``kv_heads``); a :class:`~fxsym.errors.PlanError`
-    for a size no group holds or one the groups cannot take."""
+    and ``ffn``, heads for ``heads`` and ``kv_heads``, experts per MoE layer for
+    ``experts``); a :class:`~fxsym.errors.PlanError` for a size no group holds or one the
+    groups cannot take (fewer experts than a router picks)."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     out: dict[str, int] = {}
@@ -106,12 +115,17 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
             if entries % g.unit or not 1 <= entries // g.unit <= g.size:
                 raise PlanError(f"{what} {entries}: group {name} has {g.size} units of "
                                 f"{g.unit}; give a multiple of {g.unit} up to {g.size * g.unit}")
+            if entries // g.unit < g.min_size:
+                raise PlanError(f"{what} {entries}: a router picks {g.min_size} of group "
+                                f"{name}'s units, so it keeps at least {g.min_size}")
             out[name] = entries // g.unit
 
     if hidden is not None:
         put(r.hidden, hidden, "the hidden size (a residual stream)")
     if ffn is not None:
         put(r.ffn, ffn, "an FFN width")
+    if experts is not None:
+        put(r.experts, experts, "experts per layer")
     if r.queries:  # grouped queries: heads groups count key/value heads
         kv = kv_heads if kv_heads is not None else None
         if heads is not None:
