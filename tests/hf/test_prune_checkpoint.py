@@ -108,12 +108,14 @@ def test_a_checkpoint_pruned_by_depth_loads_with_from_pretrained(
         assert torch.isfinite(pruned(ids).logits).all()
 
 
-@pytest.mark.parametrize("layers", [None, [0, 2]])
-def test_the_streamed_writer_gives_the_in_memory_weights(tmp_path: Path,
-                                                         layers: list[int] | None) -> None:
+@pytest.mark.parametrize("layers, chunk", [(None, 2**25), ([0, 2], 2**25), (None, 1000)])
+def test_the_streamed_writer_gives_the_in_memory_weights(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layers: list[int] | None,
+        chunk: int) -> None:
     """The same uniform plan (l2 scores, which both paths compute; the middle layer dropped
     too) applied by fxsym.plan + apply on the loaded model and by streaming the checkpoint:
-    equal plans, equal tensors."""
+    equal plans, equal tensors; also when every tensor is read a few rows at a time."""
+    monkeypatch.setattr("fxsym.checkpoint.CHUNK_BYTES", chunk)
     src = tmp_path / "in"
     checkpoint(src, "llama", tie_word_embeddings=True)
     out = tmp_path / "out"
@@ -229,11 +231,18 @@ def test_a_failure_while_writing_shards_leaves_the_output_as_it_was(
         def __getattr__(self, name: str) -> Any:
             return getattr(self.handle, name)
 
-        def get_tensor(self, name: str) -> torch.Tensor:
+        def _fail(self) -> None:
             reads.extend(tmp_path.glob(".out.fxsym-*/*.safetensors"))
             if len(reads) >= 2:
                 raise OSError(5, "Input/output error (injected)")
+
+        def get_tensor(self, name: str) -> torch.Tensor:
+            self._fail()
             return self.handle.get_tensor(name)
+
+        def get_slice(self, name: str) -> Any:
+            self._fail()
+            return self.handle.get_slice(name)
 
     monkeypatch.setattr(safetensors, "safe_open", Failing)
     with pytest.raises(fxsym.CheckpointError, match="injected"):

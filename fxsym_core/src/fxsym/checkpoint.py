@@ -34,7 +34,8 @@ The steps, none of which holds more than one decoder layer's weights:
 4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
    plan keeps along each dim (the Layout says which slice of which parameter belongs to which
    unit), renamed as the kept layers are renumbered (a dropped layer's tensors are not
-   written), checked against the shape of the resized meta model, written straight into its
+   written), checked against the shape of the resized meta model, read in chunks of rows
+   (safetensors' ``get_slice``) and written straight into its
    shard (safetensors files of at most ``max_shard_size`` bytes,
    ``model-0000k-of-0000n.safetensors`` with a ``model.safetensors.index.json``, or one
    ``model.safetensors``): the shapes are known before any tensor is read, so each file's
@@ -47,7 +48,7 @@ and the plugin's config go the input's other regular files (tokenizer, chat temp
 generation config, which the plugin rewrites from the one it read) and ``fxsym.json`` with
 the plan. The calibration runs in the checkpoint's dtype. Peak memory is about the largest
 block or module outside the blocks (an embedding, the head) plus the calibration hidden
-states, or the largest tensor while writing.
+states.
 
 Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins.
 """
@@ -89,6 +90,8 @@ INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 SHARD = "model-{:05d}-of-{:05d}.safetensors"
 DEFAULT_SHARD_BYTES = 5 * 10**9
+#: the bytes of input rows read at a time while a tensor is written
+CHUNK_BYTES = 2**25
 
 
 class CheckpointReader(Protocol):
@@ -205,6 +208,43 @@ class _Tensors:
     def one(self, name: str) -> torch.Tensor:
         return self.read([name])[name]
 
+    def rows(self, name: str, cut: Callable[[int], torch.Tensor | None]
+             ) -> Iterator[torch.Tensor]:
+        """Tensor ``name`` with the positions ``cut(dim)`` kept along each dim (all where it
+        gives ``None``), in chunks of rows of about :data:`CHUNK_BYTES` read one at a time (a
+        range of rows with ``get_slice``), so a large tensor is never in memory whole."""
+        from safetensors import safe_open
+
+        path = self.directory / self.files[name]
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                part = handle.get_slice(name)
+                shape = tuple(part.get_shape())
+                if len(shape) < 2:
+                    t = handle.get_tensor(name)
+                    index = cut(0) if t.dim() else None
+                    yield t if index is None else t.index_select(0, index)
+                    return
+                kept = cut(0)
+                positions = torch.arange(shape[0]) if kept is None else kept
+                row = math.prod(shape[1:]) * _DTYPES[part.get_dtype()].itemsize
+                step = max(1, CHUNK_BYTES // max(row, 1))
+                for j in range(0, positions.numel(), step):
+                    p = positions[j:j + step]
+                    lo, hi = int(p.min()), int(p.max()) + 1
+                    t = part[lo:hi]
+                    if kept is not None:
+                        t = t.index_select(0, p - lo)
+                    for dim in range(1, t.dim()):
+                        index = cut(dim)
+                        if index is not None:
+                            t = t.index_select(dim, index)
+                    yield t
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"{path}: cannot read {name}: {exc}") from exc
+
     def header(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """Every tensor's dtype and shape, from the files' headers (no tensor read)."""
         from safetensors import safe_open
@@ -292,6 +332,7 @@ class _Loader:
                 setattr(mod, attr, p)
 
     def release(self, names: Sequence[str]) -> None:
+        freed = False
         for first in names:
             places = self.places[first]
             p = getattr(places[0][0], places[0][1])
@@ -299,6 +340,9 @@ class _Loader:
                 meta = nn.Parameter(p.to("meta"), requires_grad=False)
                 for mod, attr, _ in places:
                     setattr(mod, attr, meta)
+                freed = True
+        if freed:
+            _trim()
 
     def on_call(self, modules: Sequence[nn.Module]) -> list[Any]:
         """Hooks loading each module's own parameters when it is called and releasing them
@@ -313,6 +357,17 @@ class _Loader:
                 handles.append(mod.register_forward_hook(
                     lambda m, args, out, own=own: self.release(own)))
         return handles
+
+
+def _trim() -> None:
+    """Give the memory just freed back to the system where the C library keeps it (glibc's
+    ``malloc_trim``: the tensors of a layer, freed, would otherwise stay resident)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 # -- streamed activation importance -------------------------------------------------------
@@ -514,12 +569,13 @@ _CODES = {v: k for k, v in _DTYPES.items()}
 
 def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
                  shapes: Mapping[str, tuple[int, ...]],
-                 produce: Iterator[tuple[str, torch.Tensor]]) -> None:
+                 produce: Iterator[tuple[str, Iterator[torch.Tensor]]]) -> None:
     """Write one safetensors file whose tensors (names, dtypes and shapes known in advance)
-    ``produce`` yields one at a time (in the order of ``shapes``), so the file is never held
-    in memory whole: the header first (the format's: an 8-byte little-endian length, then JSON
-    padded to 8 bytes), then each tensor's bytes in order. A tensor that does not have its
-    announced dtype and shape raises :class:`~fxsym.errors.CheckpointError`."""
+    ``produce`` yields one at a time (in the order of ``shapes``), each as chunks of rows, so
+    neither the file nor a large tensor is ever held in memory whole: the header first (the
+    format's: an 8-byte little-endian length, then JSON padded to 8 bytes), then each tensor's
+    bytes in order. A tensor that does not have its announced dtype and shape raises
+    :class:`~fxsym.errors.CheckpointError`."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "fxsym"}}
     offset = 0
     for name, shape in shapes.items():
@@ -532,13 +588,26 @@ def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
     with open(path, "xb") as f:
         f.write(len(text).to_bytes(8, "little"))
         f.write(text)
-        for name, t in produce:
-            if t.dtype != dtypes[name] or tuple(t.shape) != shapes[name]:
-                raise CheckpointError(f"{name}: the plan gives it shape {tuple(t.shape)}, the "
-                                      f"pruned model {shapes[name]}")
-            f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
+        for name, chunks in produce:
+            want, rows = shapes[name], 0
+            for t in chunks:
+                if t.dtype != dtypes[name] or tuple(t.shape[1:]) != want[1:] or t.dim() != len(
+                        want):
+                    raise CheckpointError(f"{name}: the plan gives it shape {tuple(t.shape)}, "
+                                          f"the pruned model {want}")
+                rows += t.shape[0] if t.dim() else 1
+                f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
+            if rows != (want[0] if want else 1):
+                raise CheckpointError(f"{name}: the plan gives it {rows} rows, the pruned model "
+                                      f"{want}")
+            _trim()
         f.flush()
         os.fsync(f.fileno())
+
+
+def _cuts_of(cuts: Mapping[tuple[str, int], torch.Tensor], key: str
+              ) -> Callable[[int], torch.Tensor | None]:
+    return lambda dim: cuts.get((key, dim))
 
 
 def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str | None],
@@ -569,16 +638,11 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
     names = [SINGLE] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
                                                 for k in range(len(shards))]
 
-    def pruned(members: Sequence[str]) -> Iterator[tuple[str, torch.Tensor]]:
+    def pruned(members: Sequence[str]) -> Iterator[tuple[str, Iterator[torch.Tensor]]]:
         for new in members:
             name = source[new]
-            t = tensors.one(name)
             key = first.get(name, name)
-            for dim in range(t.dim()):
-                index = cuts.get((key, dim))
-                if index is not None:
-                    t = t.index_select(dim, index)
-            yield new, t
+            yield new, tensors.rows(name, _cuts_of(cuts, key))
 
     pairs = list(zip(names, shards))
     for file, members in (track(pairs, description="writing", label=lambda fm: fm[0])
