@@ -4,7 +4,9 @@
                                     [--imgsz 640] [--runs 20] [--threads 2]
 
 For each model (built from its yaml, random weights, nothing downloaded) the script analyzes
-it at a small input (64x64: the groups do not depend on the input size), plans with
+it at a small input (64x64: the groups do not depend on the input size) with the decoded
+predictions as its output contract (``outputs=[0]``: what ultralytics' predictor reads; the
+feature maps ``Detect`` also returns may change size), plans with
 :func:`fxsym.plan` to ``--param-ratio`` of its parameters (global scope, L2 importance,
 channels rounded to multiples of 8), applies the plan, and measures the unpruned model and the
 pruned one in the same run, each in eval mode with its convolutions and batch norms fused as
@@ -87,7 +89,7 @@ def prune(name: str, ratio: float) -> tuple[nn.Module, nn.Module, int]:
     model: Any = YOLO(f"{name}.yaml").model
     model.eval()
     pruned = copy.deepcopy(model)
-    sm = fxsym.analyze(pruned, example_inputs=(torch.randn(1, 3, 64, 64),))
+    sm = fxsym.analyze(pruned, example_inputs=(torch.randn(1, 3, 64, 64),), outputs=[0])
     params = sum(p.numel() for p in pruned.parameters())
     plan = fxsym.plan(pruned, sm, target_params=int(ratio * params), round_to=8)
     plan.apply(pruned, sm)

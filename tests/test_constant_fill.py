@@ -109,3 +109,28 @@ def test_rules_are_found_when_the_plugins_are_first_collected_by_a_trace() -> No
         sm = fxsym.analyze(ZeroBias().eval(), example_inputs=(torch.randn(2, 5, 6),))
     assert "no op rule" not in str(sm.trace_report), str(sm.trace_report)
     assert _heads(sm).size == 4
+
+
+class FilledByAConstant(nn.Module):
+    """ultralytics' ``make_anchors``: ``x.new_full((h * w, 1), self.stride[i])``, a fill taken
+    from a tensor the module holds (fx keeps ``self.stride[i]`` as a 0-dim constant), which
+    reads only ``x``'s dtype and device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+        self.head = nn.Conv2d(8, 2, 1)
+        self.stride = torch.tensor([8.0, 16.0])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        h, w = y.shape[2:]
+        scale = y.new_full((h * w, 1), self.stride[1])
+        return self.head(y).flatten(2) * scale.T
+
+
+def test_a_fill_from_a_0_dim_constant_is_known_and_pins_nothing() -> None:
+    model = FilledByAConstant().eval()
+    sm = assert_oracles(model, (torch.randn(1, 3, 4, 5),))
+    assert not sm.trace_report.of_kind("unknown-value"), sm.trace_report
+    assert "conv.out_channels" in [g.name for g in sm.groups()]

@@ -5,7 +5,8 @@
 built again from the same yaml (random weights, nothing downloaded). What the predictor reads
 besides the weights (``names``, ``stride``, ``yaml``, ``args``, ``task``) is what building
 from the yaml gives, so the loaded model, put back as ``YOLO(...).model``, predicts exactly
-as the pruned model in memory did.
+as the pruned model in memory did. The output contract (the decoded predictions, output 0)
+is recorded in the plan and replayed by ``fxsym.load``.
 """
 
 from __future__ import annotations
@@ -39,16 +40,20 @@ def _boxes(ultralytics: Any, yaml: str, model: torch.nn.Module, image: Any) -> t
     return result.boxes.data
 
 
-@pytest.mark.parametrize("yaml", ["yolov8n.yaml", "yolo11n.yaml"])
+@pytest.mark.parametrize(("yaml", "p5"), [("yolov8n.yaml", "model.21.cv2.conv"),
+                                          ("yolo11n.yaml", "model.22.cv2.conv")])
 def test_pruned_yolo_saved_loaded_and_run_by_ultralytics_predictor(
-        yaml: str, tmp_path: Path) -> None:
+        yaml: str, p5: str, tmp_path: Path) -> None:
     ultralytics = pytest.importorskip("ultralytics")
     torch.manual_seed(0)
     model = _built(ultralytics, yaml)
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         model(x)  # a user measures before pruning: Detect keeps its anchors
-    sm = fxsym.analyze(model, example_inputs=(x,))
+    # the contract is the decoded predictions, which the predictor reads; the feature maps
+    # Detect also returns may change size (P4 and P5 channels become groups)
+    sm = fxsym.analyze(model, example_inputs=(x,), outputs=[0])
+    assert f"{p5}.out_channels" in [g.name for g in sm.groups()]
     params = sum(p.numel() for p in model.parameters())
     plan = fxsym.plan(model, sm, ratio=0.3)
     plan.apply(model, sm)

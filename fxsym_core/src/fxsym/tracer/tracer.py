@@ -89,8 +89,9 @@ def _tensor_to_meta(x: Any) -> Any:
     return x
 
 
-#: what :func:`_tensor_kinds` finds: meta tensors, other tensors, tensors requiring grad
-_META, _REAL, _GRAD = 1, 2, 4
+#: what :func:`_tensor_kinds` finds: meta tensors, other tensors, tensors requiring grad, and
+#: 0-dim tensors on the CPU not requiring grad (numbers, which torch lets meet meta tensors)
+_META, _REAL, _GRAD, _NUMBER = 1, 2, 4, 8
 _SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device})
 
 
@@ -103,7 +104,11 @@ def _tensor_kinds(value: Any) -> int:
     if kind in _SCALARS:
         return 0
     if isinstance(value, torch.Tensor):
-        return (_META if value.is_meta else _REAL) | (_GRAD if value.requires_grad else 0)
+        if value.requires_grad:
+            return _GRAD | (_META if value.is_meta else _REAL)
+        if value.is_meta:
+            return _META
+        return _NUMBER if value.dim() == 0 and value.device.type == "cpu" else _REAL
     found = 0
     if isinstance(value, (tuple, list)):
         for item in value:
@@ -399,13 +404,15 @@ class FxsymTracer(torch.fx.Tracer):
             with self._quietly():
                 for part in str(node.target).split("."):
                     obj = getattr(obj, part)
+            if _tensor_kinds(obj) == _NUMBER:  # a number kept as a tensor (``self.stride[i]``):
+                return obj  # its value, which a fill or a scale may need (``new_full``)
             return to_meta(obj)
         try:
             args, kwargs = torch.fx.node.map_aggregate((node.args, node.kwargs), self._arg_value)
         except _UnknownValue:
             return _FAILED
         kinds = _tensor_kinds((args, kwargs))
-        if (kinds & (_REAL | _GRAD) and node.op == "call_module") or (
+        if (kinds & (_REAL | _GRAD | _NUMBER) and node.op == "call_module") or (
                 kinds & _META and kinds & _REAL):
             # a factory given traced sizes ran for real (``torch.arange(n)``): its value stays
             # real while only real values meet it, and meets meta ones on the meta device
