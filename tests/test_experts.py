@@ -163,3 +163,15 @@ def test_positions_through_one_hot_gather_scatter_and_cat() -> None:
     fxsym.resize(model, sm, {experts.name: 3})
     assert model.num_experts == 3 and model.w.shape == (3, 8, 8)
     assert model(torch.randn(6, 8)).shape == (6, 8)
+
+
+def test_the_html_report_says_which_group_is_routed() -> None:
+    """The HTML report's data names the routed group and its minimum (shown in its detail)."""
+    from fxsym.report_html import report_data
+
+    torch.manual_seed(0)
+    model = FusedExperts()
+    sm = fxsym.analyze(model, example_inputs=_inputs())
+    groups = {g["name"]: g for g in report_data(sm)["groups"]}
+    assert (groups["router:0"]["routed"], groups["router:0"]["min_size"]) == (True, 2)
+    assert not groups["gate_up:1#0"]["routed"]

@@ -245,7 +245,8 @@ def report_data(sm: SymMap, *, title: str | None = None, verbose: bool = False
     for i, g in enumerate(sm.groups()):
         params, macs = sized.get(g.name, (None, None))
         groups.append({"id": g.id, "name": g.name, "size": g.size, "unit": g.unit,
-                       "sortable": g.is_sortable, "constant": False, "color": _color(i),
+                       "sortable": g.is_sortable, "routed": g.routed,
+                       "min_size": g.min_size, "constant": False, "color": _color(i),
                        "members": [f"{m}.{s}" if m else s for m, s in g.members],
                        "params": params, "macs": macs, "reason": None, "trace": []})
     live = {g["id"] for g in groups}

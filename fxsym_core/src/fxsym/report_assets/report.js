@@ -173,7 +173,9 @@
     detail.appendChild(el("h3", {}, g.name));
     detail.appendChild(el("div", {}, (g.constant ? "constant group" : "searchable group") +
       ": size " + g.size + (g.unit > 1 ? " units of " + g.unit : "") +
-      (g.sortable ? ", sortable" : "")));
+      (g.sortable ? ", sortable" : "") +
+      (g.routed ? ", routed (a router picks its entries by value): keeps at least " +
+        g.min_size : "")));
     if (g.constant) {
       detail.appendChild(el("div", { class: "reason" }, "why constant: " + g.reason));
       const lines = g.trace.length ? g.trace.join("\n")
