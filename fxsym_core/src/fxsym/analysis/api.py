@@ -112,6 +112,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
                 lst = members.setdefault(table.find(seg.group), [])
                 lst.extend(k for k in inner if k not in lst)
     not_symbols = an.param_members | {k for attrs in declared.values() for k in attrs}
+    _pin_unproduced_ties(an)
 
     groups: list[SymGroup] = []
     roots: dict[int, SymbolKey] = {}
@@ -190,6 +191,30 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         node_layouts={n.name: _tensor_layouts(table.resolve_layout(lay))
                       for n, lay in an.env.items()},
     ))
+
+
+def _pin_unproduced_ties(an: Analyzer) -> None:
+    """Pin, with a report line, every same-size class (:meth:`GroupTable.tie_sizes`) that
+    holds a searchable group and a group no searchable producer heads.
+
+    A resize changes a group only through its producers; the other group would keep its
+    size while its partner's changed, breaking what tied them (``o.reshape(b, n, c)`` with
+    ``c`` read from the resized stream and ``o`` from a projection nothing resizes)."""
+    table = an.table
+
+    def produced(r: int) -> bool:
+        return any(ok for *_, ok in table.producers.get(r, ()))
+
+    for root in sorted(table.producers):
+        if table.find(root) != root or root in table.reasons or not produced(root):
+            continue
+        idle = [r for r in table.same_size(root)[1:] if not produced(r)]
+        if idle:
+            head = next((q, s) for _, q, s, ok in table.producers[root] if ok)
+            reason = ("its size is tied to a dim that no producer resizes (a reshape by a "
+                      "size read from another group)")
+            an.report.add("boundary", f"{head[0]}.{head[1]}" if head[0] else head[1], reason)
+            table.fix(root, reason)
 
 
 def _mark_details(an: Analyzer) -> None:
