@@ -40,6 +40,8 @@ class AnalysisState(Protocol):
     #: nodes taking their alternative mapping in this run, and the offers made so far
     alternatives: frozenset[str]
     offers: list[tuple[str, Dim]]
+    #: the groups of ints read from module attributes (:class:`~fxsym.analysis.AttributeSize`)
+    attribute_groups: set[int]
 
     def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None, *,
             sizes_no_tensor: bool = False, kind: str = "boundary") -> bool: ...

@@ -128,7 +128,7 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
         3: (F.max_pool3d, F.avg_pool3d, F.adaptive_avg_pool3d, F.adaptive_max_pool3d),
     }.items():
         for f in fs:
-            register(f, trailing_spatial(k))
+            register(f, trailing_spatial(k, window=True))
     register(F.interpolate, interpolate)
     register(F.pad, pad)
     # stochastic depth drops whole samples: channels pass through

@@ -19,16 +19,19 @@ import torch
 import torch.fx
 
 from fxsym.analysis import (
+    AttributeSize,
     Dim,
     Layout,
     OpContext,
     Seg,
+    SizeLayout,
     TensorLayout,
     Unsupported,
     concat_dims,
     dim_size,
     fixed_dim,
     is_fixed,
+    tie_size,
 )
 
 from .common import norm_dim, op_name
@@ -78,8 +81,9 @@ def split(ctx: OpContext) -> Layout:
     Along an elastic dim, ``chunk`` into equal pieces cuts the dim's groups into blocks at
     the piece boundaries (:func:`cut_dim`), and the blocks of each piece keep as many units
     as the first piece's (``chunk`` cuts at equal sizes at run time); their entries are chosen
-    independently. Pieces of sizes written as numbers (``split(64)``), unequal pieces and
-    ``unbind`` pin that dim.
+    independently. ``split`` at sizes read from module attributes keeps the pieces too
+    (:func:`_cut_at_attributes`). Pieces of sizes written as numbers (``split(64)``), unequal
+    pieces and ``unbind`` pin that dim.
     """
     x = ctx.arg(0, "input")
     lay = ctx.tensor_layout(x)
@@ -92,8 +96,11 @@ def split(ctx: OpContext) -> Layout:
     sizes = [p.shape[d] for p in pieces] if name != "unbind" else []
     cuts: list[Dim] | None = None
     if not is_fixed(lay[d]):
+        by = _attribute_sizes(ctx) if name == "split" else None
         if name == "chunk" and len(sizes) > 1 and len(set(sizes)) == 1:
             cuts = _cut_equal_chunks(ctx, lay[d], sizes)
+        elif by is not None:
+            cuts = _cut_at_attributes(ctx, lay[d], sizes, by)
         else:
             ctx.fix(lay[d], f"{name} cuts an elastic dim at sizes written as numbers")
         lay = ctx.table.resolve_layout(lay)
@@ -106,6 +113,69 @@ def split(ctx: OpContext) -> Layout:
             dims[d] = cuts[i] if cuts is not None else fixed_dim(piece.shape[d])
         out.append(TensorLayout(dims))
     return tuple(out)
+
+
+def _attribute_sizes(ctx: OpContext) -> AttributeSize | list[AttributeSize | int] | None:
+    """The sizes a ``split`` was given, where module attributes size its pieces: one int
+    attribute (``split(self.width)``, pieces of that size), or one entry per piece, each an
+    int attribute or a number (``split((self.c, self.c))``, ``split(self.sizes)`` of a tuple
+    attribute); ``None`` otherwise."""
+    raw = ctx.arg(1, "split_size_or_sections", None)
+    if raw is None:
+        raw = ctx.arg(1, "split_size", None)
+    lay = ctx.layout(raw) if isinstance(raw, (torch.fx.Node, tuple, list)) else None
+    if isinstance(lay, AttributeSize):
+        return lay if len(lay) == 1 else None
+    if not isinstance(lay, tuple) or isinstance(lay, (SizeLayout, TensorLayout)):
+        return None
+    values = ctx.val(raw)
+    entries: list[AttributeSize | int] = []
+    for entry, value in zip(lay, values, strict=True):
+        if isinstance(entry, AttributeSize) and len(entry) == 1:
+            entries.append(entry)
+        elif entry is None and type(value) is int:
+            entries.append(value)
+        else:
+            return None
+    return entries if any(isinstance(e, AttributeSize) for e in entries) else None
+
+
+def _cut_at_attributes(ctx: OpContext, dim: Dim, sizes: Sequence[int],
+                       by: AttributeSize | list[AttributeSize | int]) -> list[Dim] | None:
+    """``dim`` split at sizes read from module attributes: each attribute is tied to the piece
+    it sizes (:func:`~fxsym.analysis.tie_size`: a member of the piece's group, which
+    ``fxsym.resize`` sets to the entries kept), so the cut follows every resize. One attribute
+    sizing every piece (``split(self.width)``) needs equal pieces that stay equal
+    (:func:`_cut_equal_chunks`); a piece sized by a number is fixed. ``None`` (and the dim
+    pinned, with the reason) where the cut falls inside a unit of a group or a piece cannot be
+    tied to its attribute."""
+    if isinstance(by, AttributeSize):
+        if len(set(sizes)) != 1:
+            ctx.fix(dim, "split at a size read from a module attribute leaves a shorter last "
+                         "piece, whose size would not follow a resize")
+            return None
+        pieces = _cut_equal_chunks(ctx, dim, sizes) if len(sizes) > 1 else [dim]
+        if pieces is None:
+            return None
+        entries: list[AttributeSize | int] = [by, *[-1] * (len(pieces) - 1)]
+    else:
+        if len(by) != len(sizes):
+            return None
+        try:
+            pieces = cut_dim(ctx, dim, sizes)
+        except Unsupported as exc:
+            ctx.fix(dim, f"split at sizes read from module attributes: {exc}")
+            return None
+        entries = by
+    for piece, entry in zip(pieces, entries, strict=True):
+        piece = ctx.table.resolve(piece)
+        if isinstance(entry, AttributeSize):
+            if not tie_size(ctx, entry, piece):
+                ctx.fix(piece, "split at a size read from a module attribute that cannot be "
+                               "tied to the piece it sizes")
+        elif entry != -1:
+            ctx.fix(piece, "split at a size written as a number fixes this piece")
+    return [ctx.table.resolve(p) for p in pieces]
 
 
 def _cut_equal_chunks(ctx: OpContext, dim: Dim, sizes: Sequence[int]) -> list[Dim] | None:

@@ -1,30 +1,41 @@
 """Pooling, interpolation, padding and pixel shuffles: the spatial dims end, channels pass.
 
 The pooled, interpolated or padded dims are fixed (an elastic one is pinned); the dims before
-them pass through. A pixel shuffle makes ``r*r`` consecutive channels one (coarser units of the
-channels' group); an unshuffle makes each channel ``r*r`` consecutive ones (a longer block).
+them pass through. A pooling window read from module attributes sizes no tensor dim: it is
+pinned, never the channels, and said in a detail of the report. A pixel shuffle makes ``r*r``
+consecutive channels one (coarser units of the channels' group); an unshuffle makes each
+channel ``r*r`` consecutive ones (a longer block).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from fxsym.analysis import (
     Layout,
     OpContext,
     Seg,
+    SizeLayout,
     TensorLayout,
     concat_dims,
     fixed_dim,
     is_fixed,
+    size_checked,
 )
 
 from .common import Rule
 
 
-def trailing_spatial(k: int) -> Rule:
-    """Pooling, interpolation and padding over the last ``k`` dims: leading dims pass through."""
+def trailing_spatial(k: int, *, window: bool = False) -> Rule:
+    """Pooling, interpolation and padding over the last ``k`` dims: leading dims pass through.
+
+    With ``window`` (a pooling), the ints after the input set the window (kernel, stride,
+    padding, dilation, output size) over the spatial dims: see :func:`_window_sizes`."""
 
     def rule(ctx: OpContext) -> Layout:
         x = ctx.arg(0, "input")
+        if window:
+            _window_sizes(ctx, x)
         lay = ctx.tensor_layout(x)
         out_shape = ctx.out_shape()
         if len(out_shape) != len(lay):
@@ -40,6 +51,30 @@ def trailing_spatial(k: int) -> Rule:
         return res
 
     return rule
+
+
+def _window_sizes(ctx: OpContext, x: Any) -> None:
+    """Pin the sizes read from module attributes only (``nn.MaxPool2d``'s ``kernel_size``,
+    ``self.k // 2``) that set a pooling's window: they size no tensor dim, the spatial dims
+    they act on are fixed, and no channel is touched, so the line is a detail of the report
+    whatever sizes the tensors happen to have. A size that also reads a tensor's dim, or whose
+    group holds anything but attributes, is left to the analyzer's check of unmapped sizes."""
+    table = ctx.table
+    attributes = {table.find(g) for g in ctx.analyzer.attribute_groups}
+    for a in ctx.node.all_input_nodes:
+        if a is x:
+            continue
+        lay = ctx.layout(a)
+        entries = lay if isinstance(lay, tuple) and not isinstance(lay, SizeLayout) else (lay,)
+        for size in entries:
+            if not isinstance(size, SizeLayout):
+                continue
+            groups = {table.find(s.group) for d in size for s in d if s.group is not None}
+            if groups and groups <= attributes:
+                ctx.analyzer.fix(size, "a pooling window read from a module attribute sizes no "
+                                 "tensor dim: it keeps its value", ctx.node,
+                                 sizes_no_tensor=True)
+                size_checked(ctx, size)
 
 
 def pad(ctx: OpContext) -> Layout:
