@@ -176,3 +176,40 @@ def test_a_pooling_window_sized_by_attributes_leaves_the_channels_a_group() -> N
     assert group_with(sm, "cv1", "out_channels")
     lines = [e for e in sm.trace_report.entries if "max_pool2d" in e.where]
     assert lines and all(e.detail for e in lines), [str(e) for e in lines]
+
+
+class SliceByAttribute(nn.Module):
+    """``out[:, :self.oup]`` keeping every channel: of one conv (``oup`` is tied to its
+    group), and of a conv concatenated with its depthwise copy (timm's ghost module, where
+    ``oup`` is twice the units kept: it keeps its value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.oup, self.ghost_oup = 6, 8
+        self.conv = nn.Conv2d(3, self.oup, 1)
+        self.primary = nn.Conv2d(self.oup, 4, 1)
+        self.cheap = nn.Conv2d(4, 4, 3, padding=1, groups=4)
+        self.head = nn.Conv2d(self.ghost_oup, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)[:, :self.oup]
+        z = self.primary(y)
+        out = torch.cat([z, self.cheap(z)], 1)
+        return self.head(out[:, :self.ghost_oup])
+
+
+def test_a_slice_stop_read_from_an_attribute_keeps_the_slice_whole() -> None:
+    torch.manual_seed(0)
+    model = SliceByAttribute().eval()
+    x = torch.randn(2, 3, 5, 5)
+    sm = assert_oracles(model, (x,))
+    group = group_with(sm, "", "attr:oup")
+    assert ("conv", "out_channels") in group.members
+    assert not sm.why_constant("primary", "out_channels")
+    lines = [e for e in sm.trace_report.entries if "getitem" in e.where]
+    assert all(e.detail for e in lines), [str(e) for e in lines]
+    sizes = {g.name: max(1, g.size // 2) for g in sm.groups()}
+    fxsym.resize(model, sm, sizes)
+    assert (model.oup, model.conv.out_channels) == (3, 3)
+    assert model.ghost_oup == 8 and model.head.in_channels == 4
+    assert model(x).shape == (2, 5, 5, 5)

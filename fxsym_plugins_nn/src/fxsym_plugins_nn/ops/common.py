@@ -18,6 +18,7 @@ from fxsym.analysis import (
     Dim,
     Layout,
     OpContext,
+    SizeLayout,
     TensorLayout,
     dim_size,
 )
@@ -105,3 +106,12 @@ def same_dim(ctx: OpContext, a: Dim, b: Dim) -> bool:
             return False
     return True
 
+
+
+def of_attributes_only(ctx: OpContext, size: SizeLayout) -> bool:
+    """Whether the int ``size`` is read from module attributes only (``self.k``,
+    ``self.k // 2``): every group it follows is an attribute's own, tied to no tensor dim."""
+    table = ctx.table
+    attributes = {table.find(g) for g in ctx.analyzer.attribute_groups}
+    groups = {table.find(s.group) for d in size for s in d if s.group is not None}
+    return bool(groups) and groups <= attributes

@@ -2,12 +2,16 @@
 
 Operands aligned from the right: every dim whose size equals the output's is tied across
 the operands (a permutation or a shrink of one applies to all); a size-1 dim broadcast
-against a larger one, or an elastic dim against a fixed one, is pinned. Unary ops (and
+against a larger one, or an elastic dim against a fixed one, is pinned. Dims laid out
+differently (a group concatenated with its depthwise copy, ``[A, A]``, against one group
+``H``) are first cut at each other's segment boundaries (:func:`align_segments`), so they tie
+block by block (``H``'s halves are both ``A``). Unary ops (and
 casts, dropout, clones) keep the input's layout where the output's shape is the input's.
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -21,11 +25,13 @@ from fxsym.analysis import (
     Layout,
     OpContext,
     TensorLayout,
+    Unsupported,
     fixed_dim,
     is_fixed,
 )
 
 from .common import tensor_args
+from .pieces import cut_dim
 from .sizes import derived_size, joined_shape
 
 
@@ -54,8 +60,30 @@ def broadcast_layouts(ctx: OpContext, layouts: Sequence[TensorLayout],
                     ctx.fix(c, "broadcast")
             dims.append(candidates[0] if candidates and size == 1 else fixed_dim(size))
             continue
-        dims.append(ctx.unify(*candidates))
+        dims.append(ctx.unify(*align_segments(ctx, candidates)))
     return TensorLayout(dims)
+
+
+def align_segments(ctx: OpContext, dims: Sequence[Dim]) -> list[Dim]:
+    """Dims of one size cut at every segment boundary any of them has (:func:`cut_dim`: a
+    group crossing a boundary is split into blocks there, for every dim that holds it), so
+    :meth:`OpContext.unify` ties them segment by segment instead of pinning them for their
+    different structure. Left as they are where a boundary falls inside a unit of a group or
+    a group cannot be cut (``unify`` then pins them, as before)."""
+    table = ctx.table
+    for _ in range(8):  # cutting a group changes every dim that holds it
+        dims = [table.resolve(d) for d in dims]
+        ends = [set(itertools.accumulate(s.length for s in d)) for d in dims]
+        bounds = sorted(set().union(*ends))
+        if all(e == set(bounds) for e in ends):
+            break
+        sizes = [hi - lo for lo, hi in itertools.pairwise([0, *bounds])]
+        try:
+            dims = [tuple(itertools.chain.from_iterable(cut_dim(ctx, d, sizes)))
+                    for d in dims]
+        except Unsupported:
+            break
+    return [table.resolve(d) for d in dims]
 
 
 def elementwise(ctx: OpContext) -> Layout:

@@ -17,6 +17,7 @@ import torch
 import torch.fx
 
 from fxsym.analysis import (
+    AttributeSize,
     Dim,
     Layout,
     OpContext,
@@ -26,9 +27,10 @@ from fxsym.analysis import (
     fixed_dim,
     is_fixed,
     size_checked,
+    tie_size,
 )
 
-from .common import BY_POSITION, checked_layout, norm_dim, pin_dims
+from .common import BY_POSITION, checked_layout, norm_dim, of_attributes_only, pin_dims
 from .elementwise import same_as_input
 from .linear_sizes import (
     LinearSize,
@@ -114,6 +116,8 @@ def getitem(ctx: OpContext) -> Layout:
         elif isinstance(item, slice):
             start, stop, step = item.indices(shape[d])
             if (start, stop, step) == (0, shape[d], 1):
+                if k < len(raw_items) and isinstance(raw_items[k], slice):
+                    _whole_slice_stop(ctx, lay[d], raw_items[k].stop, shape[d])
                 out.append(lay[d])
             elif is_fixed(lay[d]) or shape_only:
                 out.append(fixed_dim(len(range(start, stop, step))))
@@ -140,6 +144,29 @@ def getitem(ctx: OpContext) -> Layout:
             ctx.unsupported(f"index {item!r}")
     out.extend(lay[d:])
     return TensorLayout(out)
+
+
+def _whole_slice_stop(ctx: OpContext, dim: Dim, stop: Any, n: int) -> None:
+    """A slice that keeps all ``n`` entries of ``dim`` up to a stop read from module
+    attributes (timm's ``out[:, :self.out_chs]`` of a ghost module's ``out_chs`` channels).
+    Where ``dim`` is one group and the stop one attribute equal to ``n``, the attribute is tied
+    to it (a member, which ``fxsym.resize`` writes: the slice stays whole). Otherwise the
+    attributes keep their value, at or past the end of the dim under every resize (a resize
+    only drops entries), so the slice stays whole too: they are pinned with a detail line, and
+    the dim keeps its groups."""
+    lay = ctx.layout(stop) if isinstance(stop, torch.fx.Node) else None
+    if not isinstance(lay, SizeLayout):
+        return
+    table = ctx.table
+    single = len(dim) == 1 and dim[0].group is not None and not table.is_constant(dim[0].group)
+    if single and isinstance(lay, AttributeSize) and ctx.val(stop) == n and tie_size(
+            ctx, lay, dim):
+        return
+    if of_attributes_only(ctx, lay) and ctx.val(stop) >= n:
+        ctx.analyzer.fix(lay, "a slice stop read from a module attribute, at or past the end "
+                         "of the dim: it keeps its value and the slice stays whole", ctx.node,
+                         sizes_no_tensor=True)
+        size_checked(ctx, lay)
 
 
 def _take_by_index(ctx: OpContext, lay: TensorLayout, items: tuple[Any, ...]) -> Layout:

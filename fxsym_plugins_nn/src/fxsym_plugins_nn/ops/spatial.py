@@ -23,7 +23,7 @@ from fxsym.analysis import (
     size_checked,
 )
 
-from .common import Rule
+from .common import Rule, of_attributes_only
 
 
 def trailing_spatial(k: int, *, window: bool = False) -> Rule:
@@ -59,8 +59,6 @@ def _window_sizes(ctx: OpContext, x: Any) -> None:
     they act on are fixed, and no channel is touched, so the line is a detail of the report
     whatever sizes the tensors happen to have. A size that also reads a tensor's dim, or whose
     group holds anything but attributes, is left to the analyzer's check of unmapped sizes."""
-    table = ctx.table
-    attributes = {table.find(g) for g in ctx.analyzer.attribute_groups}
     for a in ctx.node.all_input_nodes:
         if a is x:
             continue
@@ -69,8 +67,7 @@ def _window_sizes(ctx: OpContext, x: Any) -> None:
         for size in entries:
             if not isinstance(size, SizeLayout):
                 continue
-            groups = {table.find(s.group) for d in size for s in d if s.group is not None}
-            if groups and groups <= attributes:
+            if of_attributes_only(ctx, size):
                 ctx.analyzer.fix(size, "a pooling window read from a module attribute sizes no "
                                  "tensor dim: it keeps its value", ctx.node,
                                  sizes_no_tensor=True)
