@@ -326,6 +326,9 @@ class SymInfo:
 
     ``is_shape_preserving`` says the module's output has the shape and dimension layout of its
     first input (a norm, an activation), so groups pass through it unchanged.
+    ``leading_dims_are_batch`` says the module treats every input dim before its last as a
+    batch dim (a Linear: ``[B, C, N]`` mixes the ``N`` entries of each ``(b, c)`` alone), so
+    those dims pass to the output unchanged (the channels of an MLP-Mixer's token MLP).
 
     :attr:`attributes` maps names of the module's own int attributes to the
     :class:`SizeExpr` they equal (see :meth:`declare`): :func:`fxsym.resize` sets them after
@@ -333,8 +336,10 @@ class SymInfo:
     groups of the symbols it reads.
     """
 
-    def __init__(self, is_shape_preserving: bool = False, **symbols: Symbol) -> None:
+    def __init__(self, is_shape_preserving: bool = False, leading_dims_are_batch: bool = False,
+                 **symbols: Symbol) -> None:
         self._is_shape_preserving = is_shape_preserving
+        self._leading_dims_are_batch = leading_dims_are_batch
         self.symbols: dict[str, Symbol] = dict(symbols)
         #: module attribute name -> the expression over this SymInfo's symbols it equals
         self.attributes: dict[str, SizeExpr] = {}
@@ -398,6 +403,10 @@ class SymInfo:
     @property
     def is_shape_preserving(self) -> bool:
         return self._is_shape_preserving
+
+    @property
+    def leading_dims_are_batch(self) -> bool:
+        return self._leading_dims_are_batch
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.symbols.items())

@@ -30,6 +30,7 @@ Conv = (nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose1d | nn.ConvTranspos
 # -- Linear ------------------------------------------------------------------------------------
 def linear_info(mod: nn.Module) -> SymInfo:
     return SymInfo(
+        leading_dims_are_batch=True,
         in_features=Symbol(cl_type=IN, elastic_dims={-1}),
         out_features=Symbol(is_searchable=True, cl_type=OUT, elastic_dims={-1}),
     )

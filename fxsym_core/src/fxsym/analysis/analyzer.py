@@ -55,6 +55,19 @@ def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
     return found.pop() if len(found) == 1 else None
 
 
+def _batch_dims(ctx: OpContext, info: Any, shape: tuple[int, ...], consumed: set[int]
+                ) -> set[int]:
+    """The input dims a leaf module passes to its output unchanged: with
+    ``info.leading_dims_are_batch``, every dim before the last that no symbol reads, where
+    the output is one tensor of the input's rank and the dim keeps its size."""
+    if not info.leading_dims_are_batch or not isinstance(ctx.value, torch.Tensor):
+        return set()
+    out = ctx.out_shape()
+    if len(shape) != len(out):
+        return set()
+    return {d for d in range(len(shape) - 1) if d not in consumed and shape[d] == out[d]}
+
+
 class Analyzer:
     """Propagates layouts through a GraphModule and collects symbol dims for a SymMap."""
 
@@ -483,8 +496,9 @@ class Analyzer:
             if ctx.shape(tensors[0]) != ctx.out_shape():
                 ctx.unsupported(f"shape-preserving {type(mod).__name__} changed the shape")
             return x
+        batch = _batch_dims(ctx, info, ctx.shape(tensors[0]), consumed)
         for d, dim in enumerate(x):
-            if d not in consumed:
+            if d not in consumed and d not in batch:
                 self.fix(dim, f"{type(mod).__name__} maps input dim {d} in an unknown way", node)
         out = ctx.fixed()
         if isinstance(out, tuple) and not isinstance(out, TensorLayout) and out and isinstance(
@@ -492,6 +506,7 @@ class Analyzer:
             out = (self._outputs(ctx, name, info, incoming, out[0], ctx.value[0]), *out[1:])
         elif isinstance(out, TensorLayout):
             out = self._outputs(ctx, name, info, incoming, out, ctx.value)
+            out = TensorLayout(x[d] if d in batch else o for d, o in enumerate(out))
         return self._places(ctx, name, info, out)
 
     def _places(self, ctx: OpContext, name: str, info: Any, out: Layout) -> Layout:
