@@ -120,7 +120,21 @@ class PositionsOut(nn.Module):
         return self.table[idx].sum(dim=1), idx
 
 
-@pytest.mark.parametrize("cls", [ArithmeticOnPositions, PositionsOut])
+class PositionsReindexed(nn.Module):
+    """Positions themselves indexed by a tensor, then used as numbers: still positions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Parameter(torch.randn(4, 8))
+        self.table = nn.Parameter(torch.randn(5, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _, idx = torch.topk(F.linear(x, self.router), 2, dim=-1)
+        picked = idx[torch.tensor([1, 0])]
+        return self.table[picked + 1].sum(dim=1)
+
+
+@pytest.mark.parametrize("cls", [ArithmeticOnPositions, PositionsOut, PositionsReindexed])
 def test_positions_used_otherwise_pin_the_experts(cls: type[nn.Module]) -> None:
     torch.manual_seed(0)
     model = cls()

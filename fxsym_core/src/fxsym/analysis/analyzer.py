@@ -91,6 +91,8 @@ class Analyzer:
         #: the op that returned them first
         self.positions: dict[torch.fx.Node, Any] = {}
         self.position_origins: dict[torch.fx.Node, str] = {}
+        #: the nodes made boundaries
+        self.boundaries: set[torch.fx.Node] = set()
         #: (module_qualname, symbol_name) -> the Dim that symbol sizes
         self.symbol_dims: dict[tuple[str, str], Dim] = {}
         self._out_groups: dict[tuple[str, str], int] = {}
@@ -174,6 +176,9 @@ class Analyzer:
     def _visit(self, node: torch.fx.Node) -> Layout:
         ctx = OpContext(self, node)
         layout = self._visit_rule(ctx)
+        if ctx.node in self.boundaries:  # a rule that gave up maps no positions either
+            ctx.positions_taken.clear()
+            ctx.positions_given = None
         if self.positions or ctx.positions_given is not None:
             self._check_positions(ctx)
         return layout
@@ -383,6 +388,7 @@ class Analyzer:
 
     def boundary(self, node: torch.fx.Node, reason: str) -> Layout:
         """Make every group the node touches constant; its value gets a fixed layout."""
+        self.boundaries.add(node)
         self.fix(self._input_layouts(node), reason, node)
         return fixed_layout(node.meta.get("val"))
 

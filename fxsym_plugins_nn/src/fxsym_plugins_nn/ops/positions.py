@@ -142,8 +142,9 @@ def pick_along(original: Rule | None) -> Rule:
 # -- positions used to index -------------------------------------------------------------------
 def index_by_positions(original: Rule | None) -> Rule:
     """``x[..., idx, ...]`` with one tensor index holding positions, every other dim whole:
-    that dim of ``x`` is the positions' dim; ``idx``'s own dims take its place. Basic
-    indexing of a tensor of positions passes them on. Everything else follows ``original``."""
+    that dim of ``x`` is the positions' dim; ``idx``'s own dims take its place. Indexing a
+    tensor of positions (by anything but positions) passes them on. Everything else follows
+    ``original``."""
 
     def rule(ctx: OpContext) -> Layout:
         container = ctx.arg(0)
@@ -151,11 +152,12 @@ def index_by_positions(original: Rule | None) -> Rule:
         raw = ctx.arg(1)
         items = raw if isinstance(raw, tuple) else (raw,)
         if isinstance(lay, TensorLayout):
-            held = ctx.take_positions(container)
-            if held is not None and not any(isinstance(i, (torch.fx.Node, list))
-                                            for i in items):
+            held = ctx.positions(container)
+            if held is not None and not any(ctx.positions(i) is not None for i in items):
+                out = _fallback(ctx, original)  # some of the positions, moved
+                ctx.take_positions(container)
                 ctx.give_positions(held)
-                return _fallback(ctx, original)
+                return out
             found = [(k, i) for k, i in enumerate(items) if ctx.positions(i) is not None]
             if len(found) == 1:
                 return _take(ctx, lay, items, *found[0])
