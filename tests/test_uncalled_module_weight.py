@@ -4,15 +4,19 @@ searchable group tied to a group nothing resizes is pinned with a report line.
 
 The case that found it: a parameter of a module the model reads with ``get_attr`` but never
 calls (``F.linear(x, self.qkv.weight, bias)``: timm's EVA attention) produced nothing; halving
-the stream left the heads merged back into it whole, and the shrunk model failed.
+the stream left the heads merged back into it whole, and the shrunk model failed. Such a
+weight is now a producer like a functional op's own parameter, and the module's size
+attributes follow the tensor.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from helpers import assert_oracles, has_group_with
+from helpers import assert_oracles, group_with, has_group_with, stale_sizes
 from torch import nn
+
+import fxsym
 
 
 class UncalledQKV(nn.Module):
@@ -40,13 +44,17 @@ class UncalledQKV(nn.Module):
         return self.head(h + self.proj(o))
 
 
-def test_an_uncalled_modules_weight_is_never_resized_alone() -> None:
-    """Nothing resizes the projection yet: the stream its heads are merged back into keeps
-    their size, so the stream is pinned and the shrink runs."""
+def test_an_uncalled_modules_weight_produces_and_its_sizes_follow() -> None:
+    """The weight of a module never called is a producer (sliced as a parameter member); the
+    module's ``in_features``/``out_features`` follow it, and the stream stays a group."""
     model = UncalledQKV().double().eval()
-    sm = assert_oracles(model, (torch.randn(2, 6, 5, dtype=torch.float64),), min_groups=0,
-                        expect_unchecked=True)
-    assert not has_group_with(sm, "inp", "out_features")
+    sm = assert_oracles(model, (torch.randn(2, 6, 5, dtype=torch.float64),))
+    assert ("proj", "out_features") in group_with(sm, "inp", "out_features").members
+    heads = group_with(sm, "qkv", "weight:0")
+    fxsym.resize(model, sm, {g.name: g.size // 2 for g in sm.groups()})
+    assert heads.size > 1 and model.qkv.out_features == model.qkv.weight.shape[0] < 48
+    assert model.qkv.in_features == model.qkv.weight.shape[1] == 8
+    assert not stale_sizes(model)
 
 
 def test_a_size_tied_to_a_group_no_producer_resizes_is_pinned() -> None:
@@ -73,3 +81,13 @@ def test_a_size_tied_to_a_group_no_producer_resizes_is_pinned() -> None:
                         expect_unchecked=True)
     assert not has_group_with(sm, "inp", "out_features")
     assert any("no producer resizes" in e.message for e in sm.trace_report.entries)
+
+
+def test_a_concatenated_bias_keeps_the_stream_a_group() -> None:
+    """``F.linear(x, w, torch.cat((q_bias, k_bias, v_bias)))`` (a zero key-bias buffer): the
+    weight's rows are cut at the parts' boundaries and tied to them part by part."""
+    model = UncalledQKV(bias=True).double().eval()
+    sm = assert_oracles(model, (torch.randn(2, 6, 5, dtype=torch.float64),))
+    assert ("proj", "out_features") in group_with(sm, "inp", "out_features").members
+    fxsym.resize(model, sm, {g.name: g.size // 2 for g in sm.groups()})
+    assert model.q_bias.shape[0] < 16 and not stale_sizes(model)

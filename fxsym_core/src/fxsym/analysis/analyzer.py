@@ -15,6 +15,7 @@ touches become constant. Groups reaching the graph output become constant too.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any
 
@@ -415,12 +416,26 @@ class Analyzer:
         return changed
 
     def _owned_by_family(self, target: str) -> bool:
+        """Whether the tensor at ``target`` belongs to a module whose family's resize rule
+        runs: a module with a SymInfo that the graph calls (itself, or a leaf holding it). A
+        family module the model only reads tensors of (``F.linear(x, self.qkv.weight)``) is
+        not: its tensor is sliced as a parameter member, and its size attributes follow
+        (:func:`.shared.tie_shared_tensors`)."""
         owner = target.rpartition(".")[0]
         try:
             mod = self.model_modules(owner)
         except AttributeError:
             return False
-        return mod in self.symmap
+        return mod in self.symmap and id(mod) in self._called
+
+    @functools.cached_property
+    def _called(self) -> set[int]:
+        """The ids of the modules the graph calls, and of every module inside one."""
+        out: set[int] = set()
+        for node in self.gm.graph.nodes:
+            if node.op == "call_module":
+                out.update(id(m) for m in self.gm.get_submodule(str(node.target)).modules())
+        return out
 
     def explain_no_group(self) -> None:
         """Report, for a model left with no searchable group, what pinned its producers (the

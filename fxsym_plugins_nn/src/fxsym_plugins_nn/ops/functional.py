@@ -15,6 +15,7 @@ channels are pinned.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,11 +36,12 @@ from fxsym.analysis import (
 )
 
 from .common import Rule, same_dim
+from .pieces import cut_dim
 
 
 def linear_fn(ctx: OpContext) -> Layout:
     """``F.linear(x, w, b)``: x's last dim meets w's input dim; the output dim is w's rows,
-    produced there."""
+    produced there, and the bias's (cut alike where the bias is a concatenation)."""
     x, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
     lx, lw = ctx.tensor_layout(x), ctx.tensor_layout(w)
     if len(lw) != 2:
@@ -47,10 +49,25 @@ def linear_fn(ctx: OpContext) -> Layout:
     ctx.unify(lx[-1], lw[-1])
     b = ctx.arg(2, "bias", None)
     out_dim = lw[0]
+    ctx.produce(out_dim, w)  # before a cut: the blocks inherit the producer
     if isinstance(b, torch.fx.Node):
-        out_dim = ctx.unify(out_dim, ctx.tensor_layout(b)[0])
-    ctx.produce(out_dim, w)
+        out_dim = ctx.unify(*_cut_alike(ctx, out_dim, ctx.tensor_layout(b)[0]))
     return TensorLayout([*lx[:-1], out_dim])
+
+
+def _cut_alike(ctx: OpContext, a: Dim, b: Dim) -> tuple[Dim, Dim]:
+    """Two dims of the same entries (a weight's rows, and a bias concatenated from parts:
+    timm's EVA ``F.linear(x, self.qkv.weight, torch.cat((q_bias, k_bias, v_bias)))``) cut at
+    every segment boundary either has (:func:`.pieces.cut_dim`: a group crossing one is split
+    into blocks there), so they can be tied segment by segment."""
+    bounds = sorted({*itertools.accumulate(s.length for s in a),
+                     *itertools.accumulate(s.length for s in b)})
+    if len(bounds) == len(a) == len(b):
+        return a, b
+    sizes = [hi - lo for lo, hi in itertools.pairwise([0, *bounds])]
+    a = tuple(itertools.chain.from_iterable(cut_dim(ctx, a, sizes)))
+    b = tuple(itertools.chain.from_iterable(cut_dim(ctx, b, sizes)))
+    return ctx.table.resolve(a), ctx.table.resolve(b)
 
 
 def embedding_fn(ctx: OpContext) -> Layout:
