@@ -358,18 +358,41 @@ _RuleResult = tuple[dict[str, tuple[int, ...]], dict[str, Any]]
 def _rule_results(entry: SymInfoEntry, mod: nn.Module, snames: list[str], keep: int
                   ) -> dict[str, _RuleResult | None]:
     """Per symbol of ``snames``: what ``entry``'s rule, keeping ``keep`` entries of it on a
-    meta copy of ``mod``, leaves (:data:`_RuleResult`); ``None`` if the rule fails."""
+    meta copy of ``mod``, leaves (:data:`_RuleResult`); ``None`` if the rule fails.
+
+    A symbol that follows another of the module (:meth:`Symbol.link_to`: a depthwise conv's
+    output channels follow its input channels) changes with it: the rules of the symbols
+    following a free one run on its copy too, and the result is the free one's alone."""
     assert entry.resize is not None
+    followers = _followers(entry, mod, snames)
     out: dict[str, _RuleResult | None] = {}
     for sname in snames:
+        if any(sname in f for f in followers.values()):
+            out[sname] = None
+            continue
         clone = meta_copy(mod)
         try:
-            entry.resize(clone, sname, torch.arange(keep))
+            for name in (sname, *followers.get(sname, ())):
+                entry.resize(clone, name, torch.arange(keep))
         except Exception:  # any failure of a rule on a copy: it cannot keep that many entries
             out[sname] = None
             continue
         attrs = {k: v for k, v in vars(clone).items() if not k.startswith("_") and _is_int(v)}
         out[sname] = {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, attrs
+    return out
+
+
+def _followers(entry: SymInfoEntry, mod: nn.Module, snames: list[str]) -> dict[str, list[str]]:
+    """By symbol of ``snames``, the others of ``snames`` that follow it in ``mod``'s SymInfo."""
+    try:
+        symbols = entry.factory(mod).symbols
+    except Exception:  # a family's SymInfo that does not fit this module: no links known
+        return {}
+    names = {id(sym): name for name, sym in symbols.items() if name in snames}
+    out: dict[str, list[str]] = {}
+    for name, sym in symbols.items():
+        if name in snames and sym.parent is not None and id(sym.parent) in names:
+            out.setdefault(names[id(sym.parent)], []).append(name)
     return out
 
 

@@ -71,7 +71,11 @@ class ShapeProxy(torch.fx.Proxy):
         return self._length("len()")
 
     def __index__(self) -> int:
-        return int(self._value("an integer index"))
+        val = int(self._value("an integer index"))
+        pending = getattr(self.tracer, "index_questions", None)
+        if isinstance(pending, list):
+            pending.append(self.node)
+        return val
 
     def __int__(self) -> int:
         return int(self._value("int()"))

@@ -135,6 +135,35 @@ def record_guard(node: torch.fx.Node, question: str, answer: Any, where: str) ->
     return guard
 
 
+def drop_index_questions(asked: list[torch.fx.Node], node: torch.fx.Node) -> None:
+    """Forget the ``an integer index`` guards asked of the values in ``asked`` that ``node``,
+    the next node recorded, takes as arguments, and empty ``asked``.
+
+    torch's argument parser asks ``__index__`` of every value passed where an int is expected
+    (``F.conv1d(x, w, groups=c)``) before ``__torch_function__`` records the call with the
+    value itself as an argument: the graph keeps following the size, and the op's rule decides
+    what it means. Nothing runs between that question and the call's node, so a question asked
+    since the last node of a value the new node takes is the parser's."""
+    if not asked:
+        return
+    taken = set(node.all_input_nodes)
+    for value in asked:
+        if value not in taken:
+            continue
+        for guards in _guard_lists(value):
+            guards[:] = [g for g in guards
+                         if not (g.node == value.name and g.question == "an integer index")]
+    asked.clear()
+
+
+def _guard_lists(value: torch.fx.Node) -> Iterator[list[Guard]]:
+    """The guard lists of the nodes ``value``'s expression reads."""
+    for read in _reads_of((_expr(value, {}),)):
+        guards = read.node.meta.get(CONCRETE_META)
+        if guards is not None:
+            yield guards
+
+
 def record_size_guard(node: torch.fx.Node, dim: int, question: str, answer: Any,
                       where: str) -> Guard:
     """Record a question asked of a tensor node's size along ``dim`` (``len(x)``)."""
@@ -246,4 +275,4 @@ def _shape_of(node: torch.fx.Node) -> tuple[torch.fx.Node, list[int]] | None:
 
 
 __all__ = ["ATTRIBUTE_META", "CONCRETE_META", "Apply", "AttributeRead", "Guard", "SizeRead",
-           "record_guard", "record_size_guard"]
+           "drop_index_questions", "record_guard", "record_size_guard"]

@@ -65,7 +65,7 @@ from .guard import (
     tracing_thread,
 )
 from .proxy import ShapeProxy, value_of
-from .questions import ATTRIBUTE_META, CONCRETE_META
+from .questions import ATTRIBUTE_META, CONCRETE_META, drop_index_questions
 from .report import TraceReport
 from .shadow import ShadowTree
 from .values import op_value
@@ -157,6 +157,8 @@ class FxsymTracer(torch.fx.Tracer):
         self._sizing: set[int] = set()
         #: whether a node's value is being computed (the model's code is run, not traced)
         self._evaluating = False
+        #: values asked ``__index__`` since the last node (:func:`.questions.drop_index_questions`)
+        self.index_questions: list[torch.fx.Node] = []
         #: the decision call_module just took, which torch.fx's call_module asks for again
         self._decided: tuple[nn.Module, str, bool] | None = None
         #: the shadow tree traced in place of the user's (:mod:`.shadow`), if any
@@ -381,6 +383,7 @@ class FxsymTracer(torch.fx.Tracer):
         type_expr: Any | None = None,
     ) -> torch.fx.Node:
         node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        drop_index_questions(self.index_questions, node)
         if self.with_values and kind != "output":
             self._evaluating, was = True, self._evaluating
             try:

@@ -121,13 +121,35 @@ def norm_fn(channel_dim: int | None, param_names: Sequence[tuple[int, str]]) -> 
 
 def conv_fn(ctx: OpContext) -> Layout:
     """``F.conv1d/2d/3d(x, w, b)`` with one group: x's channels meet w's input channels; the
-    output channels are w's rows, produced there; the kernel dims are fixed."""
+    output channels are w's rows, produced there; the kernel dims are fixed.
+
+    A depthwise convolution (as many groups as input channels, one kernel per channel:
+    ``w`` of shape ``[C, 1, *k]``, Mamba's ``F.conv1d(x, w.unsqueeze(1), groups=x.shape[1])``)
+    passes the channels through: x's channels, w's rows and the bias are one dim, provided the
+    number of groups follows the channels (:func:`_groups_follow_channels`); other grouped
+    convolutions are unsupported."""
     x, w = ctx.arg(0, "input"), ctx.arg(1, "weight")
     lx, lw = ctx.tensor_layout(x), ctx.tensor_layout(w)
-    if int(ctx.val(ctx.arg(6, "groups", 1))) != 1:
-        ctx.unsupported("functional grouped convolution")
     batched = len(lx) == len(lw)
     c = 1 if batched else 0
+    g_arg = ctx.arg(6, "groups", 1)
+    groups = int(ctx.val(g_arg))
+    if groups != 1:
+        in_c, (rows, per_group) = ctx.shape(x)[c], ctx.shape(w)[:2]
+        if not (groups == in_c == rows and per_group == 1):
+            ctx.unsupported("functional grouped convolution")
+        if not _groups_follow_channels(ctx, g_arg, lx[c]):
+            ctx.fix(lx[c], "a depthwise convolution's number of groups is a number: it cannot "
+                           "follow the channels kept")
+        out_c = ctx.unify(lx[c], lw[0])
+        b = ctx.arg(2, "bias", None)
+        if isinstance(b, torch.fx.Node):
+            out_c = ctx.unify(out_c, ctx.tensor_layout(b)[0])
+        for k in lw[2:]:
+            if not is_fixed(k):
+                ctx.fix(k, "a convolution's kernel size")
+        shape = ctx.out_shape()
+        return TensorLayout([*lx[:c], out_c, *(fixed_dim(n) for n in shape[c + 1:])])
     ctx.unify(lx[c], lw[1])
     for k in lw[2:]:
         if not is_fixed(k):
@@ -140,6 +162,19 @@ def conv_fn(ctx: OpContext) -> Layout:
     shape = ctx.out_shape()
     dims = [*lx[:c], out_c, *(fixed_dim(n) for n in shape[c + 1:])]
     return TensorLayout(dims)
+
+
+def _groups_follow_channels(ctx: OpContext, g_arg: Any, channels: Dim) -> bool:
+    """Whether ``groups``, equal to the channels now, stays equal to them under every resize:
+    a size read from the channels' dim, or a module attribute then tied to them."""
+    if not isinstance(g_arg, torch.fx.Node):
+        return is_fixed(channels)
+    size = ctx.layout(g_arg)
+    traced = _dims_read_directly((size,), 1)
+    if traced and same_dim(ctx, traced[0], channels):
+        size_checked(ctx, size)
+        return True
+    return tie_size(ctx, size, channels)
 
 
 def _dims_read_directly(sizes: Any, n: int) -> list[Dim] | None:
