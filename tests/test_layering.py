@@ -73,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
     "importance": {"errors", "paramlayout", "symbols"},
     "depth": {"errors", "importance", "symbols"},  # console inside a function
     "planning": {"console", "depth", "errors", "importance", "paramlayout", "resizing", "symbols"},
-    "search": {"console", "depth", "errors", "importance", "planning", "symbols"},
+    "search": {"console", "depth", "errors", "importance", "paramlayout", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",
                    "plugins"},

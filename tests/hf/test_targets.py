@@ -100,3 +100,92 @@ def test_experts_are_a_role_of_their_own(tmp_path: Path) -> None:
     with pytest.raises(fxsym.PlanError, match="experts"):
         sizes_for(fxsym.analyze(_build("qwen3_moe", num_experts=4, num_experts_per_tok=2,
                                        head_dim=8)), experts=1)
+
+
+_MOE = {"mixtral": dict(num_local_experts=4, intermediate_size=32),
+        "qwen3_moe": dict(num_experts=4, moe_intermediate_size=32, decoder_sparse_step=1,
+                          head_dim=8, intermediate_size=32)}
+
+
+def _moe(model_type: str) -> Any:
+    return _build(model_type, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  num_experts_per_tok=2, **_MOE[model_type])
+
+
+def make_mixtral() -> Any:
+    """A tiny Mixtral for the CLI (``test_targets:make_mixtral``)."""
+    return _moe("mixtral")
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen3_moe"])
+def test_experts_keep_n_per_layer_and_reload(model_type: str, tmp_path: Path) -> None:
+    """``experts=3`` keeps 3 of 4 experts in every MoE layer: the fused tensors, the router's
+    rows and the config's count follow, and plain ``from_pretrained`` gives the same logits;
+    fewer experts than the router picks (2) is an error naming the reason."""
+    model = _moe(model_type)
+    sm = fxsym.analyze(model)
+    r = roles(sm)
+    assert len(r.experts) == 2
+    with pytest.raises(fxsym.PlanError, match="a router picks 2"):
+        sizes_for(sm, experts=1)
+    fxsym.plan(model, sm, sizes=sizes_for(sm, experts=3)).apply(model, sm)
+    for layer in model.model.layers:
+        assert layer.mlp.experts.gate_up_proj.shape[0] == 3
+        assert layer.mlp.experts.down_proj.shape[0] == 3
+        assert layer.mlp.gate.weight.shape[0] == 3
+    field = "num_local_experts" if model_type == "mixtral" else "num_experts"
+    assert getattr(model.config, field) == 3
+    model.save_pretrained(tmp_path)
+    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = BATCHES[0]["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids).logits, model(ids).logits, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen3_moe"])
+def test_active_parameters_of_a_moe(model_type: str) -> None:
+    """Per token: attention, norms, router and head whole, the expert tensors ``top_k / E``
+    of them (2 of 4 experts), the embedding table not at all. Counted by hand from the
+    config; one expert fewer takes only the router's row for it (a token still uses 2)."""
+    model = _moe(model_type)
+    sm = fxsym.analyze(model)
+    h, v, f, e, k, layers = 64, 128, 32, 4, 2, 2
+    heads, kv, hd = 4, 2, (16 if model_type == "mixtral" else 8)
+    attention = h * heads * hd * 2 + 2 * h * kv * hd
+    qk_norms = 2 * hd if model_type == "qwen3_moe" else 0
+    per_layer = attention + qk_norms + 2 * h + e * h + k * (h * 2 * f + f * h)
+    hand = layers * per_layer + h + v * h
+    total, skipped = active_params(model, sm)
+    assert skipped == {"model.embed_tokens.weight"}
+    assert total == hand
+    unused = v * h + layers * (e - k) * 3 * h * f
+    assert sum(p.numel() for p in model.parameters()) == hand + unused
+    fxsym.plan(model, sm, sizes=sizes_for(sm, experts=3)).apply(model, sm)
+    assert active_params(model, fxsym.analyze(model))[0] == hand - layers * h
+
+
+def test_active_target_search_on_a_moe() -> None:
+    """``search(active=True)`` meets an active-parameter target on a MoE (widths and depth;
+    the experts stay), and the kept plan's model has that many active parameters at most."""
+    model = _moe("qwen3_moe")
+    sm = fxsym.analyze(model)
+    total, _ = active_params(model, sm)
+    target = total * 3 // 4
+    result = search(model, sm, target_params=target, batches=BATCHES, round_to=8, active=True)
+    assert all(c.params <= target for c in result.candidates)
+    result.plan.apply(model, sm)
+    assert model.config.num_experts == 4
+    assert active_params(model, fxsym.analyze(model))[0] == result.best.params
+
+
+def test_cli_experts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fxsym.cli import main
+
+    assert main(["prune", "test_targets:make_mixtral", "--experts", "3", "--json",
+                 "-o", str(tmp_path / "x")]) == 0
+    plan = fxsym.Plan.from_json(capsys.readouterr().out)
+    kept = {k: len(v) for k, v in plan.choices().items() if "mlp.gate" in k}
+    assert kept == {f"model.layers.{i}.mlp.gate.weight:0": 3 for i in range(2)}
+    assert main(["prune", "test_targets:make_mixtral", "--experts", "1",
+                 "-o", str(tmp_path / "y")]) == 2
+    assert "a router picks 2" in capsys.readouterr().err

@@ -24,13 +24,18 @@ next-token cross-entropy where the model returns ``logits`` for ``input_ids``, e
 squared error to the unpruned model's output. The table lists every candidate; the plan of
 the lowest loss is kept (Minitron's architecture search, in miniature: no distillation).
 
-*Active* parameters (``active=True``) are those a token uses: every parameter but those only
-looked up (an embedding table whose rows one token reads one of; tied to an output head, it
-counts). MoE experts, of which a token uses only ``top_k``, are still counted whole. The
-experts of each MoE layer (routed groups) are a role of their own, ``experts``, sized only
-when asked (:func:`sizes_for`); the search keeps them.
+*Active* parameters (``active=True``, :func:`active_params`) are those a token uses: every
+parameter but those only looked up (an embedding table whose rows one token reads one of;
+tied to an output head, it counts), and of a MoE layer's expert tensors only the share a
+router picks. The experts of a MoE layer are a *routed* group (:attr:`SymGroup.routed`) whose
+``min_size`` is the ``k`` its ``topk`` picks: a parameter sliced by that group counts ``k /
+E`` of its entries (``E`` the experts kept), unless it computes the scores the pick reads (the
+router's weight, upstream of the integer positions in the trace), which every token uses
+whole. The experts of each MoE layer are a role of their own, ``experts``, sized only when
+asked (:func:`sizes_for`); the search keeps them (fewer experts do not change the active
+count).
 
-Imports from fxsym: console, depth, errors, importance, planning, symbols.
+Imports from fxsym: console, depth, errors, importance, paramlayout, planning, symbols.
 """
 
 from __future__ import annotations
@@ -48,10 +53,12 @@ from .console import format_table
 from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
+from .paramlayout import layout
 from .planning import Plan, param_shapes, plan
 from .symbols import SymMap
 
-__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "roles", "search", "sizes_for"]
+__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "expert_shares", "roles",
+           "search", "sizes_for"]
 
 #: the fractions of blocks and of the hidden size the search tries
 FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)
@@ -146,7 +153,50 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
 
 
 def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]]:
-    """The parameters a token uses, and the names of those it does not (looked up only)."""
+    """The parameters a token uses (see the module docstring), and the names of those it does
+    not use at all (looked up only)."""
+    skipped = _lookup_only(model, symmap)
+    shares = expert_shares(model, symmap)
+    experts = {g.name: g.size for g in symmap.groups() if g.routed}
+    total = 0.0
+    for name, p in model.named_parameters():
+        if name in skipped:
+            continue
+        k, group = shares.get(name, (1, ""))
+        total += p.numel() * k / experts.get(group, 1)
+    return round(total), skipped
+
+
+def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[int, str]]:
+    """``{parameter name: (k, routed group)}`` for every parameter sliced by a routed group
+    that a token reads only at the ``k`` positions its router picks (``k``: the group's
+    ``min_size``). The group's pick is the first node of the trace, downstream of its
+    parameters, that makes integer positions out of floating values (``topk``/``argmax``
+    over scores); a parameter upstream of it (the router's weight and bias, computing the
+    scores) is used whole."""
+    routed = [g for g in symmap.groups() if g.routed]
+    graph = symmap.graph
+    if not routed or graph is None:
+        return {}
+    lay = layout(model, symmap)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    picks = {n for n in graph.nodes if _is_pick(n)}
+    uses = _param_nodes(model, graph)
+    out: dict[str, tuple[int, str]] = {}
+    for g in routed:
+        params = {sl.param for sl in lay.slices.get(g.name, ())}
+        starts = [n for p in params for n in uses.get(p, ())]
+        pick = min((n for n in _closure(starts, lambda n: list(n.users)) if n in picks),
+                   key=order.__getitem__, default=None)
+        upstream = set() if pick is None else _closure([pick], lambda n: n.all_input_nodes)
+        for p in params:
+            if not upstream.intersection(uses.get(p, ())):
+                out[p] = (g.min_size, g.name)
+    return out
+
+
+def _lookup_only(model: nn.Module, symmap: SymMap) -> frozenset[str]:
+    """The parameters only looked up (read by integer inputs), never computed with."""
     graph = symmap.graph
     modules = dict(model.named_modules())
     lookup: set[int] = set()
@@ -160,10 +210,50 @@ def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]
             continue
         ids = {id(p) for p in mod.parameters()}
         (computing if val.is_floating_point() else lookup).update(ids)
-    skipped = frozenset(n for n, p in model.named_parameters()
-                        if id(p) in lookup and id(p) not in computing)
-    total = sum(p.numel() for n, p in model.named_parameters() if n not in skipped)
-    return total, skipped
+    return frozenset(n for n, p in model.named_parameters()
+                     if id(p) in lookup and id(p) not in computing)
+
+
+def _tensors(v: Any) -> list[torch.Tensor]:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    return [t for x in v for t in _tensors(x)] if isinstance(v, (tuple, list)) else []
+
+
+def _is_pick(node: fx.Node) -> bool:
+    """Whether ``node`` makes integer positions out of floating values."""
+    return any(not t.is_floating_point() and t.dtype != torch.bool
+               for t in _tensors(node.meta.get("val"))) and any(
+        t.is_floating_point() for a in node.all_input_nodes
+        for t in _tensors(a.meta.get("val")))
+
+
+def _closure(start: Iterable[fx.Node], step: Callable[[fx.Node], list[fx.Node]]
+             ) -> set[fx.Node]:
+    seen: set[fx.Node] = set()
+    stack = list(start)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(step(n))
+    return seen
+
+
+def _param_nodes(model: nn.Module, graph: fx.Graph) -> dict[str, list[fx.Node]]:
+    """The nodes reading each parameter: its ``get_attr``, its module's calls."""
+    params = dict(model.named_parameters())
+    names = {id(p): name for name, p in params.items()}
+    modules = dict(model.named_modules())
+    out: dict[str, list[fx.Node]] = {}
+    for n in graph.nodes:
+        if n.op == "get_attr" and str(n.target) in params:
+            out.setdefault(str(n.target), []).append(n)
+        elif n.op == "call_module" and str(n.target) in modules:
+            for p in modules[str(n.target)].parameters():
+                if id(p) in names:
+                    out.setdefault(names[id(p)], []).append(n)
+    return out
 
 
 @dataclass(frozen=True)
@@ -269,13 +359,20 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool
     """``count(sizes, layers)``: the (active) parameters of the plan of those sizes and
     blocks, without building it."""
     shapes_after = param_shapes(model, symmap)
-    skipped = active_params(model, symmap)[1] if active else frozenset()
+    skipped = _lookup_only(model, symmap) if active else frozenset()
+    shares = expert_shares(model, symmap) if active else {}
+    sizes_now = {g.name: g.size for g in symmap.groups()}
     groups = symmap.depth_groups()
 
     def count(sizes: Mapping[str, int], layers: Any) -> int:
         kept = layers or {}
-        return sum(math.prod(v) for k, v in shapes_after(sizes).items()
-                   if k not in skipped and renamed(k, groups, kept) is not None)
+        total = 0.0
+        for k, v in shapes_after(sizes).items():
+            if k in skipped or renamed(k, groups, kept) is None:
+                continue
+            picked, g = shares.get(k, (1, ""))
+            total += math.prod(v) * picked / sizes.get(g, sizes_now.get(g, 1))
+        return round(total)
 
     return count
 
