@@ -32,8 +32,8 @@ router picks. The experts of a MoE layer are a *routed* group (:attr:`SymGroup.r
 E`` of its entries (``E`` the experts kept), unless it computes the scores the pick reads (the
 router's weight, upstream of the integer positions in the trace), which every token uses
 whole. The experts of each MoE layer are a role of their own, ``experts``, sized only when
-asked (:func:`sizes_for`); the search keeps them (fewer experts do not change the active
-count).
+asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active count by
+the router's rows only).
 
 Imports from fxsym: console, depth, errors, importance, paramlayout, planning, symbols.
 """
