@@ -171,7 +171,7 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     print(table(rows, ["checkpoint", "layers", "out/in bytes", "params after/before",
-                       "peak RSS MB", "peak/size", "prune s"]))
+                       "peak RSS MiB", "peak/size", "prune s"]))
 
 
 if __name__ == "__main__":
