@@ -25,6 +25,11 @@ Columns:
 * ``permutation``: :func:`fxsym.oracles.check_permutation` (float64 where the model runs in
   it).
 
+timm models are built with a 10-class head: some configs default to none (eva02's masked
+image modelling config has ``num_classes=0``), and then the pooled embedding is the output,
+whose size the output contract keeps, pinning the residual stream; a pruning user keeps a
+classifier.
+
 ``ok``/``fail``/``not checked`` (no group to check); a model that fails to build or analyze
 is a row saying why.
 """
@@ -124,7 +129,7 @@ def _timm(name: str) -> Built:
     import timm
 
     size = TIMM.get(name, 224)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"num_classes": 10}
     if size != 224 and not name.startswith(("ghost", "res")):  # the CNNs take any size as is
         kwargs["img_size"] = size
     model = timm.create_model(name, pretrained=False, **kwargs)

@@ -91,3 +91,23 @@ def test_a_concatenated_bias_keeps_the_stream_a_group() -> None:
     assert ("proj", "out_features") in group_with(sm, "inp", "out_features").members
     fxsym.resize(model, sm, {g.name: g.size // 2 for g in sm.groups()})
     assert model.q_bias.shape[0] < 16 and not stale_sizes(model)
+
+
+def test_timm_eva02_tiny() -> None:
+    """timm's ``eva02_tiny_patch14_224`` (random weights, two blocks, a 10-class head: its
+    config has none): the stream, the heads of every attention (fused qkv on an uncalled
+    ``nn.Linear`` with a concatenated bias; the rotary embedding keeps the head dim, so heads
+    go whole) and every SwiGLU width are groups."""
+    import timm
+
+    model = timm.create_model("eva02_tiny_patch14_224", pretrained=False, img_size=56, depth=2,
+                              num_classes=10).double().eval()
+    sm = assert_oracles(model, (torch.randn(1, 3, 56, 56, dtype=torch.float64),))
+    stream = group_with(sm, "patch_embed.proj", "out_channels")
+    assert ("blocks.1.mlp.fc2", "out_features") in stream.members
+    assert has_group_with(sm, "blocks.0.attn.qkv", "weight:0")
+    assert has_group_with(sm, "blocks.0.mlp.fc1", "out_features")
+    fxsym.resize(model, sm, {g.name: max(1, g.size // 2) for g in sm.groups()})
+    assert model.blocks[0].attn.qkv.out_features == model.blocks[0].attn.qkv.weight.shape[0]
+    assert not stale_sizes(model)
+    assert model(torch.randn(1, 3, 56, 56, dtype=torch.float64)).shape == (1, 10)
