@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from fxsym.analysis import (
+    AttributeSize,
     Dim,
     Layout,
     OpContext,
@@ -385,7 +386,9 @@ def squeeze(ctx: OpContext) -> Layout:
 
 
 def expand(ctx: OpContext) -> Layout:
-    """``expand``/``expand_as``/``repeat``: dims that keep their size keep their groups."""
+    """``expand``/``expand_as``/``repeat``: dims that keep their size keep their groups; a dim
+    of one entry expanded to a size read directly from an elastic dim takes that dim's groups
+    (every entry is the same copy, so any subset or order of them is too)."""
     x = ctx.arg(0, "input")
     lay = ctx.tensor_layout(x)
     shape = ctx.shape(x)
@@ -406,6 +409,13 @@ def expand(ctx: OpContext) -> Layout:
                 dims.append(fixed_dim(out_shape[i]))
                 continue
             dims.append(lay[j])
+        elif (sizes is not None and isinstance(sizes[i], SizeLayout)
+              and not isinstance(sizes[i], AttributeSize) and (j < 0 or shape[j] == 1)):
+            # a broadcast to a size read from a dim (k_rot.expand(-1, heads, -1, -1)): copies
+            # of one entry, as many as that dim keeps, so the output dim follows its group
+            size = sizes[i]
+            size_checked(ctx, size)
+            dims.append(ctx.table.resolve_layout(size)[0])
         else:
             if j >= 0 and not is_fixed(lay[j]):
                 ctx.fix(lay[j], f"{name or 'expand'} changes an elastic dim")
