@@ -145,6 +145,63 @@ def test_branch_on_size_parity_pins() -> None:
     _assert_pinned(sm, "c1", "bool()")
 
 
+def test_shapes_compared_whole_pin() -> None:
+    class Stored(_Two):  # ultralytics Detect: if self.shape != shape: recompute
+        def __init__(self) -> None:
+            super().__init__()
+            self.shape = (2, 8, 6, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.c1(x)
+            if self.shape != y.shape:
+                y = y * 2
+            return self.c2(y)
+
+    class Sliced(_Two):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.c1(x)
+            if y.shape[:2] == torch.Size((2, 8)):
+                y = -y
+            return self.c2(y)
+
+    for model in (Stored(), Sliced()):
+        sm = _analyze(model)
+        _assert_pinned(sm, "c1", "bool()")
+
+
+def test_shapes_compared_whole_are_decided_entry_by_entry() -> None:
+    class Equal(nn.Module):  # equal shapes of two groups: their sizes tied
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Conv2d(3, 8, 1), nn.Conv2d(3, 8, 1)
+            self.c = nn.Conv2d(16, 4, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y, z = self.a(x), self.b(x)
+            if y.shape == z.shape:
+                y = y * 2
+            return self.c(torch.cat([y, z], 1))
+
+    class Ranks(_Two):  # shapes of different lengths differ for every size
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.c1(x)
+            if y.shape != y.shape[1:]:
+                y = y * 2
+            return self.c2(y)
+
+    model = Equal()
+    sm = _analyze(model)
+    members = _members(sm)
+    ga, gb = members[("a", "out_channels")], members[("b", "out_channels")]
+    assert ga != gb
+    assert gb in sm.group(ga).same_size
+    _assert_sound(model, sm)
+    model = Ranks()
+    sm = _analyze(model)
+    assert ("c1", "out_channels") in _members(sm)
+    _assert_sound(model, sm)
+
+
 def test_size_added_to_a_tensor_pins() -> None:
     class M(_Two):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

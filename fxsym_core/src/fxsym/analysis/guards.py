@@ -19,7 +19,9 @@ layouts the analyzer decides it (:func:`decide`), in this order:
    (``+ - * // /``, comparisons, ``not``), gives one answer on all of them: ``C > 0``,
    ``C >= 1``, ``C <= 8`` for ``C == 8``, truth of ``C``. ``int()``, ``float()``, an index or
    ``len()`` must have one value over the intervals (a size read from a fixed dim);
-4. otherwise it **pins** every group it reads, with a ``guard`` line in the trace report
+4. two shapes compared as tuples (``if self.shape != x.shape:``) are decided entry by entry
+   (:func:`_shapes_compared`);
+5. otherwise it **pins** every group it reads, with a ``guard`` line in the trace report
    naming the question, the expression and where it was asked.
 
 Imports from fxsym: tracer (questions).
@@ -65,7 +67,7 @@ def decide(an: Analyzer, guard: Guard, at: torch.fx.Node) -> None:
     elastic = [d for d in dims.values() if d is not None and _elastic(an, d)]
     if not elastic:
         return
-    if _tie(an, guard, dims, at) or _holds(an, guard, dims):
+    if _tie(an, guard, dims, at) or _holds(an, guard, dims) or _shapes_compared(an, guard, at):
         return
     where = f"{guard.where or '<root>'} (node {guard.node})"
     reason = f"the trace depends on {guard}, asked in {guard.where or '<root>'}"
@@ -76,6 +78,42 @@ def decide(an: Analyzer, guard: Guard, at: torch.fx.Node) -> None:
         an.pin_sites.extend((s.group, where, reason) for s in d if s.group is not None)
     if changed and report:
         an.report.add("guard", where, reason)
+
+
+def _shapes_compared(an: Analyzer, guard: Guard, at: torch.fx.Node) -> bool:
+    """Decide ``a == b`` / ``a != b`` of two shapes compared as tuples entry by entry.
+
+    Answered "all equal", each pair of entries is a question of its own, decided (tied, held
+    or pinned) as any other. Answered "some differ", it holds if the tuples' lengths differ or
+    one pair differs for every size; otherwise ``False``, and the caller pins every read."""
+    e = guard.expr
+    if not (isinstance(e, Apply) and e.fn in (operator.eq, operator.ne) and len(e.args) == 2
+            and guard.question == "bool()"):
+        return False
+    a, b = (_entries(x) for x in e.args)
+    if a is None or b is None:
+        return False
+    if len(a) != len(b):
+        return True
+    pairs = [Guard(Apply(operator.eq, (x, y)), guard.question, True, guard.where, guard.node)
+             for x, y in zip(a, b)]
+    if (e.fn is operator.eq) == bool(guard.answer):
+        for pair in pairs:
+            decide(an, pair, at)
+        return True
+    return any(_holds(an, Guard(Apply(operator.ne, p.expr.args), p.question, True, p.where,
+                                p.node), {id(r): _dim(an, r) for r in p.reads()})
+               for p in pairs)
+
+
+def _entries(e: Any) -> list[Any] | None:
+    """The entries of a shape compared as a tuple: a traced shape's size reads, or a
+    constant tuple of ints; ``None`` for anything else."""
+    if isinstance(e, Apply) and e.fn is tuple:
+        return list(e.args)
+    if isinstance(e, tuple) and all(type(v) is int for v in e):
+        return list(e)
+    return None
 
 
 def _dim(an: Analyzer, read: SizeRead | AttributeRead) -> Dim | None:

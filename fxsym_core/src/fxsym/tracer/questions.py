@@ -13,7 +13,9 @@ expression it was asked of, written over the sizes it reads:
   ``node.meta[ATTRIBUTE_META]``);
 * :class:`Apply` — an operator (``==``, ``%``, ``+``, ...) applied to sub-expressions and
   constants; ``fn is None`` where the value was computed in a way not followed here (its
-  reads are kept, its value is unknown).
+  reads are kept, its value is unknown); ``fn is tuple`` for a whole shape or a slice of one
+  (``x.shape``, ``x.size()``, ``x.shape[:2]``): the tuple of its size reads, so comparing
+  shapes as tuples (``if self.shape != x.shape:``) is a question about every size compared.
 
 The expression is plain data captured when the question is asked: the scalar nodes between
 the reads and the question are erased from the graph afterwards (they compute nothing the
@@ -178,7 +180,10 @@ def _expr(node: torch.fx.Node, memo: dict[torch.fx.Node, Expr]) -> Expr:
         return memo[node]
     memo[node] = Apply(None, ())  # a cycle cannot happen; this only stops runaway recursion
     found: Expr = _read(node)
-    if found is None:
+    shape = _shape_of(node) if found is None else None
+    if shape is not None:  # a whole shape, or a slice of one: the tuple of its sizes
+        found = Apply(tuple, tuple(SizeRead(shape[0], d) for d in shape[1]))
+    elif found is None:
         target = node.target
         fn = target if node.op == "call_function" and target in _FOLLOWED else None
         args = tuple(_expr(a, memo) if isinstance(a, torch.fx.Node) and _scalar(a) else
