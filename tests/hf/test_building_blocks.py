@@ -65,16 +65,25 @@ def test_more_families_find_their_heads(family: str) -> None:
 REPORTED = {
     "phi3": "a factor of a product of sizes bounding a slice",  # head_dim of qkv_proj
     "olmo2": "",  # q_norm over all heads: attention traced through
-    "gpt_bigcode": "split cuts an elastic dim",  # multi-query fused c_attn
     "falcon": "overrides forward of Linear",  # FalconLinear
     # relative position bias table: the index addresses its rows by position
     "swin": "getitem addresses an elastic dim by position",
     # one embedding weight read by encoder and decoder: one hidden size, which the encoder's
     # last hidden state (a model output) pins
     "bart": "reaches the model output",
-    # experts picked by the router: their positions index the expert dim
-    "mixtral": "getitem addresses an elastic dim by position",
+    # the router's k stays as it is (the number of experts is a group: tests/hf/test_moe.py)
+    "mixtral": "topk's k, the number of entries picked, stays as it is",
 }
+
+
+def test_multi_query_fused_projection_split_at_attribute_sizes() -> None:
+    """gpt_bigcode's ``c_attn`` holds the queries, then one key and one value head, split at
+    ``(self.embed_dim, self.kv_dim, self.kv_dim)``: the pieces stay groups and the
+    attributes follow them."""
+    model = build("gpt_bigcode")
+    sm = assert_oracles(model, resolve_example_inputs(model, None))
+    assert has_group_with(sm, "transformer.h.0.attn.c_attn", "out_features")
+    assert has_group_with(sm, "transformer.h.0.attn", "attr:embed_dim")
 
 
 @pytest.mark.parametrize("family", sorted(REPORTED))
