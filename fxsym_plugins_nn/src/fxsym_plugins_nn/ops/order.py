@@ -183,6 +183,13 @@ def gather(ctx: OpContext) -> Layout:
     sx, si = ctx.shape(x), ctx.shape(index)
     d = norm_dim(int(ctx.val(ctx.arg(1, "dim"))), len(lx))
     pin_dims(ctx, lx[d], BY_POSITION)
+    return checked_layout(ctx, gathered_dims(ctx, lx, li, sx, si, d), ctx.value)
+
+
+def gathered_dims(ctx: OpContext, lx: TensorLayout, li: TensorLayout, sx: Sequence[int],
+                  si: Sequence[int], d: int) -> list[Dim]:
+    """The dims of ``gather(x, d, index)``'s result: ``index``'s along ``d``; every other dim
+    tied to ``x``'s where their sizes agree, else both pinned (a part of it is read)."""
     dims: list[Dim] = []
     for k in range(len(li)):
         if k == d:
@@ -192,7 +199,7 @@ def gather(ctx: OpContext) -> Layout:
         else:
             pin_dims(ctx, [lx[k], li[k]], "reads a part of an elastic dim")
             dims.append(fixed_dim(si[k]))
-    return checked_layout(ctx, dims, ctx.value)
+    return dims
 
 
 def take_along_dim(ctx: OpContext) -> Layout:

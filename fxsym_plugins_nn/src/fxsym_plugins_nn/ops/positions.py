@@ -55,7 +55,7 @@ from fxsym.analysis import (
 )
 
 from .common import Rule, checked_layout, norm_dim, op_name
-from .order import _indices_read
+from .order import _indices_read, gathered_dims
 
 #: why a pick by value pins a dim it cannot route (a concatenation, heads of several entries)
 PICKS = "returns positions of entries it picks by value"
@@ -217,17 +217,7 @@ def gather_by_positions(original: Rule | None, *, index_at: int, dim_at: int) ->
         d = norm_dim(raw, len(lx))
         _point_at(ctx, lx[d], positions)
         lx, li = ctx.table.resolve_layout(lx), ctx.table.resolve_layout(li)
-        dims: list[Dim] = []
-        for k in range(len(li)):
-            if k == d:
-                dims.append(li[k])
-            elif sx[k] == si[k]:
-                dims.append(ctx.unify(lx[k], li[k]))
-            else:
-                ctx.fix(lx[k], "a part of an elastic dim is gathered")
-                ctx.fix(li[k], "a part of an elastic dim is gathered")
-                dims.append(fixed_dim(si[k]))
-        return checked_layout(ctx, dims, ctx.value)
+        return checked_layout(ctx, gathered_dims(ctx, lx, li, sx, si, d), ctx.value)
 
     return rule
 
