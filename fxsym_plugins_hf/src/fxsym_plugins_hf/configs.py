@@ -432,14 +432,23 @@ class _Prober:
                     state[attr] = now
 
 
-def _meta_modules(model: nn.Module, config: Any) -> dict[str, dict[str, int]] | None:
-    """The int attributes of every module of a model of ``model``'s class built from
-    ``config`` on the meta device, by module qualname; ``None`` if it cannot be built."""
+def _meta_build(model: nn.Module, config: Any) -> nn.Module | None:
+    """A model of ``model``'s class built from ``config`` on the meta device; ``None`` if it
+    cannot be built."""
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fresh = type(model)(config)
+            built: nn.Module = type(model)(config)
     except Exception:  # a config the class refuses, or a class that cannot be built on meta
+        return None
+    return built
+
+
+def _meta_modules(model: nn.Module, config: Any) -> dict[str, dict[str, int]] | None:
+    """The int attributes of every module of :func:`_meta_build`'s model, by module
+    qualname; ``None`` if it cannot be built."""
+    fresh = _meta_build(model, config)
+    if fresh is None:
         return None
     return {name: {k: v for k, v in vars(mod).items() if type(v) is int and not k.startswith(
         "_")} for name, mod in fresh.named_modules()}
@@ -454,15 +463,9 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
 
 
 def _meta_shapes(model: nn.Module, config: Any) -> dict[str, tuple[int, ...]] | None:
-    """:func:`_shapes` of a model of ``model``'s class built from ``config`` on the meta
-    device; ``None`` if it cannot be built."""
-    try:
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fresh = type(model)(config)
-    except Exception:  # a config the class refuses, or a class that cannot be built on meta
-        return None
-    return _shapes(fresh)
+    """:func:`_shapes` of :func:`_meta_build`'s model; ``None`` if it cannot be built."""
+    fresh = _meta_build(model, config)
+    return None if fresh is None else _shapes(fresh)
 
 
 def _attention_layouts(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
