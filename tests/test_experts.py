@@ -120,13 +120,8 @@ class PositionsOut(nn.Module):
         return self.table[idx].sum(dim=1), idx
 
 
-class PositionsReindexed(nn.Module):
+class PositionsReindexed(ArithmeticOnPositions):
     """Positions themselves indexed by a tensor, then used as numbers: still positions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.router = nn.Parameter(torch.randn(4, 8))
-        self.table = nn.Parameter(torch.randn(5, 8))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _, idx = torch.topk(F.linear(x, self.router), 2, dim=-1)
