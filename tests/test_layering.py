@@ -76,7 +76,7 @@ ALLOWED: dict[str, set[str]] = {
     "search": {"console", "depth", "errors", "importance", "paramlayout", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",
-                   "plugins"},
+                   "plugins", "search"},
     "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -5,8 +5,10 @@ A *checkpoint directory* is what a library's ``save_pretrained`` writes: a confi
 as safetensors (one file, or shards and an index), tokenizer files. The core does not know any
 library: a plugin's ``fxsym_checkpoint_reader`` hook gives a :class:`CheckpointReader`, which
 builds the model with its parameters on the meta device (buffers real), says which file holds
-each tensor and tokenises calibration text (the hf plugin: transformers' meta construction and
-the checkpoint's own tokenizer).
+each tensor, how tensors are stored where not under the model's names and layout (a
+:class:`StoredLayout`: the hf plugin applies transformers' conversion mapping, which fuses a MoE
+layer's per-expert tensors) and tokenises calibration text (the hf plugin: transformers' meta
+construction and the checkpoint's own tokenizer).
 
 The steps, none of which holds more than one decoder layer's weights:
 
@@ -34,7 +36,9 @@ The steps, none of which holds more than one decoder layer's weights:
 4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
    plan keeps along each dim (the Layout says which slice of which parameter belongs to which
    unit), renamed as the kept layers are renumbered (a dropped layer's tensors are not
-   written), checked against the shape of the resized meta model, read in chunks of rows
+   written), stored as the reader stores it (a fused tensor made whole, cut, and split again
+   by :meth:`StoredLayout.store`: one layer's experts at a time), checked against the shape
+   of the resized meta model, read in chunks of rows
    (safetensors' ``get_slice``) and written straight into its
    shard (safetensors files of at most ``max_shard_size`` bytes,
    ``model-0000k-of-0000n.safetensors`` with a ``model.safetensors.index.json``, or one
@@ -50,7 +54,8 @@ the plan. The calibration runs in the checkpoint's dtype. Peak memory is about t
 block or module outside the blocks (an embedding, the head) plus the calibration hidden
 states.
 
-Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins.
+Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins,
+search.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +80,7 @@ from .persist import FORMAT, MANIFEST, plugin_files, replace_directory
 from .planning import Plan, plan
 from .plugins import load_plugins
 from .plugins.calls import call_hook
+from .search import sizes_for
 
 __all__ = [
     "CheckpointReader",
@@ -118,6 +125,33 @@ class CheckpointReader(Protocol):
         """Batches (arguments of the model, :func:`fxsym.importance.run_batch`) holding the
         first ``tokens`` tokens of ``texts`` in sequences of at most ``seq_len``, tokenised
         with the checkpoint's own tokenizer."""
+
+    def stored(self, model: nn.Module) -> StoredLayout | None:
+        """How the files store the tensors of ``model`` (:meth:`build`'s) where not under its
+        names and layout, or ``None`` when they do."""
+
+
+class StoredLayout(Protocol):
+    """The tensors a checkpoint stores under other names or in another layout than the model
+    holds them (the hf plugin: transformers' checkpoint conversion mapping; a MoE layer's
+    experts, fused in the model, are one tensor per expert in the files).
+
+    Names here are the model's (parameters and buffers of :meth:`CheckpointReader.build`'s
+    model) or the files' (*stored* names)."""
+
+    #: ``{model tensor: stored tensor}``: stored whole under another name
+    renamed: Mapping[str, str]
+    #: ``{model tensor: its stored tensors}``: made of several (:meth:`load`)
+    fused: Mapping[str, Sequence[str]]
+
+    def load(self, name: str, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Fused model tensor ``name`` made from its stored tensors (by stored name)."""
+
+    def store(self, model: nn.Module, tensors: Mapping[str, torch.Tensor]
+              ) -> dict[str, torch.Tensor]:
+        """The stored tensors (by stored name) of ``tensors`` (tensors of ``model`` by name: a
+        renamed one, or every tensor made of the same stored ones), for ``model`` pruned;
+        on meta tensors, the names and shapes."""
 
 
 def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
@@ -177,13 +211,53 @@ def read_calibration_text(path: str | os.PathLike[str]) -> list[str]:
 # -- reading tensors lazily ---------------------------------------------------------------
 class _Tensors:
     """Tensors of a checkpoint read on demand with safetensors' ``safe_open`` (each file
-    opened for one read and closed, so no mapping of a whole shard stays resident)."""
+    opened for one read and closed, so no mapping of a whole shard stays resident), by the
+    model's names: a renamed tensor read under its stored name, a fused one made from its
+    stored tensors (``stored``, the reader's :class:`StoredLayout`)."""
 
-    def __init__(self, directory: Path, files: Mapping[str, str]) -> None:
+    def __init__(self, directory: Path, files: Mapping[str, str],
+                 stored: StoredLayout | None = None) -> None:
         self.directory = directory
         self.files = dict(files)
+        self.stored = stored
+        self.renamed: dict[str, str] = dict(stored.renamed) if stored is not None else {}
+        self.fused: dict[str, list[str]] = ({n: list(s) for n, s in stored.fused.items()}
+                                            if stored is not None else {})
+
+    def has(self, name: str) -> bool:
+        """Whether the files hold model tensor ``name``."""
+        return name in self.files or name in self.renamed or name in self.fused
+
+    def units(self) -> list[list[str]]:
+        """The model tensors the files hold, in the files' order: one a unit, but the fused
+        tensors made of the same stored tensors together."""
+        taken = set(self.renamed.values())
+        by_source: dict[str, list[str]] = {}
+        for name, sources in self.fused.items():
+            taken.update(sources)
+            by_source.setdefault(sources[0], []).append(name)
+        model_name = {s: n for n, s in self.renamed.items()}
+        out: list[list[str]] = []
+        for key in sorted(self.files, key=lambda n: (self.files[n], n)):
+            if key in by_source:
+                out.append(by_source[key])
+            elif key in model_name:
+                out.append([model_name[key]])
+            elif key not in taken:
+                out.append([key])
+        return out
 
     def read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
+        fused = [n for n in names if n in self.fused]
+        plain = [n for n in names if n not in self.fused]
+        got = self._read([self.renamed.get(n, n) for n in plain])
+        out = {n: got.pop(self.renamed.get(n, n)) for n in plain}
+        for name in fused:
+            assert self.stored is not None
+            out[name] = self.stored.load(name, self._read(self.fused[name]))
+        return out
+
+    def _read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
         from safetensors import safe_open
 
         by_file: dict[str, list[str]] = {}
@@ -215,6 +289,7 @@ class _Tensors:
         range of rows with ``get_slice``), so a large tensor is never in memory whole."""
         from safetensors import safe_open
 
+        name = self.renamed.get(name, name)
         path = self.directory / self.files[name]
         try:
             with safe_open(str(path), framework="pt") as handle:
@@ -315,7 +390,7 @@ class _Loader:
             places = self.places[first]
             if not getattr(places[0][0], places[0][1]).is_meta:
                 continue
-            stored = next((n for _, _, n in places if n in self.tensors.files), None)
+            stored = next((n for _, _, n in places if self.tensors.has(n)), None)
             if stored is None:
                 raise CheckpointError(f"{self.tensors.directory}: no weight file holds {first}")
             wanted.append((first, stored))
@@ -610,45 +685,89 @@ def _cuts_of(cuts: Mapping[tuple[str, int], torch.Tensor], key: str
     return lambda dim: cuts.get((key, dim))
 
 
+class _Fused:
+    """The stored tensors of one unit of fused model tensors (:meth:`_Tensors.units`), pruned:
+    made once, when the first is written, from the unit's tensors read, cut by the plan and
+    split as the reader stores them; each given away as it is written, so one unit (a layer's
+    experts) is in memory at a time."""
+
+    def __init__(self, tensors: _Tensors, unit: Sequence[str], after: Sequence[str],
+                 first: Mapping[str, str], cuts: Mapping[tuple[str, int], torch.Tensor],
+                 model: nn.Module) -> None:
+        self.args = (tensors, unit, after, first, cuts, model)
+        self.pieces: dict[str, torch.Tensor] | None = None
+
+    def take(self, name: str) -> Iterator[torch.Tensor]:
+        if self.pieces is None:
+            tensors, unit, after, first, cuts, model = self.args
+            made = {}
+            for old, new in zip(unit, after):
+                t = tensors.one(old)
+                for dim in range(t.dim()):
+                    index = cuts.get((first.get(old, old), dim))
+                    if index is not None:
+                        t = t.index_select(dim, index)
+                made[new] = t
+            assert tensors.stored is not None
+            self.pieces = tensors.stored.store(model, made)
+            del made
+        yield self.pieces.pop(name)
+
+
 def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str | None],
                    first: Mapping[str, str], cuts: Mapping[tuple[str, int], torch.Tensor],
-                   expected: Mapping[str, tuple[int, ...]], limit: int,
-                   progress: bool) -> list[str]:
-    """Write the pruned tensors into ``tmp``, one tensor in memory at a time, in shards of at
-    most ``limit`` bytes, under their names after the plan (``names_after``: ``None`` for a
-    tensor of a dropped block, not written); ``expected`` gives the shapes under those names.
-    The file names written."""
+                   model: nn.Module, limit: int, progress: bool) -> list[str]:
+    """Write the pruned tensors into ``tmp``, one tensor (one unit of fused ones) in memory at
+    a time, in shards of at most ``limit`` bytes, under their names after the plan
+    (``names_after``, by model name: ``None`` for a tensor of a dropped block, not written)
+    as the reader stores them (a renamed or fused tensor: :meth:`StoredLayout.store` of the
+    pruned meta ``model``, which gives the shapes). The file names written."""
     from .console import track
 
+    expected = _shapes(model)
     header = tensors.header()
-    order = sorted(header, key=lambda n: (tensors.files[n], n))
     sizes: dict[str, int] = {}
-    source: dict[str, str] = {}
-    for name in order:
-        new = names_after.get(name, name)
-        if new is None:
+    dtypes: dict[str, torch.dtype] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    produce: dict[str, Callable[[], Iterator[torch.Tensor]]] = {}
+    for unit in tensors.units():
+        after = [names_after.get(n, n) for n in unit]
+        if any(new is None for new in after):
             continue
-        shape = expected.get(new)
-        if shape is None:
-            raise CheckpointError(f"{tensors.directory}: the weights hold {name}, which the "
-                                  "model built from the config does not have")
-        source[new] = name
-        sizes[new] = math.prod(shape) * torch.empty((), dtype=header[name][0]).element_size()
+        for name, new in zip(unit, after):
+            if new not in expected:
+                raise CheckpointError(f"{tensors.directory}: the weights hold {name}, which "
+                                      "the model built from the config does not have")
+        stored_as = (tensors.fused[unit[0]][0] if unit[0] in tensors.fused
+                     else tensors.renamed.get(unit[0], unit[0]))
+        dtype = header[stored_as][0]
+        metas = {new: torch.empty(expected[new], dtype=dtype, device="meta")
+                 for new in after if new is not None}
+        outs = metas
+        if tensors.stored is not None and (unit[0] in tensors.fused
+                                           or unit[0] in tensors.renamed):
+            outs = tensors.stored.store(model, metas)
+        fused = (_Fused(tensors, unit, list(metas), first, cuts, model)
+                 if unit[0] in tensors.fused else None)
+        cut = _cuts_of(cuts, first.get(unit[0], unit[0]))
+        for out, t in outs.items():
+            dtypes[out], shapes[out] = t.dtype, tuple(t.shape)
+            sizes[out] = math.prod(t.shape) * t.element_size()
+            produce[out] = (partial(fused.take, out) if fused is not None
+                            else partial(tensors.rows, unit[0], cut))
     shards = _shard_plan(sizes, limit)
     names = [SINGLE] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
                                                 for k in range(len(shards))]
 
     def pruned(members: Sequence[str]) -> Iterator[tuple[str, Iterator[torch.Tensor]]]:
-        for new in members:
-            name = source[new]
-            key = first.get(name, name)
-            yield new, tensors.rows(name, _cuts_of(cuts, key))
+        for out in members:
+            yield out, produce.pop(out)()
 
     pairs = list(zip(names, shards))
     for file, members in (track(pairs, description="writing", label=lambda fm: fm[0])
                           if progress else pairs):
-        _write_shard(tmp / file, {n: header[source[n]][0] for n in members},
-                     {n: expected[n] for n in members}, pruned(members))
+        _write_shard(tmp / file, {n: dtypes[n] for n in members},
+                     {n: shapes[n] for n in members}, pruned(members))
     if len(names) > 1:
         weight_map = {n: file for file, members in pairs for n in members}
         index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
@@ -687,6 +806,7 @@ def prune_checkpoint(
     target_params: int | None = None,
     param_ratio: float | None = None,
     layers: int | Sequence[int] | None = None,
+    sizes: Mapping[str, int] | None = None,
     scope: str = "uniform",
     round_to: int = 1,
     min_keep: int = 1,
@@ -704,7 +824,10 @@ def prune_checkpoint(
     fraction of parameters to remove (a ``target_params`` of the rest). ``layers`` keeps that
     many decoder layers (ranked by the block importance of the calibration run: calibration
     text needed) or the layers at those positions (:func:`fxsym.plan`'s ``layers``); the
-    tensors of the layers kept are renamed as the layers are renumbered. ``ratio``,
+    tensors of the layers kept are renamed as the layers are renumbered. ``sizes`` gives
+    architecture sizes by role instead of an amount (``{"hidden": 48, "experts": 3}``; roles
+    ``hidden``, ``ffn``, ``heads``, ``kv_heads``, ``experts``: :func:`fxsym.search.sizes_for`),
+    each group keeping its units of highest importance. ``ratio``,
     ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
     :func:`fxsym.plan`'s. ``status(message)`` (a context manager factory, e.g. a spinner) is
     entered around each step. Raises :class:`~fxsym.errors.CheckpointError` /
@@ -731,7 +854,8 @@ def prune_checkpoint(
                                f"({seq_len}) must be positive")
     with step(f"building {directory} on the meta device"):
         model = reader.build()
-        tensors = _Tensors(reader.directory, reader.tensor_files())
+        stored = reader.stored(model) if hasattr(reader, "stored") else None
+        tensors = _Tensors(reader.directory, reader.tensor_files(), stored)
     batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
                if texts is not None and importance == "activation" else None)
     if batches is not None and not batches:
@@ -765,7 +889,8 @@ def prune_checkpoint(
     with step("planning"):
         chosen = plan(model, sm, ratio=ratio, target_params=target_params, importance=given,
                       scope=scope, round_to=round_to, min_keep=min_keep, exclude=exclude,
-                      layers=layers, depth_importance=depth_scores)
+                      layers=layers, depth_importance=depth_scores,
+                      sizes=None if sizes is None else sizes_for(sm, **sizes))
     if extra:
         from .planning import with_extra
 
@@ -773,15 +898,14 @@ def prune_checkpoint(
     cuts = kept_positions(lay, chosen.choices())
     depth_groups = sm.depth_groups()
     blocks = {d.name: list(d.keep) for d in chosen.depth}
-    names = {n: renamed(n, depth_groups, blocks) for n in tensors.files}
+    names = {n: renamed(n, depth_groups, blocks) for unit in tensors.units() for n in unit}
     chosen.apply(model, sm)
     files = plugin_files(model, chosen)
-    expected = _shapes(model)
     manifest = {"fxsym": FORMAT, "source": None, "aliases": {}, "files": sorted(files),
                 "history": [], "plan": chosen.to_dict()}
     carried = _carried(reader, files)
     with replace_directory(output) as tmp:
-        _write_weights(tmp, tensors, names, first, cuts, expected, max_shard_size, progress)
+        _write_weights(tmp, tensors, names, first, cuts, model, max_shard_size, progress)
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         for name in carried:

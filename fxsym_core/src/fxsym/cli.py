@@ -395,12 +395,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
                        f"{args.param_ratio}")
     _check_output(args.output, args.force)
     if is_checkpoint_dir(args.model):
-        if shape or args.target_active_params is not None:
-            raise CliError("--hidden, --ffn, --heads, --kv-heads, --experts and "
-                           "--target-active-params "
-                           "do not stream a checkpoint directory yet: load it with "
-                           "from_pretrained and use fxsym.plan(..., sizes=) or fxsym.search")
-        return _prune_checkpoint(args)
+        if args.target_active_params is not None:
+            raise CliError("--target-active-params does not stream a checkpoint directory "
+                           "yet: load it with from_pretrained and use fxsym.search")
+        return _prune_checkpoint(args, shape)
     if args.calib is not None:
         raise CliError("--calib is for a checkpoint directory (what save_pretrained writes); "
                        f"{args.model} is not one")
@@ -444,7 +442,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prune_checkpoint(args: argparse.Namespace) -> int:
+def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
     """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed."""
     from .checkpoint import prune_checkpoint
     from .console import status
@@ -459,8 +457,8 @@ def _prune_checkpoint(args: argparse.Namespace) -> int:
         args.model, args.output, calibration=args.calib, calibration_tokens=args.calib_tokens,
         seq_len=args.seq_len, importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
-        layers=_layers(args.layers), scope=args.scope or "uniform", round_to=args.round_to,
-        min_keep=args.min_keep, exclude=args.exclude or (),
+        layers=_layers(args.layers), sizes=shape or None, scope=args.scope or "uniform",
+        round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
         max_shard_size=_bytes(args.max_shard_size), progress=True, status=status)
     if args.json:
         print(plan.to_json())

@@ -9,7 +9,10 @@
   is the config's architecture, a class of the ``transformers`` package (nothing from the
   directory is imported), else the ``AutoModelForCausalLM`` mapping's; parameters take the
   config's ``dtype`` and are tied as ``from_pretrained`` ties them;
-* the tensors are where ``model.safetensors.index.json`` says, else in ``model.safetensors``;
+* the tensors are where ``model.safetensors.index.json`` says, else in ``model.safetensors``,
+  under the names and in the layout ``save_pretrained`` writes, which transformers' conversion
+  mapping relates to the model's (:mod:`.stored`: a MoE layer's experts, fused in the model,
+  are one tensor per expert in the files);
 * calibration text is tokenised with the directory's own tokenizer (``AutoTokenizer``, local
   files only), the texts' tokens concatenated (each text ended by the end-of-sequence token)
   and cut into sequences.
@@ -30,6 +33,8 @@ import torch
 from torch import nn
 
 from fxsym.errors import CalibrationError, CheckpointError
+
+from .stored import StoredTensors
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -139,6 +144,10 @@ class PretrainedDirectory:
                 return dict.fromkeys(handle.keys(), SINGLE)
         except Exception as exc:
             raise CheckpointError(f"{single}: not a safetensors file: {exc}") from exc
+
+    def stored(self, model: nn.Module) -> StoredTensors | None:
+        found = StoredTensors(model, list(self.tensor_files()))
+        return found if found.renamed or found.fused else None
 
     def replaced_files(self) -> set[str]:
         return {"config.json", INDEX, SINGLE}

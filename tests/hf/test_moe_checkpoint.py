@@ -1,0 +1,105 @@
+"""Mixture-of-experts checkpoint directories pruned by streaming (issue 22 §1, §5; the experts
+groups of issue 21 §1): transformers 5 holds a layer's experts fused (``experts.gate_up_proj``
+``[E, 2I, H]``, ``experts.down_proj`` ``[E, H, I]``) but ``save_pretrained`` writes one tensor
+per expert and projection (Mixtral: ``block_sparse_moe.experts.{e}.w1/w2/w3.weight`` and the
+router as ``block_sparse_moe.gate.weight``; Qwen3-MoE: ``mlp.experts.{e}.gate_proj/up_proj/
+down_proj.weight``). The streamed prune reads and writes that layout through transformers' own
+conversion mapping: its output is what ``save_pretrained`` of the in-memory pruned model
+writes, name for name and tensor for tensor, and plain ``from_pretrained`` loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import transformers
+from ckpt_helpers import checkpoint
+from safetensors import safe_open
+
+import fxsym
+from fxsym.cli import main
+from fxsym.search import sizes_for
+
+SHARD = 40_000  # bytes: several output shards for a tiny model
+
+#: model_type -> config overrides (4 experts, 2 picked per token)
+MOE: dict[str, dict[str, Any]] = {
+    "mixtral": dict(intermediate_size=32, num_local_experts=4, num_experts_per_tok=2),
+    "qwen3_moe": dict(head_dim=16, moe_intermediate_size=32, intermediate_size=48,
+                      num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1),
+}
+EXPERTS_FIELD = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts"}
+
+
+def stored_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a checkpoint directory by its stored name (one file or an index)."""
+    index = directory / "model.safetensors.index.json"
+    files = (sorted(set(json.loads(index.read_text())["weight_map"].values()))
+             if index.is_file() else ["model.safetensors"])
+    out: dict[str, torch.Tensor] = {}
+    for f in files:
+        with safe_open(str(directory / f), framework="pt") as handle:
+            out.update({k: handle.get_tensor(k) for k in handle.keys()})
+    return out
+
+
+@pytest.mark.parametrize("layers", [None, [0, 2]])
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_a_streamed_moe_prune_is_what_save_pretrained_writes_of_the_in_memory_one(
+        tmp_path: Path, family: str, layers: list[int] | None) -> None:
+    """l2 scores (both paths compute them), 3 of 4 experts per layer kept (a router picks 2),
+    the hidden size and the experts' FFN width cut too (to multiples of 4: the grouped matmul
+    of the fused experts wants rows of 16 bytes); with a layer dropped too."""
+    src = tmp_path / "in"
+    original = checkpoint(src, family, **MOE[family])
+    assert any(".experts.0." in k for k in stored_tensors(src))  # one tensor per expert
+    out = tmp_path / "out"
+    sizes = {"experts": 3, "hidden": 48, "ffn": 16}
+    streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes=sizes, layers=layers,
+                                      max_shard_size=SHARD)
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, **sizes),
+                           scope="uniform", layers=layers)
+    assert in_memory.choices() == streamed.choices()
+    experts = [g for g in streamed.groups if g.name.endswith("gate.weight:0")]
+    assert experts and all(g.kept == 3 for g in experts)
+    in_memory.apply(model, sm)
+    model.save_pretrained(tmp_path / "reference")
+    want, got = stored_tensors(tmp_path / "reference"), stored_tensors(out)
+    assert want.keys() == got.keys()
+    assert not any(".experts.3." in k for k in got) and any(".experts.2." in k for k in got)
+    for name in want:
+        assert torch.equal(want[name], got[name]), name
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert getattr(pruned.config, EXPERTS_FIELD[family]) == 3
+    assert pruned.config.num_hidden_layers == (3 if layers is None else 2)
+    assert pruned.config.hidden_size == 48
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, pruned.state_dict()[name]), name
+    ids = torch.tensor([[1, 5, 9, 12, 40, 7]])
+    with torch.no_grad():
+        logits = pruned(ids).logits
+    assert logits.shape == (1, 6, original.config.vocab_size) and torch.isfinite(logits).all()
+
+
+def test_the_cli_prunes_the_experts_of_a_checkpoint_directory(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "in"
+    checkpoint(src, "qwen3_moe", **MOE["qwen3_moe"])
+    out = tmp_path / "out"
+    code = main(["prune", str(src), "--experts", "2", "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert f"saved to {out}" in capsys.readouterr().out
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert pruned.config.num_experts == 2
+    assert pruned.model.layers[0].mlp.experts.gate_up_proj.shape[0] == 2
+    with torch.no_grad():
+        assert torch.isfinite(pruned(torch.tensor([[1, 5, 9, 12]])).logits).all()
+    code = main(["prune", str(src), "--experts", "1", "-o", str(tmp_path / "x")])
+    assert code != 0 and "at least 2" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
