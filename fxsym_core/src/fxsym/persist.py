@@ -56,7 +56,7 @@ from .analysis import analyze
 from .depth import renamed
 from .errors import PlanError, PlanMismatchError
 from .modstate import ModuleTreeState
-from .planning import Plan, inputs_from_spec, strict_loads
+from .planning import Plan, analysis_options, inputs_from_spec, strict_loads
 from .plugins import get_plugin_manager
 from .plugins.calls import call_each
 from .symbols import SymMap
@@ -455,7 +455,9 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
                 inputs = (example_inputs if example_inputs is not None
                           else inputs_from_spec(plan.inputs))
                 symmap = analyze(model, example_inputs=inputs,
-                                 outputs=None if plan.outputs is None else list(plan.outputs))
+                                 outputs=None if plan.outputs is None else list(plan.outputs),
+                                 norm_groups=analysis_options(plan).get("norm_groups",
+                                                                         "follow"))
             plan.check(model, symmap)
             if i == len(plans) - 1:
                 _check_shapes(model, symmap, plan, {k: v[0] for k, v in stored.items()},

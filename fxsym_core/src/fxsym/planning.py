@@ -54,7 +54,8 @@ from .paramlayout import Layout, layout
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
-__all__ = ["DepthChoice", "GroupChoice", "Plan", "count_macs", "input_spec", "inputs_from_spec",
+__all__ = ["DepthChoice", "GroupChoice", "Plan", "analysis_options", "count_macs", "input_spec",
+           "inputs_from_spec",
            "param_shapes", "plan", "strict_loads"]
 
 #: the version of :meth:`Plan.to_json`'s format
@@ -94,8 +95,9 @@ class Plan:
 
     ``model`` is the model's class (``module.QualName``); ``inputs`` describes the example
     inputs it was analyzed with (:func:`input_spec`) and ``outputs`` its output contract, so a
-    fresh model can be analyzed the same way; ``shapes`` is every parameter's shape after the
-    plan.
+    fresh model can be analyzed the same way (with the analysis options in
+    ``extra["analysis"]``, such as ``{"norm_groups": "keep"}``); ``shapes`` is every
+    parameter's shape after the plan.
     """
 
     model: str
@@ -840,7 +842,9 @@ def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
                 params_after=sum(math.prod(s) for s in shapes_after.values()),
                 macs_before=macs_before, macs_after=macs.count(shapes_after),
                 shapes=shapes_after, inputs=spec, outputs=symmap.output_contract,
-                importance=label, scope=scope)
+                importance=label, scope=scope,
+                extra={"analysis": dict(symmap.analysis_options)}
+                if symmap.analysis_options else {})
 
 
 def param_shapes(model: nn.Module, symmap: SymMap
@@ -908,3 +912,14 @@ def with_extra(p: Plan, **extra: Any) -> Plan:
     """``p`` with more entries in :attr:`Plan.extra` (JSON data)."""
     return replace(p, extra={**p.extra, **extra})
 
+
+
+def analysis_options(p: Plan) -> dict[str, str]:
+    """The options ``p``'s model was analyzed with (``extra["analysis"]``), as keyword
+    arguments of :func:`fxsym.analyze`; a plan naming another option is a
+    :class:`~fxsym.errors.PlanError` (its values are checked by ``analyze``)."""
+    raw = p.extra.get("analysis") or {}
+    if not isinstance(raw, Mapping) or any(
+            k != "norm_groups" or not isinstance(v, str) for k, v in raw.items()):
+        raise PlanError(f"the plan names analysis options fxsym does not know: {raw!r}")
+    return dict(raw)

@@ -74,6 +74,7 @@ class Symbol:
         elastic_dims: Iterable[int] | None = None,
         *,
         units: int | None = None,
+        units_stay: bool = False,
         size: int | None = None,
         block: int = 1,
         covers: Iterable[tuple[str, str]] = (),
@@ -82,6 +83,9 @@ class Symbol:
     ) -> None:
         #: an INCOMING symbol's dim may only change in this many whole pieces (conv groups)
         self.units = units
+        #: with ``units``: the pieces stay instead, and each loses as many entries as every
+        #: other, at the same places (a group norm that keeps its ``num_groups``)
+        self.units_stay = units_stay
         #: the size of a searchable symbol that is not cross-layer (heads inside a leaf)
         self.size = size
         #: entries per unit of an OUTGOING symbol (a head of ``head_dim`` features)
@@ -604,6 +608,9 @@ class SymMap:
         #: the outputs whose sizes the analysis kept (``None``: every output); see
         #: :mod:`fxsym.analysis.outputs`
         self.output_contract: tuple[str | int, ...] | None = None
+        #: the analysis options that differ from the defaults (``{"norm_groups": "keep"}``;
+        #: see :mod:`fxsym.analysis.options`)
+        self.analysis_options: dict[str, Any] = {}
         #: state the model derives, found by the trace: by module qualified name, each
         #: attribute and its kind (``modstate.CACHE``: cleared by a resize of the module or a
         #: submodule; ``modstate.DERIVED``: such a resize refuses while it holds tensors;

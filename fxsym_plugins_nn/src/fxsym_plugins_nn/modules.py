@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
+from fxsym.analysis import norm_groups
 from fxsym.resizing import keep_entries, l1_scores, resize_projection
 
 from . import values
@@ -134,11 +135,18 @@ def groupnorm_info(mod: nn.GroupNorm) -> SymInfo:
     together: a run may move or go as a whole without changing the others' statistics, but
     a channel moved or dropped inside a run would change its run's. So the channels change
     a whole run at a time (``units=num_groups``) and ``num_groups`` follows the runs kept.
-    One group (statistics over all channels, which any channel order keeps) has no runs."""
+    One group (statistics over all channels, which any channel order keeps) has no runs.
+
+    In an analysis with ``norm_groups="keep"`` (:mod:`fxsym.analysis.options`) the runs stay
+    instead (``units_stay``): ``num_groups`` is not declared, and every run loses as many
+    channels (a channel moved inside its run keeps the run's statistics)."""
     groups, channels = mod.num_groups, mod.num_channels
     if groups == 1:
         return SymInfo(is_shape_preserving=True,
                        num_channels=Symbol(cl_type=IN, elastic_dims={1}))
+    if norm_groups() == "keep":
+        return SymInfo(is_shape_preserving=True, num_channels=Symbol(
+            cl_type=IN, elastic_dims={1}, units=groups, units_stay=True))
     per_group = channels // groups
     sym = Symbol(cl_type=IN, elastic_dims={1}, units=groups)
     return SymInfo(is_shape_preserving=True, num_channels=sym).declare(

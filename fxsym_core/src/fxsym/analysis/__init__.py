@@ -25,6 +25,7 @@ from .layout import (
     iter_dims,
     scale_block,
 )
+from .options import norm_groups
 
 __all__ = [
     "Analyzer",
@@ -45,6 +46,7 @@ __all__ = [
     "group_dim",
     "is_fixed",
     "iter_dims",
+    "norm_groups",
     "resolve_dim",
     "scale_block",
     "size_checked",

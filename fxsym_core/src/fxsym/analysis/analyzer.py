@@ -504,7 +504,9 @@ class Analyzer:
             if sym.is_constant:
                 self.fix(x[d], f"{name}.{sname} cannot change", node)
             units = sym.units
-            if units and not sym.is_constant and units != dim_size(x[d]):
+            if units and not sym.is_constant and sym.units_stay:
+                ctx.runs_alike(x[d], int(units), f"{name}.{sname}")
+            elif units and not sym.is_constant and units != dim_size(x[d]):
                 ctx.whole_units(x[d], int(units), f"{name}.{sname}")
             self._attach(name, sname, x[d], node)
             incoming[id(sym)] = (x[d], units)

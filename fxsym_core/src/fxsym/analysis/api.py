@@ -18,6 +18,7 @@ from .depth import find_depth_groups
 from .derived import settle_derived
 from .groups import GroupTable
 from .layout import SizeLayout, TensorLayout
+from .options import checked_options, options_set
 from .outputs import Contract, normalize_contract
 
 
@@ -28,6 +29,7 @@ def analyze(
     example_inputs: Any = None,
     concrete_args: dict[str, Any] | None = None,
     outputs: Any = None,
+    norm_groups: str = "follow",
 ) -> SymMap:
     """Find the searchable cross-layer groups of ``model``; never mutates it.
 
@@ -40,10 +42,15 @@ def analyze(
     positions of the outputs whose sizes must stay. ``None`` takes a plugin's default for the
     model's family (a Hugging Face task model: ``logits`` and ``loss``), else every output;
     ``"*"`` is every output. The contract used is ``symmap.output_contract``.
+
+    ``norm_groups`` says how group norms change (:mod:`fxsym.analysis.options`):
+    ``"follow"``, channels go a whole norm group at a time and ``num_groups`` follows;
+    ``"keep"``, ``num_groups`` stays and every norm group loses as many channels.
     """
     if not isinstance(model, nn.Module):
         raise AnalysisError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    with gc_paused():
+    options = checked_options(norm_groups)
+    with gc_paused(), options_set(options):
         gm = trace_deferred(model, example_inputs=example_inputs, concrete_args=concrete_args)
         if gm.example_inputs is None:
             raise AnalysisError(
@@ -52,6 +59,7 @@ def analyze(
             )
         contract, strict = _contract(model, outputs)
         symmap = SymMap(model)
+        symmap.analysis_options = dict(options)
         report = gm.trace_report
         assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
         analyzer = analyze_graph(gm, symmap, report, contract, strict)
@@ -184,8 +192,8 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         symbol_dims=dict(an.symbol_dims),
         param_members=frozenset(an.param_members),
         table=table,
-        producers={r: tuple((q, s) for _, q, s, _ in table.producers.get(r, [])
-                            if _whole(an, table, (q, s), r)) for r in roots},
+        producers={r: tuple(dict.fromkeys((q, s) for _, q, s, _ in table.producers.get(r, [])
+                                          if _whole(an, table, (q, s), r))) for r in roots},
         param_producers=frozenset((q, s) for found in table.producers.values()
                                   for _, q, s, _ in found if (q, s) in an.param_members),
         node_layouts={n.name: _tensor_layouts(table.resolve_layout(lay))
@@ -259,10 +267,11 @@ def _tensor_layouts(layout: Any) -> Any:
 
 
 def _whole(an: Analyzer, table: GroupTable, key: SymbolKey, root: int) -> bool:
-    """Whether the dim ``key`` sizes is one segment of group ``root`` (not the fused dim a
-    block of the group came from, whose weights do not rank the block's entries alone)."""
+    """Whether the dim ``key`` sizes is group ``root`` alone, in one segment or in copies (a
+    group norm that keeps its norm groups), not the fused dim a block of the group came
+    from, whose weights do not rank the block's entries alone."""
     dim = an.symbol_dims.get(key, ())
-    return len(dim) == 1 and dim[0].group is not None and table.find(dim[0].group) == root
+    return bool(dim) and all(s.group is not None and table.find(s.group) == root for s in dim)
 
 
 def _check_declared(symmap: SymMap, an: Analyzer) -> None:

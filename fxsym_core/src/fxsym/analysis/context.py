@@ -17,6 +17,8 @@ elsewhere.
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any, NoReturn, Protocol
 
 import torch
@@ -59,6 +61,16 @@ def _aligned_cut(start: int, length: int, run: int, per: int) -> tuple[int, int]
     if len(bounds) < 2:
         return None
     return bounds[0], length - bounds[-1]
+
+
+def _holds_copies(table: GroupTable, dim: Dim) -> bool:
+    """Whether ``dim`` holds one group in several segments."""
+    roots = [table.find(s.group) for s in dim if s.group is not None]
+    return len(set(roots)) < len(roots)
+
+
+def _bounds(dim: Dim) -> set[int]:
+    return set(itertools.accumulate(s.length for s in dim))
 
 
 class Unsupported(Exception):
@@ -150,9 +162,12 @@ class OpContext:
             raise Unsupported("dims of different sizes")
         lengths = [s.length for s in first]
         if any([s.length for s in d] != lengths for d in dims):
-            for d in dims:
-                self.fix(d, "dimensions with different group structure meet")
-            return fixed_dim(size)
+            aligned = self._aligned_to_copies(dims)
+            if aligned is None:
+                for d in dims:
+                    self.fix(d, "dimensions with different group structure meet")
+                return fixed_dim(size)
+            dims = aligned
         out: list[Any] = []
         for segs in zip(*dims):
             groups = [s.group for s in segs if s.group is not None]
@@ -171,6 +186,106 @@ class OpContext:
                 root = self.table.union(root, g)
             out.append(next(s for s in segs if s.group is not None))
         return tuple(out)
+
+    def _aligned_to_copies(self, dims: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
+        """Where one of ``dims`` holds a group several times (a group norm that keeps its
+        norm groups, :meth:`runs_alike`; heads merged under fixed outer dims), the others cut
+        at its segment boundaries (:meth:`GroupTable.split`: every dim holding a cut group
+        sees its blocks; fixed entries are cut in place), so they tie segment by segment:
+        a residual added to a norm's input takes its layout. ``None`` where no dim holds a
+        copy, or a cut falls inside a unit."""
+        table = self.table
+        dims = tuple(table.resolve(d) for d in dims)
+        if not any(_holds_copies(table, d) for d in dims):
+            return None
+        for _ in range(8):
+            bounds = set().union(*(_bounds(d) for d in dims))
+            if all(_bounds(d) == bounds for d in dims):
+                return dims
+            out: list[Dim] = []
+            for d in dims:
+                cut: list[Seg] = []
+                offset = 0
+                for seg in d:
+                    inside = sorted(b - offset for b in bounds if offset < b < offset + seg.length)
+                    offset += seg.length
+                    if not inside:
+                        cut.append(seg)
+                    elif seg.group is None:
+                        edges = [0, *inside, seg.length]
+                        cut.extend(Seg(None, hi - lo) for lo, hi in itertools.pairwise(edges))
+                    else:
+                        root = table.find(seg.group)
+                        per = seg.length // table.units[root]
+                        if any(b % per for b in inside):
+                            return None
+                        edges = [0, *(b // per for b in inside), table.units[root]]
+                        try:
+                            table.split(root, [hi - lo for lo, hi in itertools.pairwise(edges)])
+                        except ValueError:
+                            return None
+                        cut.append(seg)
+                out.append(table.resolve(tuple(cut)))
+            dims = tuple(out)
+        return None
+
+    def runs_alike(self, dim: Dim, runs: int, what: str) -> bool:
+        """Let ``dim`` change only alike inside each of its ``runs`` equal runs of
+        consecutive entries (a group norm that keeps its number of norm groups: every norm
+        group must lose as many channels).
+
+        Each group's segments are cut into blocks, each inside one run
+        (:meth:`GroupTable.split`), and the blocks are tied entry by entry: a unit of the
+        group is then one entry at the same place in every block, so every block, and every
+        run, keeps the same share of it. The groups of different segments (a concatenation)
+        keep as many units as each other (a same-size class), so a run holding blocks of
+        several groups keeps the same share of each. Entries of fixed size, a constant group
+        or a unit longer than a block pin the dim: its runs could not shrink alike. Returns
+        whether the dim could be laid out so (else it is pinned, with a reason naming
+        ``what``)."""
+        size = dim_size(dim)
+        if runs <= 0 or size % runs:
+            self.fix(dim, f"{what}: {size} entries do not make {runs} equal groups")
+            return False
+        if runs == 1:
+            return True
+        run = size // runs
+        table = self.table
+        dim = table.resolve(dim)
+        if any(s.group is None or table.is_constant(s.group) for s in dim):
+            self.fix(dim, f"{what} keeps its {runs} groups, so each must lose as many "
+                          "entries, and some of its entries cannot change")
+            return False
+        per_block: dict[int, int] = {}  # per root: its units in one block
+        offset = 0
+        for seg in dim:
+            root = table.find(seg.group)  # type: ignore[arg-type]
+            per = seg.length // table.units[root]
+            block = math.gcd(run, offset % run, seg.length)
+            offset += seg.length
+            if block % per:
+                self.fix(dim, f"{what} keeps its {runs} groups of {run} entries, and a unit of "
+                              f"{per} entries would have to lose some")
+                return False
+            per_block[root] = math.gcd(per_block.get(root, 0), block // per)
+        for root, units in per_block.items():
+            count = table.units[root] // units
+            try:
+                blocks = table.split(root, [units] * count) if count > 1 else [root]
+            except ValueError as exc:
+                table.fix(root, f"{what} keeps its {runs} groups: {exc}")
+                continue
+            for b in blocks[1:]:
+                table.union(blocks[0], b)
+        roots = list(dict.fromkeys(table.find(s.group) for s in table.resolve(dim)
+                                   if s.group is not None))
+        for other in roots[1:]:
+            table.tie_sizes(roots[0], other)
+        for root in roots:
+            if table.units[root] == 1:
+                table.fix(root, f"{what} keeps its {runs} groups, and one of its entries "
+                                "per group cannot shrink alike")
+        return True
 
     def whole_units(self, dim: Dim, units: int, what: str) -> bool:
         """Let ``dim`` change only ``units`` equal runs of consecutive entries at a time (the

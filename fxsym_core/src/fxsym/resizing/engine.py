@@ -423,10 +423,26 @@ def _importance(symmap: SymMap, group: SymGroup) -> torch.Tensor | None:
             raise ResizeError(f"{group.name}: the weights of {qualname} are on the meta device "
                               "and hold no values to rank entries by; pass indices instead "
                               "of a size")
-        if score.numel() % group.size:
+        dim = analysis.symbol_dims.get((qualname, sname), ()) if analysis else ()
+        if len(dim) > 1 and score.numel() == sum(seg.units * seg.block for seg in dim):
+            score = _unit_sums(dim, score.cpu(), group.size)
+        elif score.numel() % group.size == 0:
+            score = score.reshape(group.size, -1).sum(1).cpu()
+        else:
             continue
-        score = score.reshape(group.size, -1).sum(1).cpu()
         total = score if total is None else total + score
+    return total
+
+
+def _unit_sums(dim: Sequence[Segment], scores: torch.Tensor, units: int) -> torch.Tensor:
+    """Per unit of the one group a dim laid out as ``dim`` holds in several copies (a group
+    norm that keeps its norm groups), the sum of the scores of its entries in every copy."""
+    total = torch.zeros(units, dtype=scores.dtype)
+    offset = 0
+    for seg in dim:
+        length = seg.units * seg.block
+        total += scores[offset:offset + length].reshape(units, -1).sum(1)
+        offset += length
     return total
 
 

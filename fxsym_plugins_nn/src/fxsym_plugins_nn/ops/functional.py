@@ -31,6 +31,7 @@ from fxsym.analysis import (
     TensorLayout,
     fixed_dim,
     is_fixed,
+    norm_groups,
     size_checked,
     tie_size,
 )
@@ -196,7 +197,10 @@ def group_norm_fn(ctx: OpContext) -> Layout:
     when read from the input's shape (``G`` equal to the channels) or from a module attribute
     (``self.num_groups`` of a GroupNorm subclass traced into), which is then tied to the
     runs: a member of the channels' group set to the runs kept. ``G = 1`` keeps every channel
-    order. Any other ``G`` (a number) cannot follow a resize and pins the channels."""
+    order. Any other ``G`` (a number) cannot follow a resize and pins the channels.
+
+    In an analysis with ``norm_groups="keep"`` the runs stay (:meth:`OpContext.runs_alike`):
+    ``G`` needs no tie, a number is fine, and an attribute read stays as it is (pinned)."""
     x = ctx.arg(0, "input")
     lay = list(ctx.tensor_layout(x))
     g_arg = ctx.arg(1, "num_groups")
@@ -207,6 +211,8 @@ def group_norm_fn(ctx: OpContext) -> Layout:
         shape_read = groups == ctx.shape(x)[1] and traced and same_dim(ctx, traced[0], lay[1])
         if shape_read:
             size_checked(ctx, size)
+        elif norm_groups() == "keep":
+            ctx.runs_alike(lay[1], groups, "group_norm")
         elif ctx.whole_units(lay[1], groups, "group_norm"):
             channels = ctx.table.resolve(lay[1])
             if len(channels) != 1:
