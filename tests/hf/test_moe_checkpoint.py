@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import checkpoint
+from ckpt_helpers import TEXT, checkpoint, tokenizer
 from safetensors import safe_open
 
 import fxsym
@@ -103,3 +103,57 @@ def test_the_cli_prunes_the_experts_of_a_checkpoint_directory(
     code = main(["prune", str(src), "--experts", "1", "-o", str(tmp_path / "x")])
     assert code != 0 and "at least 2" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def busy_experts_checkpoint(directory: Path, family: str) -> Any:
+    """A checkpoint whose every token goes to experts 1 and 3 in every layer, while experts 0
+    and 2 hold the largest weights: channel 0 of every token embedding is large and positive
+    (the residual stream keeps it), and each router reads only channel 0, up for experts 1
+    and 3, down for 0 and 2."""
+    config = transformers.AutoConfig.for_model(
+        family, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, max_position_embeddings=128, bos_token_id=1,
+        eos_token_id=2, tie_word_embeddings=False, **MOE[family])
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 20.0
+        for layer in model.model.layers:
+            layer.mlp.gate.weight.zero_()
+            layer.mlp.gate.weight[:, 0] = torch.tensor([-5.0, 2.0, -5.0, 1.0])
+            for e in (0, 2):
+                layer.mlp.experts.gate_up_proj[e] *= 3
+                layer.mlp.experts.down_proj[e] *= 3
+    model.save_pretrained(directory, max_shard_size="200KB")
+    tokenizer(300).save_pretrained(directory)
+    return model
+
+
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_calibration_keeps_the_experts_the_tokens_are_routed_to(tmp_path: Path,
+                                                                 family: str) -> None:
+    """--experts 2 on calibration text: the streamed router load and activation keep experts
+    1 and 3 of every layer (weight norms would keep 0 and 2); recorded in plan.extra."""
+    src = tmp_path / "in"
+    busy_experts_checkpoint(src, family)
+    calib = tmp_path / "calib.txt"
+    calib.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "out"
+    plan = fxsym.prune_checkpoint(src, out, calibration=calib, calibration_tokens=256,
+                                  seq_len=32, sizes={"experts": 2}, max_shard_size=SHARD)
+    experts = {c.name: sorted(c.keep or ()) for c in plan.groups
+               if c.name.endswith("gate.weight:0")}
+    assert len(experts) == 2 and all(keep == [1, 3] for keep in experts.values())
+    for name in experts:
+        load = plan.extra["expert_load"][name]
+        assert load[0] == load[2] == 0 and load[1] > 0 and load[3] > 0
+        assert sum(load) == pytest.approx(1.0)  # routing weights of a token sum to 1
+        assert plan.extra["expert_activation"][name][1] > 0
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert getattr(pruned.config, EXPERTS_FIELD[family]) == 2
+    with torch.no_grad():
+        assert torch.isfinite(pruned(torch.tensor([[1, 5, 9, 12]])).logits).all()
+    by_weights = fxsym.prune_checkpoint(src, tmp_path / "l2", importance="l2",
+                                        sizes={"experts": 2})
+    assert all(sorted(c.keep or ()) == [0, 2] for c in by_weights.groups
+               if c.name in experts)

@@ -450,12 +450,16 @@ def _trim() -> None:
 class StreamedScores:
     """What a streamed calibration run gives: per group, one score per unit; per block of
     the block list (:func:`block_list`), ``1 - cos`` of its input and output hidden states
-    averaged over the tokens (ShortGPT's block importance: low is a block that changes little).
+    averaged over the tokens (ShortGPT's block importance: low is a block that changes little);
+    per routed group (a MoE layer's experts), each expert's router load and Minitron
+    activation (:class:`~fxsym.importance.ExpertRecorder`).
     """
 
     scores: dict[str, torch.Tensor]
     block_importance: list[float] = field(default_factory=list)
     blocks: str = ""
+    expert_load: dict[str, list[float]] = field(default_factory=dict)
+    expert_activation: dict[str, list[float]] = field(default_factory=dict)
 
 
 class _Stop(Exception):
@@ -593,7 +597,8 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
         for h_ in loading:
             h_.remove()
         loader.release(list(loader.places))
-    return StreamedScores(recorder.scores(), importance, prefix)
+    return StreamedScores(recorder.scores(), importance, prefix, recorder.experts.load,
+                          recorder.experts.activation)
 
 
 def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str
@@ -875,6 +880,9 @@ def prune_checkpoint(
         streamed = stream_activations(model, sm, tensors, batches, progress=progress)
         scores = streamed.scores
         extra = {"blocks": streamed.blocks, "block_importance": streamed.block_importance}
+        if streamed.expert_load:
+            extra.update(expert_load=streamed.expert_load,
+                         expert_activation=streamed.expert_activation)
         depth_scores = {g.name: torch.tensor(streamed.block_importance, dtype=torch.float64)
                         for g in sm.depth_groups() if g.container == streamed.blocks}
     else:
