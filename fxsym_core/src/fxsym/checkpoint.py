@@ -87,6 +87,7 @@ __all__ = [
     "StreamedScores",
     "block_list",
     "kept_positions",
+    "loading_note",
     "prune_checkpoint",
     "read_calibration_text",
     "stream_activations",
@@ -120,6 +121,11 @@ class CheckpointReader(Protocol):
     def replaced_files(self) -> set[str]:
         """The input's files the output rewrites (config, weights, their index): not carried
         over."""
+
+    def how_to_load(self, output: Path) -> str:
+        """How the pruned directory ``output`` (written from this checkpoint) loads, said to
+        the user: the library's own reader when the plugin's config describes the pruned
+        model, else the reader that replays the plan (:func:`fxsym.load`)."""
 
     def calibration(self, texts: Sequence[str], *, tokens: int, seq_len: int) -> list[Any]:
         """Batches (arguments of the model, :func:`fxsym.importance.run_batch`) holding the
@@ -789,6 +795,21 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _aliases(model: nn.Module, written: set[str]) -> dict[str, str]:
+    """``{name: stored name}`` for every parameter name of ``model`` not written whose
+    tensor is written under another of its names (a tied output head), as ``fxsym.save``
+    records them for :func:`fxsym.load`."""
+    names: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    out: dict[str, str] = {}
+    for group in names.values():
+        stored = next((n for n in group if n in written), None)
+        if stored is not None:
+            out.update({n: stored for n in group if n not in written})
+    return out
+
+
 def _first_names(model: nn.Module) -> dict[str, str]:
     """Every parameter name, mapped to the first name of its parameter (the Layout's)."""
     first: dict[int, str] = {}
@@ -909,7 +930,8 @@ def prune_checkpoint(
     names = {n: renamed(n, depth_groups, blocks) for unit in tensors.units() for n in unit}
     chosen.apply(model, sm)
     files = plugin_files(model, chosen)
-    manifest = {"fxsym": FORMAT, "source": None, "aliases": {}, "files": sorted(files),
+    aliases = _aliases(model, {n for n in names.values() if n is not None})
+    manifest = {"fxsym": FORMAT, "source": None, "aliases": aliases, "files": sorted(files),
                 "history": [], "plan": chosen.to_dict()}
     carried = _carried(reader, files)
     with replace_directory(output) as tmp:
@@ -920,6 +942,12 @@ def prune_checkpoint(
             (tmp / name).write_bytes((reader.directory / name).read_bytes())
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return chosen
+
+
+def loading_note(directory: str | os.PathLike[str], output: str | os.PathLike[str]) -> str:
+    """How ``output``, pruned from the checkpoint ``directory``, loads (the reader's
+    :meth:`~CheckpointReader.how_to_load`)."""
+    return open_checkpoint(directory).how_to_load(Path(output))
 
 
 def _carried(reader: CheckpointReader, files: Mapping[str, bytes]) -> list[str]:

@@ -444,7 +444,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
     """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed."""
-    from .checkpoint import prune_checkpoint
+    from .checkpoint import loading_note, prune_checkpoint
     from .console import status
 
     if args.target_macs is not None:
@@ -463,7 +463,7 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
     if args.json:
         print(plan.to_json())
         return 0
-    print(f"{plan.summary()}\n\nsaved to {args.output}")
+    print(f"{plan.summary()}\n\nsaved to {args.output}\n{loading_note(args.model, args.output)}")
     return 0
 
 

@@ -22,7 +22,9 @@ Loading replays the plans on a freshly built model of the same architecture: for
 the model with example inputs of the recorded shapes, check the plan fits (:meth:`Plan.check
 <fxsym.planning.Plan.check>`) and resize; the last plan's parameter shapes are checked against
 the file's before it resizes (for a single plan: before anything is touched); then the weights
-are loaded with ``strict=True``. Any misfit raises :class:`~fxsym.errors.PlanMismatchError`
+are loaded with ``strict=True``. The weights may also be sharded (:func:`weight_files`: an
+index and the files it names, as ``save_pretrained`` and :func:`fxsym.prune_checkpoint` write
+them). Any misfit raises :class:`~fxsym.errors.PlanMismatchError`
 naming the first difference, and the fresh model is left as it was (each resize is all or
 nothing; a misfit found after one puts the module tree back, and resizes bind new tensors,
 never write into the old ones). Nothing is ever unpickled: JSON and safetensors only. A
@@ -61,7 +63,8 @@ from .plugins import get_plugin_manager
 from .plugins.calls import call_each
 from .symbols import SymMap
 
-__all__ = ["MANIFEST", "WEIGHTS", "is_saved", "load", "read_manifest", "replace_directory", "save"]
+__all__ = ["MANIFEST", "WEIGHTS", "is_saved", "load", "read_manifest", "replace_directory", "save",
+           "weight_files"]
 
 #: the file names inside a saved directory
 MANIFEST = "fxsym.json"
@@ -418,13 +421,68 @@ def _stored(weights: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         raise PlanError(f"cannot read {weights}: {exc}") from exc
 
 
+#: the index of weights in several files (``save_pretrained``'s and the streamed writer's)
+INDEX = "model.safetensors.index.json"
+#: the largest index read, and the most weight files an index may name
+MAX_INDEX_BYTES = 64 * 2**20
+MAX_SHARDS = 10_000
+
+
+def weight_files(directory: str | os.PathLike[str]
+                 ) -> tuple[dict[str, tuple[tuple[int, ...], str]], dict[str, Path]]:
+    """The saved tensors of ``directory`` (name: shape and dtype, from the headers only) and
+    the file holding each: ``model.safetensors``, or the files ``model.safetensors.index.json``
+    maps each tensor to (sharded weights, as ``save_pretrained`` and
+    :func:`fxsym.prune_checkpoint` write them).
+
+    Read as files from a stranger: the index is a regular file of at most
+    :data:`MAX_INDEX_BYTES` in strict JSON whose ``weight_map`` maps names to plain file names
+    in the directory (at most :data:`MAX_SHARDS` of them, each a regular safetensors file),
+    and every file holds exactly the tensors the index gives it. A directory holding both
+    kinds, or neither, is refused: :class:`~fxsym.errors.PlanError`."""
+    path = Path(directory)
+    single, index = path / WEIGHTS, path / INDEX
+    if os.path.lexists(single) and os.path.lexists(index):
+        raise PlanError(f"{path} holds both {WEIGHTS} and {INDEX}; which weights are meant?")
+    if not os.path.lexists(index):
+        one = _stored(single)
+        return one, dict.fromkeys(one, single)
+    try:
+        data = strict_loads(_read_regular(index, MAX_INDEX_BYTES))
+    except ValueError as exc:
+        raise PlanError(f"{index} is not valid JSON: {exc}") from exc
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(f, str) and f not in ("", ".", "..", MANIFEST, INDEX)
+            and Path(f).name == f and "\\" not in f for f in weight_map.values()):
+        raise PlanError(f"{index}: 'weight_map' must map tensor names to file names in "
+                        f"{path}")
+    shards = sorted(set(weight_map.values()))
+    if len(shards) > MAX_SHARDS:
+        raise PlanError(f"{index} names {len(shards):,} weight files, more than {MAX_SHARDS:,}")
+    stored: dict[str, tuple[tuple[int, ...], str]] = {}
+    where: dict[str, Path] = {}
+    for shard in shards:
+        for name, entry in _stored(path / shard).items():
+            if weight_map.get(name) != shard:
+                raise PlanError(f"{path / shard} holds {name!r}, which {INDEX} puts "
+                                f"{'nowhere' if name not in weight_map else 'elsewhere'}")
+            stored[name], where[name] = entry, path / shard
+    missing = next((n for n in weight_map if n not in stored), None)
+    if missing is not None:
+        raise PlanError(f"{INDEX} puts {missing!r} in {weight_map[missing]}, which does not "
+                        "hold it")
+    return stored, where
+
+
 def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs: Any = None,
          symmap: SymMap | None = None) -> nn.Module:
     """Replay the saved plans on ``model`` (freshly built, unpruned) and load the saved
     weights into it (``strict=True``); return it.
 
     The model is analyzed with example inputs of the shapes recorded in each plan (or
-    ``example_inputs``; or pass the ``symmap`` of the fresh model). A plan that does not fit
+    ``example_inputs``; or pass the ``symmap`` of the fresh model). The weights are
+    ``model.safetensors`` or shards (:func:`weight_files`). A plan that does not fit
     raises :class:`~fxsym.errors.PlanMismatchError` naming the first mismatch; the model is
     then as it was.
 
@@ -438,8 +496,7 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
 
     manifest = read_manifest(directory)
     plans: list[Plan] = [*manifest["history"], manifest["plan"]]
-    weights = Path(directory) / WEIGHTS
-    stored = _stored(weights)
+    stored, where = weight_files(directory)
     aliases: dict[str, str] = manifest["aliases"]
     for alias, name in aliases.items():
         if name not in stored or alias in stored:
@@ -464,10 +521,12 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
                               aliases)
             plan.apply(model, symmap)
         _check_state(model.state_dict(), stored, aliases)
-        try:
-            state = load_file(str(weights))
-        except Exception as exc:
-            raise PlanError(f"cannot read {weights}: {exc}") from exc
+        state: dict[str, torch.Tensor] = {}
+        for weights in sorted(set(where.values())):
+            try:
+                state.update(load_file(str(weights)))
+            except Exception as exc:
+                raise PlanError(f"cannot read {weights}: {exc}") from exc
         for alias, name in aliases.items():
             state[alias] = state[name]
         model.load_state_dict(state, strict=True)

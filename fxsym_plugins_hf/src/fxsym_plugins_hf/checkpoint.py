@@ -114,6 +114,47 @@ def _auto_classes(model: nn.Module) -> list[str]:
     return out
 
 
+def loading_note(directory: Path) -> str:
+    """How the checkpoint :func:`save_files` wrote into ``directory`` loads, in one or two
+    sentences for the command line: a plain checkpoint of its architecture, or one of
+    :data:`MODEL_TYPE` (read from its ``config.json``)."""
+    try:
+        data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        return f"load it with fxsym.load(model, {str(directory)!r})"
+    if data.get("model_type") != MODEL_TYPE:
+        arch = (data.get("architectures") or ["the model's class"])[0]
+        auto = _auto_class_of(str(arch))
+        return (f"{directory} is a checkpoint of {arch} whose config.json gives the pruned "
+                f"sizes: load it with {auto}.from_pretrained({str(directory)!r}) (the plan is "
+                "in fxsym.json)")
+    named = [k for k in data.get("auto_map") or {} if k != "AutoConfig"]
+    auto = named[0] if named else "AutoModel"
+    return (f"{directory} is an fxsym checkpoint (model type {MODEL_TYPE}): the pruned sizes "
+            "differ between layers (or break the config's own rules), which config.json "
+            f"cannot describe, so no reader mistakes it for a {data.get('model_class')}; load "
+            f"it with {auto}.from_pretrained({str(directory)!r}, trust_remote_code=True) (its "
+            f"{MODULE}.py calls the installed fxsym) or with fxsym.load(model built from "
+            "unpruned_config, directory)")
+
+
+def _auto_class_of(arch: str) -> str:
+    """The first auto class whose mapping holds the transformers class named ``arch``."""
+    import transformers
+
+    for name in AUTO_CLASSES:
+        mapping = getattr(getattr(transformers, name, None), "_model_mapping", None)
+        try:
+            if mapping is not None and any(getattr(c, "__name__", None) == arch
+                                           for c in mapping.values()):
+                return name
+        except Exception:
+            continue
+    return f"transformers.{arch}"
+
+
 def load_pretrained(directory: str | os.PathLike[str], config: Any = None,
                     **kwargs: Any) -> nn.Module:
     """The pruned model of a checkpoint :func:`save_files` wrote for a config that cannot

@@ -149,6 +149,11 @@ class PretrainedDirectory:
         found = StoredTensors(model, list(self.tensor_files()))
         return found if found.renamed or found.fused else None
 
+    def how_to_load(self, output: Path) -> str:
+        from .checkpoint import loading_note
+
+        return loading_note(output)
+
     def replaced_files(self) -> set[str]:
         return {"config.json", INDEX, SINGLE}
 

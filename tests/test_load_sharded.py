@@ -1,0 +1,156 @@
+"""``fxsym.load`` of a directory whose weights are sharded (``model.safetensors.index.json``
+and the files it names, as ``save_pretrained`` and ``fxsym.prune_checkpoint`` write them):
+loads as the single file does, and a crafted index or shard is a typed error with the fresh
+model untouched, nothing read outside the directory, nothing blocking."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+import fxsym
+from fxsym import persist
+from fxsym.errors import FxsymError, PlanError, PlanMismatchError
+
+X = torch.randn(2, 3, 8, 8)
+INDEX = "model.safetensors.index.json"
+
+
+def _seq() -> nn.Module:
+    return nn.Sequential(OrderedDict([
+        ("conv", nn.Conv2d(3, 8, 3)), ("bn", nn.BatchNorm2d(8)), ("relu", nn.ReLU()),
+        ("pool", nn.AdaptiveAvgPool2d(1)), ("flat", nn.Flatten()),
+        ("fc1", nn.Linear(8, 6)), ("act", nn.ReLU()), ("fc2", nn.Linear(6, 2))]))
+
+
+def _reshard(directory: Path) -> dict[str, str]:
+    """Split ``model.safetensors`` into two files and an index; the weight map."""
+    state = load_file(str(directory / "model.safetensors"))
+    (directory / "model.safetensors").unlink()
+    names = sorted(state)
+    half = len(names) // 2
+    weight_map: dict[str, str] = {}
+    for k, part in enumerate((names[:half], names[half:])):
+        file = f"model-{k + 1:05d}-of-00002.safetensors"
+        save_file({n: state[n] for n in part}, str(directory / file))
+        weight_map.update(dict.fromkeys(part, file))
+    _index(directory, weight_map)
+    return weight_map
+
+
+def _index(directory: Path, weight_map: Any) -> None:
+    (directory / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[Path, nn.Module]:
+    torch.manual_seed(0)
+    model = _seq().eval()
+    sm = fxsym.analyze(model, example_inputs=(X,))
+    plan = fxsym.plan(model, sm, ratio=0.5, importance="l1")
+    plan.apply(model, sm)
+    out = tmp_path / "save"
+    fxsym.save(model, out, plan)
+    _reshard(out)
+    return out, model
+
+
+def _rejected(directory: Path, error: type[Exception] = PlanError, match: str = "") -> None:
+    fresh = _seq()
+    before = {n: (t, t.detach().clone()) for n, t in fresh.state_dict(keep_vars=True).items()}
+    with pytest.raises(error, match=match) as info:
+        fxsym.load(fresh, directory)
+    assert isinstance(info.value, FxsymError)
+    now = fresh.state_dict(keep_vars=True)
+    assert now.keys() == before.keys()
+    assert all(now[n] is t and torch.equal(t.detach(), c) for n, (t, c) in before.items())
+
+
+def test_sharded_weights_load_as_one_file_does(saved: tuple[Path, nn.Module]) -> None:
+    out, model = saved
+    assert not (out / "model.safetensors").exists()
+    fresh = fxsym.load(_seq().eval(), out)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(X), model(X), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad", ["../elsewhere.safetensors", "/etc/passwd", "sub/x.safetensors",
+                                 "fxsym.json", "..", "", 7])
+def test_the_index_names_only_files_of_the_directory(saved: tuple[Path, nn.Module],
+                                                     bad: Any) -> None:
+    out, _ = saved
+    weight_map = json.loads((out / INDEX).read_text())["weight_map"]
+    weight_map[next(iter(weight_map))] = bad
+    _index(out, weight_map)
+    _rejected(out, PlanError, "weight_map")
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m: m.pop(next(iter(m))), "puts nowhere"),
+    (lambda m: m.__setitem__("ghost.weight", next(iter(m.values()))), "does not hold it"),
+    (lambda m: m.__setitem__(next(iter(m)), sorted(set(m.values()))[-1]), "elsewhere"),
+], ids=["unlisted", "missing", "moved"])
+def test_index_and_shards_agree(saved: tuple[Path, nn.Module], change: Any, says: str) -> None:
+    out, _ = saved
+    weight_map = json.loads((out / INDEX).read_text())["weight_map"]
+    change(weight_map)
+    _index(out, weight_map)
+    _rejected(out, PlanError, says)
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"weight_map": {"a": "x", "a": "y"}}', "appears twice"),
+    ('{"weight_map": ["model-00001-of-00002.safetensors"]}', "weight_map"),
+    ("[]", "weight_map"),
+    ('{"weight_map": {"a": NaN}}', "not a JSON number"),
+])
+def test_the_index_is_strict_json(saved: tuple[Path, nn.Module], text: str, says: str) -> None:
+    out, _ = saved
+    (out / INDEX).write_text(text)
+    _rejected(out, PlanError, says)
+
+
+def test_a_huge_index_is_refused_unread(saved: tuple[Path, nn.Module]) -> None:
+    out, _ = saved
+    with (out / INDEX).open("r+b") as f:
+        f.truncate(persist.MAX_INDEX_BYTES + 1)
+    _rejected(out, PlanError, "larger than")
+
+
+def test_a_fifo_shard_is_refused_without_blocking(saved: tuple[Path, nn.Module]) -> None:
+    out, _ = saved
+    shard = out / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    os.mkfifo(shard)
+    _rejected(out, PlanError, "not a regular file")
+
+
+def test_a_fifo_index_is_refused_without_blocking(saved: tuple[Path, nn.Module]) -> None:
+    out, _ = saved
+    (out / INDEX).unlink()
+    os.mkfifo(out / INDEX)
+    _rejected(out, PlanError, "not a regular file")
+
+
+def test_both_kinds_of_weights_are_ambiguous(saved: tuple[Path, nn.Module]) -> None:
+    out, _ = saved
+    save_file({"x": torch.zeros(1)}, str(out / "model.safetensors"))
+    _rejected(out, PlanError, "both")
+
+
+def test_a_shard_of_another_dtype_is_never_cast(saved: tuple[Path, nn.Module]) -> None:
+    out, _ = saved
+    weight_map = json.loads((out / INDEX).read_text())["weight_map"]
+    file = out / weight_map["fc1.weight"]
+    state = load_file(str(file))
+    state["fc1.weight"] = state["fc1.weight"].double()
+    save_file(state, str(file))
+    _rejected(out, PlanMismatchError, "never cast")
