@@ -155,6 +155,16 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
                     changed.append(field)
             if not nonuniform:
                 differences = _differences(model, new, read)
+        if _attributes_differ(differences):  # int attributes read: set by other fields?
+            skip = set(changed) | _read_fields(read)
+            for field, found in _attribute_fields(prober, before, sizes, skip).items():
+                if len(set(found.values())) > 1:
+                    nonuniform[field] = found
+                elif getattr(before, field) != (value := next(iter(found.values()))):
+                    setattr(new, field, value)
+                    changed.append(field)
+            if not nonuniform:
+                differences = _differences(model, new, read)
         nonuniform.update(differences)
     if not nonuniform and not _valid(new):  # alike everywhere, but not as the class allows
         nonuniform = {field: {"": getattr(new, field)} for field in changed}
@@ -351,6 +361,38 @@ def _probed_fields(prober: _Prober, before: Any, sizes: Sizes, skip: set[str]
     return out
 
 
+def _attributes_differ(differences: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether ``differences`` (:func:`_differences`) holds an int attribute."""
+    return any(not key.endswith(".shape") and any(
+        type(v) is int for v in where.values()) for key, where in differences.items())
+
+
+def _attribute_fields(prober: _Prober, before: Any, sizes: Sizes, skip: set[str]
+                      ) -> dict[str, dict[str, int]]:
+    """The int fields of the config (not in ``skip``) that set, when the model is built, a
+    module attribute the resize changed as a member of a group (a router's ``num_group``,
+    built from ``n_group``, where the experts drop whole routing groups), found by building
+    the model with the field set to another value (:meth:`_Prober.attributes_following`):
+    ``{field: {module.attribute: value now}}`` over every attribute that follows the field
+    (an attribute a resize left alone counts with its value)."""
+    changed = {(q, m.removeprefix("attr:")) for (q, m), (old, now) in sizes.items()
+               if m.startswith("attr:") and "." not in m and "[" not in m and old != now}
+    olds = {sizes[(q, f"attr:{a}")][0] for q, a in changed}
+    modules = dict(prober.model.named_modules())
+    out: dict[str, dict[str, int]] = {}
+    for field, old in vars(before).items():
+        if (field in skip or field.startswith("_") or type(old) is not int
+                or old not in olds):
+            continue
+        follows = prober.attributes_following(field, old)
+        if not follows & changed:
+            continue
+        found = {f"{q}.{a}": vars(modules[q]).get(a) for q, a in sorted(follows)
+                 if q in modules}
+        out[field] = {k: v for k, v in found.items() if type(v) is int}
+    return out
+
+
 class _Prober:
     """Which parameter and buffer dims a config field sizes, found by building the model on
     the meta device from the config as it was before the resize and from a copy with the
@@ -398,6 +440,21 @@ class _Prober:
                 found.update(dims)
         return found
 
+
+    def attributes_following(self, field: str, old: int) -> set[tuple[str, str]]:
+        """The ``(module qualname, attribute)`` int attributes that hold ``field``'s value
+        (``old``) when the model is built from the config, and follow it when the field
+        changes."""
+        if self._base_attributes is None:
+            self._base_attributes = _meta_modules(self.model, self.before) or {}
+        probe = copy.deepcopy(self.before)
+        setattr(probe, field, 3 * old)
+        other = _meta_modules(self.model, probe)
+        if other is None:
+            return set()
+        return {(name, attr) for name, attrs in self._base_attributes.items()
+                for attr, value in attrs.items()
+                if value == old and other.get(name, {}).get(attr) == 3 * old}
 
     def set_attributes(self, field: str, old: int | None, found: Mapping[str, int]) -> None:
         """Set the int attributes of the model's modules that follow ``field`` when the model

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .common import OpTarget, Rule
 from .contractions import add_matmul, einsum, matmul, sdpa
-from .creation import constant_fill, creation
+from .creation import constant_fill, creation, like_fill
 from .elementwise import (
     ELEMENTWISE_FUNCS,
     ELEMENTWISE_METHODS,
@@ -112,13 +112,14 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
               "is_floating_point", "tolist", "item", operator.not_, operator.is_,
               operator.is_not, len, isinstance, math.prod):
         register(t, not_a_tensor)
-    for t in (torch.empty, torch.rand, torch.randn, torch.tensor, torch.zeros_like,
-              torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
+    for t in (torch.empty, torch.rand, torch.randn, torch.tensor, torch.empty_like, torch.rand_like,
               torch.randn_like, "new_empty", "new_tensor", "bernoulli_", "uniform_", "normal_",
               "bernoulli", torch.bernoulli):
         register(t, creation)
     for t in (torch.zeros, torch.ones, torch.full, "new_zeros", "new_ones", "new_full"):
         register(t, constant_fill)
+    for t in (torch.zeros_like, torch.ones_like, torch.full_like):
+        register(t, like_fill)
     for k, fs in {
         1: (F.max_pool1d, F.avg_pool1d, F.adaptive_avg_pool1d, F.adaptive_max_pool1d,
             F.lp_pool1d),

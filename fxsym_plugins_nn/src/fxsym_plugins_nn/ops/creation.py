@@ -72,6 +72,18 @@ def constant_fill(ctx: OpContext) -> Layout:
     return checked_layout(ctx, dims, ctx.value)
 
 
+def like_fill(ctx: OpContext) -> Layout:
+    """``zeros_like/ones_like/full_like(x)``: every entry holds the same value and the shape is
+    ``x``'s, which is read for its shape, dtype and device only: the result has ``x``'s
+    layout (at any size, or permuted, it is the same tensor sliced or permuted)."""
+    x = ctx.arg(0, "input")
+    lay = ctx.tensor_layout(x)
+    for a in tensor_args(ctx):
+        if a is not x:
+            ctx.fix(ctx.layout(a), "used as data of a new tensor")
+    return checked_layout(ctx, list(ctx.table.resolve_layout(lay)), ctx.value)
+
+
 def one_hot(ctx: OpContext) -> Layout:
     """``one_hot(labels, n)``: a new last dim of ``n`` classes; the labels' dims pass."""
     lay = ctx.tensor_layout(ctx.arg(0, "input"))

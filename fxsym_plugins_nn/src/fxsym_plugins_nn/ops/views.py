@@ -42,6 +42,7 @@ from fxsym.analysis import (
 from .common import dims_arg, norm_dim, same_dim
 from .linear_sizes import (
     keeps_size,
+    linear_size_of_int,
     product_follows,
     quotient_follows,
     share_of_size,
@@ -386,57 +387,66 @@ def squeeze(ctx: OpContext) -> Layout:
 
 
 def expand(ctx: OpContext) -> Layout:
-    """``expand``/``expand_as``/``repeat``: dims that keep their size keep their groups; a dim
-    of one entry expanded to a size read directly from an elastic dim takes that dim's groups
-    (every entry is the same copy, so any subset or order of them is too)."""
+    """``expand``/``expand_as``/``repeat``: dims that keep their size keep their groups (a
+    module attribute giving that size is tied to the dim); a dim of one entry expanded to a
+    size read directly from an elastic dim takes that dim's groups (every entry is the same
+    copy, so any subset or order of them is too); one expanded to a traced size that keeps
+    its value under every resize (``self.num_experts // self.num_group`` where the experts
+    are whole routing groups: :mod:`.linear_sizes`) stays a dim of fixed size."""
     x = ctx.arg(0, "input")
     lay = ctx.tensor_layout(x)
     shape = ctx.shape(x)
     out_shape = ctx.out_shape()
     n = len(out_shape)
     name = ctx.node.target if isinstance(ctx.node.target, str) else ""
-    sizes = _expand_sizes(ctx, n) if name == "expand" else None
+    raws = _expand_args(ctx, n) if name == "expand" else None
+    sizes = None if raws is None else [_expand_size(ctx, a) for a in raws]
     dims: list[Dim] = []
     for i in range(n):
         j = i - (n - len(shape))
+        size = sizes[i] if sizes is not None else -1
         if j >= 0 and shape[j] == out_shape[i]:
-            size = sizes[i] if sizes is not None else -1
-            if isinstance(size, SizeLayout) and same_dim(
-                    ctx, ctx.table.resolve(lay[j]), ctx.table.resolve_layout(size)[0]):
-                size_checked(ctx, size)  # x.expand(b, x.size(1), h, w)
+            if isinstance(size, SizeLayout) and (tie_size(ctx, size, lay[j]) or same_dim(
+                    ctx, ctx.table.resolve(lay[j]), ctx.table.resolve_layout(size)[0])):
+                size_checked(ctx, size)  # x.expand(b, x.size(1), h, w), self.num_group
             elif sizes is not None and size != -1 and not is_fixed(lay[j]):
                 ctx.fix(lay[j], "expand to a size that does not follow an elastic dim")
                 dims.append(fixed_dim(out_shape[i]))
                 continue
-            dims.append(lay[j])
-        elif (sizes is not None and isinstance(sizes[i], SizeLayout)
-              and not isinstance(sizes[i], AttributeSize) and (j < 0 or shape[j] == 1)):
+            dims.append(ctx.table.resolve(lay[j]))
+        elif (isinstance(size, SizeLayout) and not isinstance(size, AttributeSize)
+              and (j < 0 or shape[j] == 1)):
             # a broadcast to a size read from a dim (k_rot.expand(-1, heads, -1, -1)): copies
             # of one entry, as many as that dim keeps, so the output dim follows its group
-            size = sizes[i]
             size_checked(ctx, size)
             dims.append(ctx.table.resolve_layout(size)[0])
         else:
             if j >= 0 and not is_fixed(lay[j]):
                 ctx.fix(lay[j], f"{name or 'expand'} changes an elastic dim")
+            elif raws is not None and isinstance(raws[i], torch.fx.Node):
+                lay_i = ctx.layout(raws[i])
+                if isinstance(lay_i, SizeLayout) and linear_size_of_int(
+                        ctx, raws[i], pin=False) == (out_shape[i], {}):
+                    size_checked(ctx, lay_i)  # a size constant under every resize
             dims.append(fixed_dim(out_shape[i]))
     return TensorLayout(dims)
 
 
-def _expand_sizes(ctx: OpContext, n: int) -> list[Any] | None:
-    """The ``n`` sizes ``x.expand(...)`` was given: each a size's layout (a traced size read
-    directly from one dim), ``-1``, or another int; ``None`` if they cannot be read."""
+def _expand_args(ctx: OpContext, n: int) -> list[Any] | None:
+    """The ``n`` size arguments of ``x.expand(...)``, as written; ``None`` if they cannot be
+    read."""
     args: Any = ctx.node.args[1:] or ctx.node.kwargs.get("size", ())
     if len(args) == 1 and isinstance(args[0], (tuple, list)):
         args = args[0]
-    if len(args) != n:
-        return None
-    out: list[Any] = []
-    for a in args:
-        lay = ctx.layout(a) if isinstance(a, torch.fx.Node) else None
-        direct = isinstance(lay, SizeLayout) and not lay.derived and len(lay) == 1
-        out.append(lay if direct else ctx.val(a))
-    return out
+    return list(args) if len(args) == n else None
+
+
+def _expand_size(ctx: OpContext, a: Any) -> Any:
+    """An expand size: its layout where it is a traced size read directly from one dim or
+    an attribute, ``-1``, or another int."""
+    lay = ctx.layout(a) if isinstance(a, torch.fx.Node) else None
+    direct = isinstance(lay, SizeLayout) and not lay.derived and len(lay) == 1
+    return lay if direct else ctx.val(a)
 
 
 def _producerless(ctx: OpContext, dim: Dim) -> bool:

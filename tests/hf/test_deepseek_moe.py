@@ -1,0 +1,93 @@
+"""DeepSeek's mixture of experts (issue 21 §1): the experts, behind a router that picks
+routing groups first (V3's ``n_group``/``topk_group``, V2's ``group_limited_greedy``), are a
+routed group per layer whose unit is one routing group (``n_routed_experts // n_group``
+experts: the router views its scores as ``n_group`` blocks, see
+``tests/test_grouped_routing.py``); the router's rows, its ``e_score_correction_bias`` and
+every fused expert tensor's expert dim are members, and the config's ``n_routed_experts``
+and ``n_group`` follow an expert-pruned model through ``save_pretrained`` and transformers'
+own ``from_pretrained``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from helpers import assert_oracles, group_with
+from torch import nn
+
+import fxsym
+from fxsym.tracer import resolve_example_inputs
+
+transformers = pytest.importorskip("transformers")
+
+_BASE: dict[str, Any] = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+    num_key_value_heads=2, vocab_size=50, max_position_embeddings=32, first_k_dense_replace=1,
+    q_lora_rank=16, kv_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8,
+    n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=2,
+    moe_intermediate_size=16, n_shared_experts=1)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "deepseek_v3": _BASE,
+    "deepseek_v2": dict(_BASE, topk_method="group_limited_greedy"),
+}
+
+
+def build(model_type: str, **overrides: Any) -> nn.Module:
+    cfg = transformers.AutoConfig.for_model(model_type, **{**CONFIGS[model_type], **overrides})
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_experts_are_routed_in_whole_routing_groups(model_type: str) -> None:
+    model = build(model_type)
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    moe = "model.layers.1.mlp"
+    experts = group_with(sm, f"{moe}.experts", "gate_up_proj:0")
+    assert experts.routed and experts.size == 4 and experts.unit == 2
+    assert experts.min_size == 2  # topk_group routing groups
+    members = set(experts.members)
+    assert {(f"{moe}.experts", "down_proj:0"), (f"{moe}.gate", "weight:0"),
+            (f"{moe}.gate", "attr:num_group"), (f"{moe}.gate", "attr:num_experts")} <= members
+    if model_type == "deepseek_v3":
+        assert (f"{moe}.gate", "e_score_correction_bias:0") in members
+    width = group_with(sm, f"{moe}.experts", "gate_up_proj:1")
+    assert not width.routed and (f"{moe}.experts", "down_proj:2") in width.members
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_expert_pruned_model_round_trips_through_from_pretrained(
+        model_type: str, tmp_path: Any) -> None:
+    """Routing groups 3 and 0 kept: experts 6, 7, 0, 1 in that order; ``n_routed_experts``
+    4 and ``n_group`` 2 in the saved config; transformers' loader gives identical logits."""
+    model = build(model_type)
+    sm = fxsym.analyze(model)
+    moe = model.model.layers[1].mlp
+    down, rows = moe.experts.down_proj.detach().clone(), moe.gate.weight.detach().clone()
+    experts = group_with(sm, "model.layers.1.mlp.experts", "gate_up_proj:0")
+    fxsym.resize(model, sm, {experts.name: [3, 0]})
+    assert (model.config.n_routed_experts, model.config.n_group) == (4, 2)
+    assert model.config.topk_group == 2
+    assert not getattr(model.config, "fxsym_nonuniform", None)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (4, 2)
+    kept = [6, 7, 0, 1]
+    layer = loaded.model.layers[1].mlp
+    assert torch.equal(layer.experts.down_proj, down[kept])
+    assert torch.equal(layer.gate.weight, rows[kept])
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
+
+
+def test_greedy_routing_of_deepseek_v2_keeps_single_experts() -> None:
+    """V2's default ``greedy`` router reads no routing groups: the unit is one expert."""
+    model = build("deepseek_v2", topk_method="greedy")
+    sm = fxsym.analyze(model)
+    experts = group_with(sm, "model.layers.1.mlp.experts", "gate_up_proj:0")
+    assert experts.routed and experts.size == 8 and experts.unit == 1
+    assert experts.min_size == 2
