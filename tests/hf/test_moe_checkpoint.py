@@ -87,6 +87,41 @@ def test_a_streamed_moe_prune_is_what_save_pretrained_writes_of_the_in_memory_on
     assert logits.shape == (1, 6, original.config.vocab_size) and torch.isfinite(logits).all()
 
 
+#: more families whose experts transformers' conversion mapping splits on save (shared experts:
+#: qwen2_moe; Mixtral's names: phimoe; no conversion, experts saved fused: granitemoe)
+MORE: dict[str, dict[str, Any]] = {
+    "qwen2_moe": dict(moe_intermediate_size=32, intermediate_size=48, num_experts=4,
+                      shared_expert_intermediate_size=24, decoder_sparse_step=1),
+    "olmoe": dict(intermediate_size=32, num_experts=4),
+    "phimoe": dict(intermediate_size=32, num_local_experts=4),
+    "granitemoe": dict(intermediate_size=32, num_local_experts=4),
+}
+
+
+@pytest.mark.parametrize("family", sorted(MORE))
+def test_more_moe_families_stream_what_save_pretrained_writes(tmp_path: Path,
+                                                               family: str) -> None:
+    src = tmp_path / "in"
+    checkpoint(src, family, num_experts_per_tok=2, num_hidden_layers=2, **MORE[family])
+    out = tmp_path / "out"
+    streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 3})
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, experts=3),
+                           scope="uniform")
+    assert in_memory.choices() == streamed.choices()
+    in_memory.apply(model, sm)
+    model.save_pretrained(tmp_path / "reference")
+    want, got = stored_tensors(tmp_path / "reference"), stored_tensors(out)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), name
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    field = "num_local_experts" if hasattr(pruned.config, "num_local_experts") else "num_experts"
+    assert getattr(pruned.config, field) == 3
+    fused = [p for n, p in pruned.named_parameters() if n.endswith("experts.gate_up_proj")]
+    assert len(fused) == 2 and all(p.shape[0] == 3 for p in fused)
+
 def test_the_cli_prunes_the_experts_of_a_checkpoint_directory(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "in"
