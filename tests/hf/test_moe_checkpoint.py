@@ -192,3 +192,36 @@ def test_calibration_keeps_the_experts_the_tokens_are_routed_to(tmp_path: Path,
                                         sizes={"experts": 2})
     assert all(sorted(c.keep or ()) == [0, 2] for c in by_weights.groups
                if c.name in experts)
+
+
+@pytest.mark.parametrize("family", sorted(MOE))
+def test_streamed_calibration_scores_are_the_in_memory_ones(
+        tmp_path: Path, family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layer by layer (each layer's experts made from their stored tensors) or the whole
+    loaded model at once: the same activation scores for every group, experts included."""
+    import fxsym.checkpoint as ckpt
+
+    src = tmp_path / "in"
+    checkpoint(src, family, num_hidden_layers=2, **MOE[family])
+    runs: list[ckpt.StreamedScores] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> ckpt.StreamedScores:
+        runs.append(real(*args, **kwargs))
+        return runs[-1]
+
+    real = ckpt.stream_activations
+    monkeypatch.setattr(ckpt, "stream_activations", recorded)
+    fxsym.prune_checkpoint(src, tmp_path / "out", calibration=[TEXT], calibration_tokens=96,
+                           seq_len=32, sizes={"experts": 3})
+    (streamed,) = runs
+    batches = ckpt.open_checkpoint(src).calibration([TEXT], tokens=96, seq_len=32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    loaded = fxsym.importance.activation(batches, consumers_only=True)(model, sm)
+    routed = {g.name for g in sm.groups() if g.routed}
+    assert len(routed) == 2 and routed <= set(streamed.expert_load)
+    assert streamed.scores.keys() == loaded.keys()
+    for name, scores in loaded.items():
+        assert torch.allclose(streamed.scores[name], scores, rtol=1e-4, atol=1e-7), name
+        if name in routed:
+            assert scores.sum() > 0
