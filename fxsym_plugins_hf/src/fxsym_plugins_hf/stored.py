@@ -27,6 +27,8 @@ from torch import nn
 
 from fxsym.errors import CheckpointError
 
+from .configs import NONUNIFORM
+
 
 class StoredTensors:
     """The stored names and layout of the tensors of ``model`` (a transformers model, on the
@@ -98,9 +100,14 @@ class StoredTensors:
               ) -> dict[str, torch.Tensor]:
         """The tensors ``save_pretrained`` of ``model`` (pruned: its config holds the sizes
         after the plan) writes for ``tensors`` (model tensors by name, all those a converter
-        fuses together), by stored name; meta tensors give the names and shapes."""
+        fuses together), by stored name; meta tensors give the names and shapes. A model whose
+        config cannot describe it (sizes differ between layers) is read back by
+        :func:`fxsym.load`, which reads the model's own names and layout: ``tensors`` as
+        they are."""
         from transformers.core_model_loading import revert_weight_conversion
 
+        if getattr(getattr(model, "config", None), NONUNIFORM, None):
+            return dict(tensors)
         try:
             return dict(revert_weight_conversion(model, dict(tensors)))  # type: ignore[arg-type]
         except Exception as exc:
