@@ -230,18 +230,19 @@ def test_streamed_calibration_scores_are_the_in_memory_ones(
 def test_a_plan_the_config_cannot_describe_keeps_the_model_layout(tmp_path: Path) -> None:
     """Sizes that differ between layers (scope="global"): the output is read back by
     fxsym.load (through from_pretrained with trust_remote_code), which reads the model's own
-    names, so the experts are written fused, as the model holds them."""
+    names, so the experts are written fused, as the model holds them; sharded."""
     src = tmp_path / "in"
     checkpoint(src, "qwen3_moe", **MOE["qwen3_moe"])
     out = tmp_path / "out"
     streamed = fxsym.prune_checkpoint(src, out, importance="l2", ratio=0.3, scope="global",
-                                      max_shard_size=10**9)
+                                      max_shard_size=SHARD)
     model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     sm = fxsym.analyze(model)
     in_memory = fxsym.plan(model, sm, importance="l2", ratio=0.3, scope="global")
     assert in_memory.choices() == streamed.choices()
     in_memory.apply(model, sm)
     assert json.loads((out / "config.json").read_text())["model_type"] == "fxsym_pruned"
+    assert (out / "model.safetensors.index.json").is_file()
     stored = stored_tensors(out)
     assert "model.layers.0.mlp.experts.gate_up_proj" in stored
     assert not any(".experts.0." in k for k in stored)
