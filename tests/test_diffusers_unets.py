@@ -122,3 +122,53 @@ def test_save_pretrained_refuses_a_prune_the_config_cannot_describe(tmp_path: An
         model.save_pretrained(tmp_path)
     assert not list(tmp_path.glob("*.safetensors"))
     model(*x)  # the pruned model itself runs
+
+
+def test_sd_shaped_unet_round_trips_a_uniform_describable_prune(tmp_path: Any) -> None:
+    """A Stable-Diffusion-shaped UNet: blocks of 32 and 64 channels under one
+    ``norm_num_groups`` of 8 (the up blocks' skip concatenations of 64 + 32 channels straddle
+    norm groups of 12). Analyzed with ``norm_groups="keep"`` every norm group loses as many
+    channels, so ``norm_num_groups`` can stay; ``describable=True`` keeps whole what the config
+    could not follow: here the time-embedding MLP, which ``time_embedding_dim`` sizes together
+    with the Fourier projection's fixed random frequencies. A uniform half of everything else
+    round-trips through diffusers' own ``save_pretrained``/``from_pretrained``."""
+    model, x = unet2d_condition(time_embedding_type="fourier", time_embedding_dim=64)
+    sm = fxsym.analyze(model, example_inputs=x, norm_groups="keep")
+    assert fxsym.oracles.check_permutation(model, sm, x, seeds=(0,)).ok
+    plan = fxsym.plan(model, sm, ratio=0.5, scope="uniform", describable=True)
+    kept_whole = plan.extra["undescribed"]
+    assert sorted(kept_whole) == [group_with(sm, f"time_embedding.linear_{i}",
+                                             "out_features").name for i in (1, 2)]
+    assert all("time_embedding_dim also sizes time_proj" in r for r in kept_whole.values())
+    assert all(g.kept == g.size // 2 for g in plan.groups if g.name not in kept_whole)
+    assert plan.params_after < plan.params_before / 3
+    plan.apply(model, sm)
+    config = model.config
+    assert (config.block_out_channels, config.norm_num_groups) == ((16, 32), 8)
+    assert (config.attention_head_dim, config.time_embedding_dim) == (4, 64)
+    model.save_pretrained(tmp_path)
+    loaded = diffusers.UNet2DConditionModel.from_pretrained(tmp_path).double().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*x).sample, model(*x).sample, rtol=1e-12,
+                                   atol=1e-12)
+
+
+def test_sinusoidal_time_projection_keeps_every_tied_group_whole() -> None:
+    """The sinusoidal ``Timesteps`` projection is as wide as ``block_out_channels[0]`` and no
+    resize can change it (its frequencies depend on its width), so that field cannot change:
+    every group it sizes stays, and so does every group tied to one of those by a field
+    (``attention_head_dim``, one head count for all blocks) or by a same-size class (a skip
+    concatenation's norm groups keep as many channels of both levels). For this
+    Stable-Diffusion shape that is every group: the describable plan changes nothing, and
+    says why."""
+    model, x = unet2d_condition()
+    sm = fxsym.analyze(model, example_inputs=x, norm_groups="keep")
+    plan = fxsym.plan(model, sm, ratio=0.5, scope="uniform", describable=True)
+    assert all(g.keep is None for g in plan.groups)
+    reasons = plan.extra["undescribed"]
+    assert sorted(reasons) == sorted(g.name for g in sm.groups())
+    conv_in = group_with(sm, "conv_in", "out_channels").name
+    assert "block_out_channels[0] also sizes" in reasons[conv_in]
+    assert "time_proj.num_channels" in reasons[conv_in]
+    mid = group_with(sm, "mid_block.resnets.0.conv1", "out_channels").name
+    assert "holds it and" in reasons[mid]

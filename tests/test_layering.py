@@ -72,7 +72,8 @@ ALLOWED: dict[str, set[str]] = {
     "paramlayout": {"errors", "modstate", "resizing", "symbols"},
     "importance": {"errors", "paramlayout", "symbols"},
     "depth": {"errors", "importance", "symbols"},  # console inside a function
-    "planning": {"console", "depth", "errors", "importance", "paramlayout", "resizing", "symbols"},
+    "planning": {"console", "depth", "errors", "importance", "paramlayout", "plugins",
+                 "resizing", "symbols"},
     "search": {"console", "depth", "errors", "importance", "paramlayout", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",

@@ -28,13 +28,15 @@ own ``min_size`` (a router's ``topk`` over the experts needs ``k`` of them); gro
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
-Imports from fxsym: console, depth, errors, importance, paramlayout, resizing, symbols.
+Imports from fxsym: console, depth, errors, importance, paramlayout, plugins, resizing,
+symbols.
 """
 
 from __future__ import annotations
 
 import difflib
 import fnmatch
+import glob
 import json
 import math
 import numbers
@@ -51,6 +53,7 @@ from .depth import block_importance, choose_blocks, renamed
 from .errors import PlanError, PlanMismatchError
 from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
 from .paramlayout import Layout, layout
+from .plugins.calls import call_hook
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
@@ -559,6 +562,7 @@ def plan(
     layers: Any = None,
     depth_importance: Any = None,
     sizes: Mapping[str, int] | None = None,
+    describable: bool = False,
 ) -> Plan:
     """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
 
@@ -577,6 +581,12 @@ def plan(
     influence on the traced example inputs). With ``layers``, the width amount may be left
     out (depth only); ``target_params``/``target_macs`` count the model without the dropped
     blocks.
+
+    ``describable=True`` keeps whole the groups the plugins say the model's own description
+    could not follow (``fxsym_undescribed_groups``: a diffusers config with one field for
+    sizes a resize cannot change), as ``exclude`` does; the reasons are in
+    ``plan.extra["undescribed"]``. A uniform plan then gives a model its library saves and
+    rebuilds with ``save_pretrained``/``from_pretrained``.
 
     ``sizes`` (``{group name: units to keep}``) is the width amount given group by group
     instead (the groups not named stay whole; :mod:`fxsym.search` derives it from a hidden
@@ -605,6 +615,8 @@ def plan(
     dropped = frozenset(n for n in lay.shapes
                         if renamed(n, symmap.depth_groups(), blocks) is None)
     patterns = _exclude_patterns(exclude, groups)
+    undescribed = _undescribed(model, symmap) if describable else {}
+    patterns += [glob.escape(name) for name in undescribed]
     label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
     for g in groups:
@@ -678,6 +690,8 @@ def plan(
             kept = global_(hi_n)
     made = _make_plan(model, symmap, lay, macs, kept, {c.group.name: c.scores
                                                        for c in candidates}, label, scope)
+    if undescribed:
+        made = with_extra(made, undescribed=undescribed)
     return _with_depth(made, symmap, blocks, dropped, macs)
 
 
@@ -700,6 +714,18 @@ def _check_amounts(ratio: Any, target_params: Any, target_macs: Any) -> None:
             raise PlanError(f"{argument} must be a finite number, got {value!r}")
     if ratio is not None and not 0 <= ratio < 1:
         raise PlanError(f"ratio is the fraction of units to remove, in [0, 1); got {ratio}")
+
+
+def _undescribed(model: nn.Module, symmap: SymMap) -> dict[str, str]:
+    """``{group name: why the model's own description could not follow it}``, from every
+    plugin's ``fxsym_undescribed_groups``."""
+    out: dict[str, str] = {}
+    names = {g.name for g in symmap.groups()}
+    for found in call_hook("fxsym_undescribed_groups", model=model, symmap=symmap) or ():
+        for name, reason in (found or {}).items():
+            if name in names:
+                out.setdefault(str(name), str(reason))
+    return out
 
 
 def _exclude_patterns(exclude: Any, groups: Sequence[SymGroup]) -> list[str]:

@@ -23,6 +23,10 @@ then keeps its old values and gains an entry :data:`NONUNIFORM`, whose serializa
 :class:`fxsym.ResizeError` naming what differs, so ``save_pretrained`` (which writes the
 config before any weight) fails loudly instead of writing a checkpoint ``from_pretrained``
 would rebuild as another model; a :class:`fxsym.ResizeWarning` says so at the resize.
+
+Before a resize, :func:`undescribed_groups` (the ``fxsym_undescribed_groups`` hook) finds
+the same way which groups the config could not follow, so ``fxsym.plan(describable=True)``
+keeps them whole.
 """
 
 from __future__ import annotations
@@ -169,3 +173,92 @@ def _sizes_of(model: nn.Module, read: frozenset[str]) -> dict[str, int]:
             if type(value) is int and key in read:
                 out[key] = value
     return out
+
+
+def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, str]:
+    """The searchable groups of ``symmap`` the config could not describe once resized, each
+    with the reason (the ``fxsym_undescribed_groups`` hook; ``fxsym.plan(describable=True)``
+    keeps them whole).
+
+    What each field sizes is found as :func:`update_config` finds it, by building the class
+    on the meta device with the field (or one int of a tuple field) doubled: the parameter
+    dims and read int attributes that double are the field's. A field sizing something no
+    group resizes (the sinusoidal time projection, as wide as ``block_out_channels[0]``; a
+    Fourier projection's random frequencies, as wide as ``time_embedding_dim``) cannot change,
+    so every group it sizes stays; one value holds for all a field sizes, so a group that
+    stays keeps every group sharing a field with it, and every group of its same-size class
+    (a norm group straddling a skip concatenation), whole; and a group no field sizes cannot
+    be described at all."""
+    from fxsym.importance import layout
+
+    from .configs import attributes_read
+
+    config = getattr(model, "config", None)
+    if not isinstance(config, Mapping):
+        return {}
+    old = {k: v for k, v in config.items() if k != NONUNIFORM}
+    base = _build(model, old)
+    if base is None:
+        return {}
+    read = attributes_read(symmap)
+    before = _sizes_of(base, read)
+    owners, elastic = _owners(layout(model, symmap), symmap.groups())
+    fields: list[tuple[str, set[str]]] = []
+    stays: dict[str, str] = {}
+    for field, index, value in _candidates(old, set(before.values())):
+        probe = _build(model, _with(old, field, index, 2 * value))
+        if probe is None:
+            continue
+        after = _sizes_of(probe, read)
+        doubled = [k for k, n in before.items() if n and after.get(k) == 2 * n]
+        groups = {g for k in doubled for g in owners.get(k, ())}
+        if not groups:
+            continue
+        where = f"{field}[{index}]" if index is not None else field
+        fields.append((where, groups))
+        fixed = [k for k in doubled if k not in elastic]
+        if fixed:
+            what = ", ".join(fixed[:2]) + (f" and {len(fixed) - 2} more" if len(fixed) > 2
+                                            else "")
+            for g in sorted(groups):
+                stays.setdefault(g, f"config field {where} also sizes {what}, which no group "
+                                    "resizes")
+    described = set().union(*(groups for _, groups in fields)) if fields else set()
+    for g in symmap.groups():
+        if g.name not in described:
+            stays.setdefault(g.name, "no config field sizes it")
+    ties = [(f"config field {where}", groups) for where, groups in fields]
+    ties += [("a same-size class", {g.name, *g.same_size}) for g in symmap.groups()
+             if g.same_size]
+    changed = True
+    while changed:
+        changed = False
+        for what, groups in ties:
+            held = sorted(groups & stays.keys())
+            for g in sorted(groups - stays.keys()) if held else ():
+                stays[g] = f"{what} holds it and {held[0]}, which stays"
+                changed = True
+    return stays
+
+
+def _owners(lay: Any, groups: Any) -> tuple[dict[str, set[str]], set[str]]:
+    """Per parameter dim (``"<tensor>:<dim>"``) and attribute member (``"<module>.<name>"``)
+    of a group: the groups resizing it; and the keys groups resize whole."""
+    owners: dict[str, set[str]] = {}
+    covered: dict[str, set[int]] = {}
+    for name, slices in lay.slices.items():
+        for s in slices:
+            key = f"{s.param}:{s.dim}"
+            owners.setdefault(key, set()).add(name)
+            covered.setdefault(key, set()).update(s.index.tolist())
+    elastic = {k for k, idx in covered.items()
+               if len(idx) == lay.shapes[k.rpartition(":")[0]][int(k.rpartition(":")[2])]}
+    for g in groups:
+        if g.size < 2:
+            continue
+        for qualname, sname in g.members:
+            if sname.startswith("attr:"):
+                key = f"{qualname}.{sname[5:]}".lstrip(".")
+                owners.setdefault(key, set()).add(g.name)
+                elastic.add(key)
+    return owners, elastic

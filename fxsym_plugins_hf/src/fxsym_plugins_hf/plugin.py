@@ -113,6 +113,12 @@ class HuggingFacePlugin:
             diffusers_configs.update_config(model, sizes, configs.attributes_read(symmap))
 
     @fxsym.hookimpl
+    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, str] | None:
+        if diffusers_configs.is_diffusers_model(model):
+            return diffusers_configs.undescribed_groups(model, symmap)
+        return None
+
+    @fxsym.hookimpl
     def fxsym_after_depth(self, model: Any, group: Any, kept: Any) -> list[str] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             from .depth import update_config_depth

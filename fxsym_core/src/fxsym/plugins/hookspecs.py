@@ -141,6 +141,18 @@ def fxsym_after_resize(model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
 
 
 @hookspec
+def fxsym_undescribed_groups(model: Any, symmap: Any) -> Any:
+    """The searchable groups of ``symmap`` that ``model``'s own description (a config its
+    library rebuilds it from) could not follow if a resize changed them:
+    ``{group name: reason}``, or ``None``.
+
+    :func:`fxsym.plan` with ``describable=True`` keeps them whole (and records the reasons in
+    ``Plan.extra["undescribed"]``), so the pruned model saves with its library's own
+    ``save_pretrained``. Called before anything is resized; it must not change the model.
+    """
+
+
+@hookspec
 def fxsym_after_depth(model: Any, group: Any, kept: Any) -> Any:
     """Bring what describes ``model`` up to date after :func:`fxsym.resize` dropped blocks of
     the depth group ``group`` (a :class:`~fxsym.symbols.DepthGroup`); ``kept`` is the list of
