@@ -21,14 +21,19 @@ Four rules make the oracles able to fail:
 * **Float64, tight tolerance.** The permutation and value oracles run in float64 wherever
   the model runs in it and compare at 1e-9 of the output's scale (:data:`VALUE_TOLERANCE`),
   so rounding neither hides a wrong group nor fails a right one; a model that fails in
-  float64, or computes some values in float32 anyway, is compared at 1e-4, with a note.
+  float64, or computes some values in float32 anyway, is compared at 1e-4, with a note. So
+  is a model whose float64 copies do not fit in the memory available (or the caller's
+  ``memory_budget``): ``result.dtype`` says which dtype the copies ran in.
 * **Nothing checked is not ok.** A result has a ``status``: ``"ok"``, ``"failed"`` or
   ``"not checked"`` (no sortable group of size ≥ 2, or no group at all); ``ok`` is true only
   for ``"ok"``.
 
 The oracles test the SymMap they are given (copied together with the model, so the copy's
 groups are the caller's groups), work on deep copies put in eval mode, and never touch the
-caller's model: not its weights, not its training flag, not its attributes.
+caller's model: not its weights, not its training flag, not its attributes. One copy is alive
+at a time, built directly in the dtype it runs in, and its tensors are freed the moment it is
+done with (:class:`_Copy`): a copy and its SymMap sit in reference cycles, which Python frees
+only when its cyclic collector happens to run.
 
 Imports from fxsym: analysis, modstate, resizing, symbols.
 """
@@ -36,12 +41,14 @@ Imports from fxsym: analysis, modstate, resizing, symbols.
 from __future__ import annotations
 
 import copy
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from torch import fx, nn
+from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -86,6 +93,9 @@ class OracleResult:
     #: groups the oracle could not check, with the reason (:func:`check_values`: a group
     #: whose dim meets a normalisation is not checked by value)
     unchecked: dict[str, str] = field(default_factory=dict)
+    #: the dtype the copies were compared in (float64 unless a note says why not; ``None``
+    #: when no copy ran)
+    dtype: torch.dtype | None = None
 
     @property
     def status(self) -> Status:
@@ -99,15 +109,17 @@ class OracleResult:
         return self.status == "ok"
 
     def __str__(self) -> str:
+        lowered = self.dtype is not None and self.dtype != torch.float64
+        precision = f", in {str(self.dtype).removeprefix('torch.')}" if lowered else ""
         if self.status == "ok":
-            text = f"ok ({self.checked} groups, seeds {list(self.seeds)})"
+            text = f"ok ({self.checked} groups, seeds {list(self.seeds)}{precision})"
             return text + (f", {len(self.unchecked)} not checked" if self.unchecked else "")
         if self.status == "not checked":
             if self.unchecked:
                 return f"not checked ({len(self.unchecked)} groups: {self.unchecked})"
             return "not checked (no group to check)"
         shown = "; ".join(self.details[:5])
-        return f"FAILED {self.failed[:5]} {self.error or ''} {shown}".strip()
+        return f"FAILED{precision} {self.failed[:5]} {self.error or ''} {shown}".strip()
 
 
 def run_model(model: nn.Module, example_inputs: Any,
@@ -128,7 +140,8 @@ def run_model(model: nn.Module, example_inputs: Any,
     return [t for t in pytree.tree_leaves(picked) if isinstance(t, torch.Tensor)]
 
 
-def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
+def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None, *,
+              dtype: torch.dtype | None = None) -> Any:
     """A deep copy of ``model`` in eval mode whose weights carry noise scaled to each tensor.
 
     Every floating parameter and every norm statistic (:data:`NORM_STATISTICS`) gets Gaussian
@@ -142,16 +155,28 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
     ones, bound to the copied modules; and the caches the trace found
     (:attr:`SymMap.derived_state`, filled from the weights before the noise) are emptied, so
     the copy recomputes them from its own weights.
+
+    With ``dtype``, the copy's floating parameters and buffers are built in that dtype, equal
+    to ``perturbed(model, seed).to(dtype)`` (the noise rounded to each tensor's own dtype
+    first) without a copy in the model's own dtype in between (ViT-H's float32 copy is 2.5
+    GB).
     """
+    memo: dict[int, Any] = {}
+    native: dict[int, torch.dtype] = {}
+    if dtype is not None:
+        for tensor in _floating_tensors(model):
+            memo[id(tensor)] = _converted(tensor, dtype)
+            native[id(memo[id(tensor)])] = tensor.dtype
     if symmap is not None:
-        clone, sm = copy.deepcopy((model, symmap))
+        clone, sm = copy.deepcopy((model, symmap), memo)
     else:
-        clone, sm = copy.deepcopy(model), None
+        clone, sm = copy.deepcopy(model, memo), None
     clone.eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, tensor in _perturbable(clone):
-            _add_noise(tensor, gen, multiplicative=name.endswith("running_var"))
+            _add_noise(tensor, gen, multiplicative=name.endswith("running_var"),
+                       rounded=native.get(id(tensor), tensor.dtype))
     if sm is None:
         return clone
     modules = dict(clone.named_modules())
@@ -161,6 +186,26 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None) -> Any:
             if kind == CACHE and isinstance(container, (dict, list, set)):
                 container.clear()
     return clone, sm
+
+
+def _floating_tensors(model: nn.Module) -> list[torch.Tensor]:
+    """The floating parameters and buffers of ``model`` holding data, each once (what
+    ``model.to(dtype)`` converts)."""
+    seen: dict[int, torch.Tensor] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if t.is_floating_point() and not t.is_meta and not isinstance(
+                t, (UninitializedParameter, UninitializedBuffer)):
+            seen.setdefault(id(t), t)
+    return list(seen.values())
+
+
+def _converted(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A copy of ``tensor`` in ``dtype``; a parameter's copy a parameter of its class (as its
+    ``__deepcopy__`` makes it)."""
+    data = tensor.detach().to(dtype, copy=True)
+    if isinstance(tensor, nn.Parameter):
+        return type(tensor)(data, tensor.requires_grad)
+    return data
 
 
 def _perturbable(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
@@ -175,7 +220,8 @@ def _perturbable(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
         yield name, tensor
 
 
-def _add_noise(tensor: torch.Tensor, gen: torch.Generator, *, multiplicative: bool) -> None:
+def _add_noise(tensor: torch.Tensor, gen: torch.Generator, *, multiplicative: bool,
+               rounded: torch.dtype) -> None:
     finite = torch.isfinite(tensor)
     noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float32)
     if multiplicative:
@@ -188,7 +234,63 @@ def _add_noise(tensor: torch.Tensor, gen: torch.Generator, *, multiplicative: bo
         if not scale > 0:
             scale = NOISE_FLOOR / NOISE
         new = tensor.float() + NOISE * scale * noise
-    tensor.copy_(torch.where(finite, new.to(tensor.dtype), tensor))
+    tensor.copy_(torch.where(finite, new.to(rounded).to(tensor.dtype), tensor))
+
+
+class _Copy:
+    """A :func:`perturbed` copy of the model and its SymMap (``model``, ``symmap``) in
+    ``dtype`` (default: the model's own), resized by ``choices`` if given, used in a ``with``
+    block; every tensor it held is freed when it is done with.
+
+    Dropping the copy is not enough: the copy and its SymMap form reference cycles (the traced
+    graph, the symbols), so their tensors would live until Python's cyclic collector runs, and
+    the float64 copies of a large model piled up (vit_b_16: 3 GB above the model's own 0.35
+    GB). Freeing means rebinding each parameter's and buffer's data to an empty tensor: the
+    copy is never run again and nothing outside it holds its tensors. A resize builds its new
+    tensors beside the old ones (it is atomic), so a copy to resize is resized in the model's
+    own dtype and converted after, which holds half the bytes of resizing a float64 copy;
+    :meth:`resize` frees the tensors a resize replaced (the SymMap's traced modules still point
+    at them)."""
+
+    def __init__(self, model: nn.Module, seed: int, symmap: SymMap, dtype: torch.dtype | None,
+                 choices: dict[str, Any] | None = None) -> None:
+        self.model, self.symmap = perturbed(model, seed, symmap,
+                                            dtype=None if choices else dtype)
+        self._held = _tensors(self.model)
+        if choices:
+            try:
+                self.resize(choices)
+            except BaseException:
+                self.__exit__()
+                raise
+            if dtype is not None:
+                self.model.to(dtype)
+                self._held.update(_tensors(self.model))
+
+    def __enter__(self) -> _Copy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _free([*self._held.values(), *_tensors(self.model).values()])
+        self._held = {}
+
+    def resize(self, choices: dict[str, Any]) -> None:
+        resize(self.model, self.symmap, choices)
+        now = _tensors(self.model)
+        _free([t for key, t in self._held.items() if key not in now])
+        self._held = now
+
+
+def _tensors(model: nn.Module) -> dict[int, torch.Tensor]:
+    named = [*model.named_parameters(remove_duplicate=False),
+             *model.named_buffers(remove_duplicate=False)]
+    return {id(t): t for _, t in named}
+
+
+def _free(tensors: Iterable[torch.Tensor]) -> None:
+    for t in tensors:
+        if not t.is_meta:
+            t.data = torch.empty(0, dtype=t.dtype, device=t.device)
 
 
 def moving_permutation(n: int, gen: torch.Generator) -> torch.Tensor:
@@ -219,7 +321,8 @@ def _bound(model: nn.Module, symmap: SymMap, example_inputs: Any) -> SymMap:
 
 def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
                       seeds: Iterable[int] = SEEDS, rtol: float | None = None,
-                      atol: float | None = None) -> OracleResult:
+                      atol: float | None = None, dtype: torch.dtype | None = None,
+                      memory_budget: int | None = None) -> OracleResult:
     """Permute every sortable group at once on perturbed copies; name the failing groups.
 
     For each seed: a :func:`perturbed` copy is the reference; an identical copy has every
@@ -227,7 +330,9 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     members at once, and must give the same outputs. On a mismatch each group is permuted
     alone (with the same permutation) to name the culprits. The copies run in float64
     wherever the model runs in it, compared to :data:`VALUE_TOLERANCE` unless ``rtol`` and
-    ``atol`` say otherwise (``atol`` relative to each output's largest entry).
+    ``atol`` say otherwise (``atol`` relative to each output's largest entry). ``dtype`` and
+    ``memory_budget`` are :class:`_Precision`'s: float64 unless its copies do not fit in the
+    memory available (or the ``memory_budget``, in bytes), or ``dtype`` says otherwise.
     """
     symmap = _bound(model, symmap, example_inputs)
     names = [g.name for g in symmap.groups() if g.is_sortable and g.size > 1]
@@ -235,7 +340,7 @@ def check_permutation(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     result = OracleResult(checked=len(names), seeds=seeds)
     if not names:
         return result
-    precision = _Precision(result)
+    precision = _Precision(result, model=model, dtype=dtype, memory_budget=memory_budget)
     sizes = {g.name: g.size for g in symmap.groups()}
 
     def permuted(seed: int, perms: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -262,13 +367,10 @@ def _permuted(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: int,
               perms: dict[str, torch.Tensor], precision: _Precision) -> list[torch.Tensor]:
     """The outputs of the ``seed`` perturbed copy, in the ``precision``'s dtype, with
     ``perms`` applied. The copy is made afresh each time (the perturbation is deterministic)
-    and dropped after, so at most one copy of the model is alive at once (ViT-H has 2.5 GB of
+    and freed after, so at most one copy of the model is alive at once (ViT-H has 2.5 GB of
     weights)."""
-    clone, sm = perturbed(model, seed, symmap)
-    clone.to(precision.dtype)
-    if perms:
-        resize(clone, sm, perms)
-    return precision.forward(clone, example_inputs, symmap.output_contract)
+    with _Copy(model, seed, symmap, precision.dtype, perms) as c:
+        return precision.forward(c.model, example_inputs, symmap.output_contract)
 
 
 def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
@@ -302,8 +404,16 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     result = OracleResult(checked=len(groups), seeds=(seed,))
     if not groups:
         return result
-    clone, sm = perturbed(model, seed, symmap)
-    reference = run_model(clone, example_inputs, symmap.output_contract)
+    with _Copy(model, seed, symmap, None) as c:
+        _shrink(c, groups, example_inputs, symmap.output_contract, result)
+    return result
+
+
+def _shrink(c: _Copy, groups: list[SymGroup], example_inputs: Any,
+            contract: Contract | None, result: OracleResult) -> None:
+    """:func:`check_shrink` on the copy ``c``."""
+    clone, sm = c.model, c.symmap
+    reference = run_model(clone, example_inputs, contract)
     chosen = {g.name: max(g.min_size, g.size // 2) for g in groups}
     modules = dict(clone.named_modules())
     members = {m for g in groups for m in g.members}
@@ -314,17 +424,17 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     param_members = sm.analysis.param_members if sm.analysis else frozenset()
     declared = _declared_values(sm, modules, members - param_members, expected)
     try:
-        resize(clone, sm, chosen)
+        c.resize(chosen)
     except Exception as exc:
         result.error = f"resize failed: {type(exc).__name__}: {exc}"
-        return result
+        return
     observed: dict[tuple[str, str], set[int]] = {}
     handles = _measure(sm, modules, observed, {k for k in expected if k not in param_members})
     try:
-        out = run_model(clone, example_inputs, symmap.output_contract)
+        out = run_model(clone, example_inputs, contract)
     except Exception as exc:
         result.error = f"the shrunk model fails: {type(exc).__name__}: {exc}"
-        return result
+        return
     finally:
         for h in handles:
             h.remove()
@@ -370,7 +480,6 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
                 continue
             result.details.append(f"{q}.{attr}: {problem}")
             _blame(result, next((g for (m, _), g in group_of.items() if m == q), q))
-    return result
 
 
 def _declared_values(sm: SymMap, modules: dict[str, nn.Module],
@@ -552,7 +661,8 @@ class _ValuePlan:
 
 
 def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
-                 seeds: Iterable[int] = (0, 1), tolerance: float | None = None
+                 seeds: Iterable[int] = (0, 1), tolerance: float | None = None,
+                 dtype: torch.dtype | None = None, memory_budget: int | None = None
                  ) -> OracleResult:
     """Drop units of every group and compare by value with the model whose consumers no
     longer read those units.
@@ -577,6 +687,10 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     was checked. The layouts come from the analysis (``GroupAnalysis.node_layouts``). A
     *routed* group (``SymGroup.routed``: the experts a router's ``topk`` picks among) is not
     checked either: dropping an expert changes which experts are picked, by design.
+
+    The copies run in float64 unless they do not fit in the memory available (or the
+    ``memory_budget``, in bytes) or ``dtype`` says otherwise (:class:`_Precision`); in float32
+    the tolerance is float32's and a note says why.
     """
     symmap = _bound(model, symmap, example_inputs)
     seeds = tuple(seeds)
@@ -609,7 +723,8 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
                 result.unchecked[m.name] = why
             continue
         classes.append(members)
-    precision = _Precision(result, tolerance)
+    precision = _Precision(result, tolerance, model=model, dtype=dtype,
+                           memory_budget=memory_budget)
     if classes:
         gen = torch.Generator().manual_seed(seeds[0] if seeds else 0)
         mixing = _mixing_modules(model, symmap, example_inputs, plan, seeds[0] if seeds else 0,
@@ -676,23 +791,21 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
     dropped = {g.id: torch.tensor(units) for g, units in drops}
 
     def zeroed_run() -> list[torch.Tensor]:
-        clone, sm = perturbed(model, seed, symmap)
-        clone.to(precision.dtype)
-        handles = _zero_reads(clone, plan, dropped, sm.analysis.table if sm.analysis else None)
-        try:
-            return precision.forward(clone, example_inputs, symmap.output_contract)
-        finally:
-            for h in handles:
-                h.remove()
+        with _Copy(model, seed, symmap, precision.dtype) as c:
+            table = c.symmap.analysis.table if c.symmap.analysis else None
+            handles = _zero_reads(c.model, plan, dropped, table)
+            try:
+                return precision.forward(c.model, example_inputs, symmap.output_contract)
+            finally:
+                for h in handles:
+                    h.remove()
 
     reference = precision.run(zeroed_run)
     dtype, tol = precision.dtype, precision.tolerance
-    clone, sm = perturbed(model, seed, symmap)
-    clone.to(dtype)
     keep = {g.name: [u for u in range(g.size) if u not in set(units)] for g, units in drops}
     try:
-        resize(clone, sm, keep)
-        out = precision.forward(clone, example_inputs, symmap.output_contract)
+        with _Copy(model, seed, symmap, dtype, keep) as c:
+            out = precision.forward(c.model, example_inputs, symmap.output_contract)
     except Exception as exc:
         if result is not None:
             result.details.append(f"seed {seed}: the dropped model fails: "
@@ -713,19 +826,44 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
     return same
 
 
-class _Precision:
-    """The dtype the oracles run in and the tolerance that goes with it: float64 until a run
-    in it fails, then float32; the float32 tolerance too where a float64 run computes some of
-    its values in a lower precision (a norm that casts to float32 inside, a table kept in
-    float32), seen by watching every op of the first run. Each fallback leaves a note in the
-    result."""
+#: float64 copies of the model's floating tensors an oracle holds at its peak: one copy, and
+#: while a resize runs the tensors it builds beside the ones it replaces (it frees nothing
+#: until it succeeds), plus the activations the copy computes and the value oracle records
+FLOAT64_COPIES = 2.5
 
-    def __init__(self, result: OracleResult, tolerance: float | None = None) -> None:
-        self.dtype = torch.float64
+
+class _Precision:
+    """The dtype the oracles run in and the tolerance that goes with it.
+
+    Float64 unless ``dtype`` says otherwise, or its copies do not fit: :data:`FLOAT64_COPIES`
+    times the model's floating parameters and buffers at 8 bytes each, against the
+    ``memory_budget`` in bytes (default: the memory the system has available,
+    :func:`available_memory`); then float32, with a note giving both figures. A float64 run
+    that fails falls back to float32 too; the float32 tolerance is also used where a float64
+    run computes some of its values in a lower precision (a norm that casts to float32 inside,
+    a table kept in float32), seen by watching every op of the first run. Each fallback leaves
+    a note in the result, and ``result.dtype`` is the dtype the copies ran in."""
+
+    def __init__(self, result: OracleResult, tolerance: float | None = None, *,
+                 model: nn.Module | None = None, dtype: torch.dtype | None = None,
+                 memory_budget: int | None = None) -> None:
+        if dtype not in (None, torch.float64, torch.float32):
+            raise ValueError(f"the oracles compare in float64 or float32, not {dtype}")
         self.result = result
         self._tolerance = tolerance
         self._lowered = False
         self._watched = False
+        self.dtype = torch.float64 if dtype is None else dtype
+        if dtype == torch.float32:
+            result.notes.append("float32: asked by the caller")
+        elif dtype is None and model is not None:
+            need = FLOAT64_COPIES * 8 * sum(t.numel() for t in _floating_tensors(model))
+            available = available_memory() if memory_budget is None else memory_budget
+            if available is not None and need > available:
+                self.dtype = torch.float32
+                result.notes.append(f"float32: float64 copies need {need / 1e9:.1f} GB, "
+                                    f"{available / 1e9:.1f} GB available")
+        result.dtype = self.dtype
 
     @property
     def tolerance(self) -> float:
@@ -741,7 +879,7 @@ class _Precision:
         except Exception as exc:
             if self.dtype != torch.float64:
                 raise
-            self.dtype = torch.float32
+            self.dtype = self.result.dtype = torch.float32
             self.result.notes.append(f"the model does not run in float64 ({type(exc).__name__}"
                                      f": {exc}): compared in float32")
             return fn()
@@ -763,6 +901,23 @@ class _Precision:
                                      f"float64 ({watch.seen[0]}): compared at the float32 "
                                      "tolerance")
         return out
+
+
+def available_memory() -> int | None:
+    """The bytes the system can give without swapping (``MemAvailable`` of /proc/meminfo,
+    else psutil's figure where it is installed); ``None`` when neither says."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        return None
+    return int(psutil.virtual_memory().available)
 
 
 class _LowerPrecision(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -1007,27 +1162,34 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
 
     def recorded_run() -> list[torch.Tensor]:
         records.clear()
-        clone, _ = perturbed(model, seed, symmap)
-        clone.to(precision.dtype)
-        modules = dict(clone.named_modules())
-        handles = _zero_reads(clone, plan, dropped, table)
-        for target in {c.target for c in probed}:
-            if target in modules:
-                handles += _recorder(modules[target], target, records)
-        try:
-            return precision.forward(clone, example_inputs, symmap.output_contract)
-        finally:
-            for h in handles:
-                h.remove()
+        with _Copy(model, seed, symmap, precision.dtype) as full:
+            modules = dict(full.model.named_modules())
+            handles = _zero_reads(full.model, plan, dropped, table)
+            copies = _Snapshots()
+            for target in {c.target for c in probed}:
+                if target in modules:
+                    handles += _recorder(modules[target], target, records, copies)
+            try:
+                return precision.forward(full.model, example_inputs, symmap.output_contract)
+            finally:
+                for h in handles:
+                    h.remove()
 
     precision.run(recorded_run)
-    small, sm = perturbed(model, seed, symmap)
-    small.to(precision.dtype)
+    keep = {g.name: [u for u in range(g.size) if u not in set(units)] for g, units in drops}
     try:
-        resize(small, sm, {g.name: [u for u in range(g.size) if u not in set(units)]
-                           for g, units in drops})
+        small = _Copy(model, seed, symmap, precision.dtype, keep)
     except Exception:
         return {}  # the comparison reports it
+    with small:
+        return _probe(small.model, probed, records, table, dropped, precision)
+
+
+def _probe(small: nn.Module, probed: list[_Call],
+           records: dict[tuple[str, int], tuple[Any, Any, Any]], table: Any,
+           dropped: dict[int, torch.Tensor], precision: _Precision) -> dict[int, str]:
+    """:func:`_mixing_modules`' comparison of each probed call of the resized copy
+    ``small`` with its ``records``."""
     modules = dict(small.named_modules())
     mixing: dict[int, str] = {}
     for c in probed:
@@ -1052,15 +1214,36 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
     return mixing
 
 
-def _recorder(mod: nn.Module, target: str,
-              records: dict[tuple[str, int], tuple[Any, Any, Any]]) -> list[Any]:
-    """Hooks recording each call's inputs (as the module gets them, after the zeroing
-    pre-hooks) and output, copied: an in-place module (``ReLU(inplace=True)``) or op
-    downstream rewrites them."""
-    calls: list[tuple[Any, Any]] = []
+class _Snapshots:
+    """Copies of the tensors the probed calls see, one per tensor and version: the output of
+    a call that the next probed call reads unchanged (a linear's output into its activation)
+    is copied once. The records of every call of a large model are as large as its weights
+    (vit_b_16 at 224: 0.7 GB in float64)."""
 
-    def copied(value: Any) -> Any:
-        return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
+    def __init__(self) -> None:
+        self._copies: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        return pytree.tree_map(self._copy, value)
+
+    def _copy(self, t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t
+        hit = self._copies.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == t._version:
+            return hit[2]
+        copied = t.clone()
+        self._copies[id(t)] = (weakref.ref(t), t._version, copied)
+        return copied
+
+
+def _recorder(mod: nn.Module, target: str,
+              records: dict[tuple[str, int], tuple[Any, Any, Any]],
+              copied: _Snapshots) -> list[Any]:
+    """Hooks recording each call's inputs (as the module gets them, after the zeroing
+    pre-hooks) and output, copied (:class:`_Snapshots`): an in-place module
+    (``ReLU(inplace=True)``) or op downstream rewrites them."""
+    calls: list[tuple[Any, Any]] = []
 
     def before(mod: nn.Module, args: Any, kwargs: Any) -> None:
         calls.append(copied((args, kwargs)))
@@ -1129,6 +1312,7 @@ def coverage(symmap: SymMap) -> float:
     return len(live) / len(modules)
 
 
-__all__ = ["NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "SEEDS", "VALUE_TOLERANCE",
-           "OracleResult", "check_permutation", "check_shrink", "check_values", "coverage",
-           "moving_permutation", "perturbed", "run_model"]
+__all__ = ["FLOAT64_COPIES", "NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "SEEDS",
+           "VALUE_TOLERANCE", "OracleResult", "available_memory", "check_permutation",
+           "check_shrink", "check_values", "coverage", "moving_permutation", "perturbed",
+           "run_model"]
