@@ -698,31 +698,35 @@ def _cuts_of(cuts: Mapping[tuple[str, int], torch.Tensor], key: str
 
 class _Fused:
     """The stored tensors of one unit of fused model tensors (:meth:`_Tensors.units`), pruned:
-    made once, when the first is written, from the unit's tensors read, cut by the plan and
-    split as the reader stores them; each given away as it is written, so one unit (a layer's
-    experts) is in memory at a time."""
+    made once (``make()``), when the first is written, and each given away as it is written,
+    so one unit (a layer's experts) is in memory at a time."""
 
-    def __init__(self, tensors: _Tensors, unit: Sequence[str], after: Sequence[str],
-                 first: Mapping[str, str], cuts: Mapping[tuple[str, int], torch.Tensor],
-                 model: nn.Module) -> None:
-        self.args = (tensors, unit, after, first, cuts, model)
+    def __init__(self, make: Callable[[], dict[str, torch.Tensor]]) -> None:
+        self.make = make
         self.pieces: dict[str, torch.Tensor] | None = None
 
     def take(self, name: str) -> Iterator[torch.Tensor]:
         if self.pieces is None:
-            tensors, unit, after, first, cuts, model = self.args
-            made = {}
-            for old, new in zip(unit, after):
-                t = tensors.one(old)
-                for dim in range(t.dim()):
-                    index = cuts.get((first.get(old, old), dim))
-                    if index is not None:
-                        t = t.index_select(dim, index)
-                made[new] = t
-            assert tensors.stored is not None
-            self.pieces = tensors.stored.store(model, made)
-            del made
+            self.pieces = self.make()
         yield self.pieces.pop(name)
+
+
+def _pruned_unit(tensors: _Tensors, unit: Sequence[str], after: Sequence[str],
+                 first: Mapping[str, str], cuts: Mapping[tuple[str, int], torch.Tensor],
+                 model: nn.Module) -> dict[str, torch.Tensor]:
+    """The stored tensors of fused model tensors ``unit``: each read (made from its stored
+    tensors), cut by the plan along every dim, named as after the plan (``after``), and split
+    as the reader stores them for the pruned ``model``."""
+    assert tensors.stored is not None
+    made = {}
+    for old, new in zip(unit, after):
+        t = tensors.one(old)
+        for dim in range(t.dim()):
+            index = cuts.get((first.get(old, old), dim))
+            if index is not None:
+                t = t.index_select(dim, index)
+        made[new] = t
+    return tensors.stored.store(model, made)
 
 
 def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str | None],
@@ -758,7 +762,7 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
         if tensors.stored is not None and (unit[0] in tensors.fused
                                            or unit[0] in tensors.renamed):
             outs = tensors.stored.store(model, metas)
-        fused = (_Fused(tensors, unit, list(metas), first, cuts, model)
+        fused = (_Fused(partial(_pruned_unit, tensors, unit, list(metas), first, cuts, model))
                  if unit[0] in tensors.fused else None)
         cut = _cuts_of(cuts, first.get(unit[0], unit[0]))
         for out, t in outs.items():
