@@ -31,8 +31,12 @@ The steps, none of which holds more than one decoder layer's weights:
      (:func:`fxsym.importance.element_scores` with a reader);
 
 3. **planning** with those scores (:func:`fxsym.plan`; a number of ``layers`` kept by the
-   block importance of the same run), applied to the meta model, whose resized config the
-   plugins write (``fxsym_save_files``);
+   block importance of the same run), or the architecture search for a parameter target
+   (:func:`fxsym.search.search`), each uniform candidate scored by :func:`stream_loss`: the
+   same block-by-block run (:func:`_stream`, shared with the activations) of the meta model
+   pruned by the candidate, each tensor read and cut as the output would hold it; the plan is
+   applied to the meta model, whose resized config the plugins write
+   (``fxsym_save_files``);
 4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
    plan keeps along each dim (the Layout says which slice of which parameter belongs to which
    unit), renamed as the kept layers are renumbered (a dropped layer's tensors are not
@@ -73,14 +77,15 @@ import torch
 from torch import nn
 
 from .analysis import analyze
-from .depth import renamed
+from .depth import choose_blocks, renamed
 from .errors import CalibrationError, CheckpointError, PlanError
 from .importance import ActivationRecorder, Layout, element_scores, layout
 from .persist import FORMAT, MANIFEST, plugin_files, replace_directory
 from .planning import Plan, plan
 from .plugins import load_plugins
 from .plugins.calls import call_hook
-from .search import sizes_for
+from .search import candidates, next_token_loss, sizes_for
+from .search import search as architecture_search
 
 __all__ = [
     "CheckpointReader",
@@ -91,6 +96,7 @@ __all__ = [
     "prune_checkpoint",
     "read_calibration_text",
     "stream_activations",
+    "stream_loss",
 ]
 
 #: the index of a sharded safetensors checkpoint, and the name of one shard of ``n``
@@ -372,7 +378,7 @@ class _Loader:
     under whichever of its names the files hold. Releasing puts a meta parameter back in every
     place, freeing the tensor."""
 
-    def __init__(self, model: nn.Module, tensors: _Tensors) -> None:
+    def __init__(self, model: nn.Module, tensors: _Source) -> None:
         self.tensors = tensors
         self.places: dict[str, list[tuple[nn.Module, str, str]]] = {}
         self.first: dict[tuple[int, str], str] = {}
@@ -517,12 +523,40 @@ def _under(prefix: str) -> Callable[[str], bool]:
     return lambda qualname: qualname.startswith(prefix)
 
 
-def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches: Sequence[Any],
-                       *, consumers_only: bool = True, progress: bool = False
-                       ) -> StreamedScores:
-    """Activation importance of the groups of ``symmap`` (the meta ``model``'s analysis) on
-    ``batches``, computed block by block (see the module docstring). ``model``'s parameters
-    are on the meta device again when this returns."""
+class _Watch:
+    """What a streamed run (:func:`_stream`) does besides running the model: the hooks
+    attached while block ``i`` runs and while the modules after the blocks run (handles,
+    removed after), each block's input and output hidden states, the model's outputs."""
+
+    def block(self, i: int) -> list[Any]:
+        return []
+
+    def pair(self, i: int, h: torch.Tensor, o: torch.Tensor) -> None:
+        pass
+
+    def rest(self) -> list[Any]:
+        return []
+
+    def output(self, batch: Any, out: Any) -> None:
+        pass
+
+
+class _Source(Protocol):
+    """Where :class:`_Loader` reads tensors by the model's names (:class:`_Tensors`,
+    :class:`_Pruned`)."""
+
+    directory: Path
+
+    def has(self, name: str) -> bool: ...
+
+    def read(self, names: Sequence[str]) -> dict[str, torch.Tensor]: ...
+
+
+def _stream(model: nn.Module, loader: _Loader, batches: Sequence[Any], watch: _Watch, *,
+            progress: bool = False, description: str = "calibration") -> None:
+    """Run ``model`` (parameters on the meta device, read by ``loader`` when needed) on
+    ``batches`` block by block, as the module docstring says, telling ``watch``; its
+    parameters are on the meta device again when this returns."""
     from .console import track
     from .importance import run_batch
 
@@ -531,16 +565,12 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
         raise CheckpointError("the model holds no list of blocks to stream through")
     prefix, blocks = found
     block_ids = {id(m) for b in blocks for m in b.modules()}
-    recorder = ActivationRecorder(model, symmap, consumers_only=consumers_only)
-    inside = [f"{prefix}.{i}." for i in range(len(blocks))]
     caught: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
 
     def catch(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         caught.append((args, kwargs))
         raise _Stop
 
-    importance: list[float] = []
-    loader = _Loader(model, tensors)
     outside = [m for m in model.modules() if id(m) not in block_ids]
     loading = loader.on_call(outside)
     try:
@@ -561,26 +591,22 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
             states = [_hidden(a, k)[1] for a, k in caught]
             kind: list[Any] = []
             steps = range(len(blocks))
-            for i in (track(steps, description="calibration", label=lambda i: f"{prefix}.{i}")
+            for i in (track(steps, description=description, label=lambda i: f"{prefix}.{i}")
                       if progress else steps):
                 block = blocks[i]
                 own = loader.names(block)
                 loader.load(own)
-                handles = recorder.attach(_under(inside[i]))
+                handles = watch.block(i)
                 try:
-                    cos, count, nxt = 0.0, 0, []
+                    nxt = []
                     for (args, kwargs), h in zip(caught, states):
                         a, k = _with_hidden(args, kwargs, where, h)
                         out = block(*a, **k)
                         kind = [type(out)]
                         o = _first(out)
-                        sim = nn.functional.cosine_similarity(
-                            h.flatten(0, -2).double(), o.flatten(0, -2).double(), dim=-1)
-                        cos += float(sim.sum())
-                        count += sim.numel()
+                        watch.pair(i, h, o)
                         nxt.append(o)
                     states = nxt
-                    importance.append(1 - cos / max(count, 1))
                 finally:
                     for h_ in handles:
                         h_.remove()
@@ -589,11 +615,10 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
             originals = list(blocks)
             for i in range(len(blocks)):
                 blocks[i] = _Replay(replays)
-            handles = recorder.attach(lambda q: not any(q.startswith(p) for p in inside)
-                                      and q != prefix)
+            handles = watch.rest()
             try:
                 for batch in batches:
-                    run_batch(model, batch)
+                    watch.output(batch, run_batch(model, batch))
             finally:
                 for h_ in handles:
                     h_.remove()
@@ -603,8 +628,116 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
         for h_ in loading:
             h_.remove()
         loader.release(list(loader.places))
-    return StreamedScores(recorder.scores(), importance, prefix, recorder.experts.load,
-                          recorder.experts.activation)
+
+
+class _Activations(_Watch):
+    """Minitron's activation importance of the members inside each block while it runs and
+    outside the blocks in the last run; ShortGPT's ``1 - cos`` per block."""
+
+    def __init__(self, recorder: ActivationRecorder, prefix: str, n: int) -> None:
+        self.recorder, self.prefix = recorder, prefix
+        self.inside = [f"{prefix}.{i}." for i in range(n)]
+        self.cos = [0.0] * n
+        self.count = [0] * n
+
+    def block(self, i: int) -> list[Any]:
+        return self.recorder.attach(_under(self.inside[i]))
+
+    def pair(self, i: int, h: torch.Tensor, o: torch.Tensor) -> None:
+        sim = nn.functional.cosine_similarity(h.flatten(0, -2).double(),
+                                              o.flatten(0, -2).double(), dim=-1)
+        self.cos[i] += float(sim.sum())
+        self.count[i] += sim.numel()
+
+    def rest(self) -> list[Any]:
+        return self.recorder.attach(lambda q: not any(q.startswith(p) for p in self.inside)
+                                    and q != self.prefix)
+
+    def importance(self) -> list[float]:
+        return [1 - c / max(n, 1) for c, n in zip(self.cos, self.count)]
+
+
+def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches: Sequence[Any],
+                       *, consumers_only: bool = True, progress: bool = False
+                       ) -> StreamedScores:
+    """Activation importance of the groups of ``symmap`` (the meta ``model``'s analysis) on
+    ``batches``, computed block by block (see the module docstring). ``model``'s parameters
+    are on the meta device again when this returns."""
+    found = block_list(model)
+    if found is None:
+        raise CheckpointError("the model holds no list of blocks to stream through")
+    recorder = ActivationRecorder(model, symmap, consumers_only=consumers_only)
+    watch = _Activations(recorder, found[0], len(found[1]))
+    _stream(model, _Loader(model, tensors), batches, watch, progress=progress)
+    return StreamedScores(recorder.scores(), watch.importance(), found[0],
+                          recorder.experts.load, recorder.experts.activation)
+
+
+class _Loss(_Watch):
+    """The mean next-token loss of the model's outputs (:func:`fxsym.search.next_token_loss`)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def output(self, batch: Any, out: Any) -> None:
+        value = next_token_loss(out, batch)
+        if value is None:
+            raise CheckpointError("the search scores a candidate by its next-token loss, but "
+                                  "the model returns no logits for the calibration tokens")
+        self.values.append(value)
+
+
+class _Pruned:
+    """The checkpoint's tensors as a plan makes them, by their names in the pruned model: the
+    input tensor (``before``: its name in the unpruned model) with the positions the plan
+    keeps along each dim (``cuts``, by the Layout's first names ``first``)."""
+
+    def __init__(self, tensors: _Tensors, before: Mapping[str, str], first: Mapping[str, str],
+                 cuts: Mapping[tuple[str, int], torch.Tensor]) -> None:
+        self.tensors, self.before, self.first, self.cuts = tensors, before, first, cuts
+        self.directory = tensors.directory
+
+    def has(self, name: str) -> bool:
+        return name in self.before
+
+    def read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
+        got = self.tensors.read([self.before[n] for n in names])
+        out = {}
+        for n in names:
+            old = self.before[n]
+            t = got.pop(old)
+            for dim in range(t.dim()):
+                index = self.cuts.get((self.first.get(old, old), dim))
+                if index is not None:
+                    t = t.index_select(dim, index)
+            out[n] = t
+        return out
+
+
+def stream_loss(model: nn.Module, symmap: Any, tensors: _Tensors, lay: Layout, chosen: Plan,
+                batches: Sequence[Any], *, progress: bool = False) -> float:
+    """The mean next-token loss on ``batches`` of the meta ``model`` pruned by ``chosen``
+    (applied to a copy), run block by block on the pruned tensors: the checkpoint's, cut as
+    the written checkpoint would be (``lay``: ``model``'s Layout), one block's in memory at a
+    time. ``model`` is not changed."""
+    import copy
+
+    first = _first_names(model)
+    cuts = kept_positions(lay, chosen.choices())
+    depth_groups = symmap.depth_groups()
+    blocks = {d.name: list(d.keep) for d in chosen.depth}
+    before: dict[str, str] = {}
+    for unit in tensors.units():
+        for n in unit:
+            new = renamed(n, depth_groups, blocks)
+            if new is not None:
+                before[new] = n
+    trial, trial_map = copy.deepcopy((model, symmap))
+    chosen.apply(trial, trial_map)
+    watch = _Loss()
+    _stream(trial, _Loader(trial, _Pruned(tensors, before, first, cuts)), batches, watch,
+            progress=progress, description="scoring")
+    return sum(watch.values) / len(watch.values)
 
 
 def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str
@@ -835,6 +968,8 @@ def prune_checkpoint(
     ratio: float | None = None,
     target_params: int | None = None,
     param_ratio: float | None = None,
+    target_active_params: int | None = None,
+    search: bool = False,
     layers: int | Sequence[int] | None = None,
     sizes: Mapping[str, int] | None = None,
     scope: str = "uniform",
@@ -857,11 +992,20 @@ def prune_checkpoint(
     tensors of the layers kept are renamed as the layers are renumbered. ``sizes`` gives
     architecture sizes by role instead of an amount (``{"hidden": 48, "experts": 3}``; roles
     ``hidden``, ``ffn``, ``heads``, ``kv_heads``, ``experts``: :func:`fxsym.search.sizes_for`),
-    each group keeping its units of highest importance. ``ratio``,
+    each group keeping its units of highest importance. With ``search`` (and
+    ``target_params`` or ``param_ratio``) or ``target_active_params`` (parameters a token
+    uses: :func:`fxsym.search.active_params`), the plan is the best of a few uniform
+    candidate architectures meeting the target (:func:`fxsym.search.search`), each scored by
+    its next-token loss on the calibration text computed layer by layer on its pruned tensors
+    (:func:`stream_loss`); the candidates are recorded as ``plan.extra["search"]``
+    (:meth:`fxsym.search.SearchResult.rows`). ``ratio``,
     ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
     :func:`fxsym.plan`'s. ``status(message)`` (a context manager factory, e.g. a spinner) is
     entered around each step. Raises :class:`~fxsym.errors.CheckpointError` /
-    :class:`~fxsym.errors.CalibrationError` on bad input, before ``output`` is touched.
+    :class:`~fxsym.errors.CalibrationError` on bad input and
+    :class:`~fxsym.errors.PlanError` for a target the model cannot meet (sizes no group can
+    take, more layers than it has, a parameter target no candidate reaches: found before the
+    calibration runs), before ``output`` is touched.
     """
     import contextlib
 
@@ -870,6 +1014,18 @@ def prune_checkpoint(
     importance = importance or ("activation" if calibration is not None else "l2")
     if importance == "activation" and calibration is None:
         raise CalibrationError("activation importance needs calibration text")
+    searching = target_active_params is not None or (
+        search and (target_params is not None or param_ratio is not None))
+    if searching:
+        if calibration is None:
+            raise CalibrationError("the architecture search scores each candidate by its "
+                                   "loss on calibration text; give calibration text")
+        if (layers is not None or sizes is not None or ratio is not None or scope != "uniform"
+                or (target_active_params is not None
+                    and (target_params is not None or param_ratio is not None))):
+            raise PlanError("the architecture search picks the layers and sizes of uniform "
+                            "candidates for one parameter target; give no layers, sizes, "
+                            "ratio or second target with it")
     if isinstance(layers, int) and calibration is None:
         raise CalibrationError("keeping a number of layers ranks them on calibration text; "
                                "give calibration text, or the positions of the layers to keep")
@@ -887,7 +1043,8 @@ def prune_checkpoint(
         stored = reader.stored(model) if hasattr(reader, "stored") else None
         tensors = _Tensors(reader.directory, reader.tensor_files(), stored)
     batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
-               if texts is not None and importance == "activation" else None)
+               if texts is not None and (importance == "activation" or searching
+                                         or isinstance(layers, int)) else None)
     if batches is not None and not batches:
         raise CalibrationError("the calibration text gave no tokens")
     if param_ratio is not None:
@@ -897,19 +1054,28 @@ def prune_checkpoint(
         target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
     with step("analyzing"):
         sm = analyze(model)
+    sized = None if sizes is None else sizes_for(sm, **sizes)
+    if layers is not None:
+        choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()})
+    target = target_active_params if target_active_params is not None else target_params
+    if searching:
+        assert target is not None
+        candidates(model, sm, target_params=target, active=target_active_params is not None,
+                   round_to=round_to)
     with step("mapping the groups onto the parameters"):
         lay = layout(model, sm)
     extra: dict[str, Any] = {}
     depth_scores: dict[str, torch.Tensor] | None = None
     if batches is not None:
         streamed = stream_activations(model, sm, tensors, batches, progress=progress)
-        scores = streamed.scores
         extra = {"blocks": streamed.blocks, "block_importance": streamed.block_importance}
         if streamed.expert_load:
             extra.update(expert_load=streamed.expert_load,
                          expert_activation=streamed.expert_activation)
         depth_scores = {g.name: torch.tensor(streamed.block_importance, dtype=torch.float64)
                         for g in sm.depth_groups() if g.container == streamed.blocks}
+    if batches is not None and importance == "activation":
+        scores = streamed.scores
     else:
         with step(f"scoring the weights ({importance})"):
             scores = _weight_scores(model, sm, tensors, importance)
@@ -919,11 +1085,21 @@ def prune_checkpoint(
 
     given.__name__ = importance
     first = _first_names(model)
-    with step("planning"):
-        chosen = plan(model, sm, ratio=ratio, target_params=target_params, importance=given,
-                      scope=scope, round_to=round_to, min_keep=min_keep, exclude=exclude,
-                      layers=layers, depth_importance=depth_scores,
-                      sizes=None if sizes is None else sizes_for(sm, **sizes))
+    if searching:
+        assert target is not None and batches is not None
+        found = architecture_search(
+            model, sm, target_params=target, active=target_active_params is not None,
+            round_to=round_to, importance=given, block_scores=depth_scores or {},
+            evaluate=lambda p: stream_loss(model, sm, tensors, lay, p, batches),
+            progress=progress)
+        chosen = found.plan
+        extra["search"] = found.rows()
+    else:
+        with step("planning"):
+            chosen = plan(model, sm, ratio=ratio, target_params=target_params,
+                          importance=given, scope=scope, round_to=round_to,
+                          min_keep=min_keep, exclude=exclude, layers=layers,
+                          depth_importance=depth_scores, sizes=sized)
     if extra:
         from .planning import with_extra
 

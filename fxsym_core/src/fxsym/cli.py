@@ -395,9 +395,6 @@ def cmd_prune(args: argparse.Namespace) -> int:
                        f"{args.param_ratio}")
     _check_output(args.output, args.force)
     if is_checkpoint_dir(args.model):
-        if args.target_active_params is not None:
-            raise CliError("--target-active-params does not stream a checkpoint directory "
-                           "yet: load it with from_pretrained and use fxsym.search")
         return _prune_checkpoint(args, shape)
     if args.calib is not None:
         raise CliError("--calib is for a checkpoint directory (what save_pretrained writes); "
@@ -453,16 +450,28 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
     if args.importance not in (None, "l1", "l2", "activation"):
         raise CliError(f"--importance {args.importance}: a checkpoint is scored with "
                        "activation (with --calib), l1 or l2")
+    if args.target_active_params is not None and args.calib is None:
+        raise CliError("--target-active-params searches uniform architectures, each scored by "
+                       "its loss on calibration text: give --calib FILE")
+    layers = _layers(args.layers)
     plan = prune_checkpoint(
         args.model, args.output, calibration=args.calib, calibration_tokens=args.calib_tokens,
         seq_len=args.seq_len, importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
-        layers=_layers(args.layers), sizes=shape or None, scope=args.scope or "uniform",
+        target_active_params=args.target_active_params,
+        search=args.calib is not None and layers is None and not shape,
+        layers=layers, sizes=shape or None, scope=args.scope or "uniform",
         round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
         max_shard_size=_bytes(args.max_shard_size), progress=True, status=status)
     if args.json:
         print(plan.to_json())
         return 0
+    rows = plan.extra.get("search")
+    if rows:
+        from .search import table
+
+        print(f"candidates for {args.target_params or args.target_active_params or 0:,} "
+              f"{'active ' if args.target_active_params else ''}parameters:\n{table(rows)}\n")
     print(f"{plan.summary()}\n\nsaved to {args.output}\n{loading_note(args.model, args.output)}")
     return 0
 

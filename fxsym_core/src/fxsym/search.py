@@ -23,6 +23,9 @@ heads stay whole. Each candidate is planned (blocks by block importance, units b
 next-token cross-entropy where the model returns ``logits`` for ``input_ids``, else the mean
 squared error to the unpruned model's output. The table lists every candidate; the plan of
 the lowest loss is kept (Minitron's architecture search, in miniature: no distillation).
+The candidates are counted from the parameters' metadata (:func:`candidates`, on a meta model
+too); a checkpoint directory scores them by streaming instead of running a copy
+(``evaluate``: :func:`fxsym.checkpoint.stream_loss`).
 
 *Active* parameters (``active=True``, :func:`active_params`) are those a token uses: every
 parameter but those only looked up (an embedding table whose rows one token reads one of;
@@ -57,8 +60,8 @@ from .paramlayout import layout
 from .planning import Plan, param_shapes, plan
 from .symbols import SymMap
 
-__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "expert_shares", "roles",
-           "search", "sizes_for"]
+__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
+           "expert_shares", "next_token_loss", "roles", "search", "sizes_for", "table"]
 
 #: the fractions of blocks and of the hidden size the search tries
 FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)
@@ -280,26 +283,40 @@ class SearchResult:
         assert self.best.plan is not None
         return self.best.plan
 
+    def rows(self) -> list[dict[str, Any]]:
+        """The candidates as JSON data (what :func:`fxsym.prune_checkpoint` records in the
+        plan's ``extra["search"]``), the kept one marked ``kept``."""
+        return [{"layers": c.layers, "hidden": c.hidden, "ffn": c.ffn, "params": c.params,
+                 "loss": None if math.isnan(c.loss) else c.loss, "kept": c is self.best}
+                for c in self.candidates]
+
     def table(self) -> str:
         """The candidates as a table, the kept one marked."""
-        rows = [[c.layers, c.hidden, c.ffn, f"{c.params:,}", f"{c.loss:.4f}",
-                 "<- kept" if c is self.best else ""] for c in self.candidates]
-        return format_table(rows, ["layers", "hidden", "ffn", "params", "calib loss", ""])
+        return table(self.rows())
 
 
-def search(model: nn.Module, symmap: SymMap, *, target_params: int,
-           batches: Iterable[Any], active: bool = False, round_to: int = 64,
-           importance: Any = "l2", loss: Callable[[nn.Module, Any], torch.Tensor] | None = None,
-           fractions: Sequence[float] = FRACTIONS) -> SearchResult:
-    """Search uniform architectures meeting ``target_params`` (see the module docstring);
-    nothing of ``model`` is changed."""
-    batches = list(batches)
-    if not batches:
-        raise PlanError("the search needs at least one calibration batch")
+def table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Candidates (:meth:`SearchResult.rows`) as a table, the kept one marked."""
+    return format_table([[r["layers"], r["hidden"], r["ffn"], f"{r['params']:,}",
+                          "nan" if r["loss"] is None else f"{r['loss']:.4f}",
+                          "<- kept" if r["kept"] else ""] for r in rows],
+                        ["layers", "hidden", "ffn", "params", "calib loss", ""])
+
+
+def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
+               active: bool = False, round_to: int = 64,
+               block_scores: Mapping[str, Any] | None = None,
+               fractions: Sequence[float] = FRACTIONS) -> list[Candidate]:
+    """The uniform candidates meeting ``target_params`` (see the module docstring), unscored,
+    counted from the parameters' metadata only (a meta model does); ``block_scores`` rank the
+    blocks of a depth group where fewer are kept (all equal without). A
+    :class:`~fxsym.errors.PlanError` if none does."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     depth = symmap.depth_group(r.layers) if r.layers else None
-    block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
+    scores = dict(block_scores or {})
+    if depth is not None and scores.get(depth.name) is None:
+        scores[depth.name] = torch.zeros(depth.size)
     count = _counter(model, symmap, active)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     ffn_g = [groups[n] for n in r.ffn]
@@ -315,7 +332,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
             if key in tried:
                 continue
             tried.add(key)
-            blocks = _top(block_scores.get(r.layers or "", None), n_layers, depth)
+            blocks = _top(scores.get(r.layers or "", None), n_layers, depth)
             ffn = _widest_ffn(count, symmap, hidden, ffn_now, ffn_g, round_to, blocks,
                               r.layers, target_params)
             if ffn is None:
@@ -326,16 +343,52 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
             params = count(sizes, _layers_arg(r.layers, blocks))
             found.append(Candidate(n_layers or 0, hidden, width, params))
     if not found:
-        raise PlanError(f"no uniform candidate reaches {target_params:,} parameters")
+        raise PlanError(f"no uniform candidate reaches {target_params:,} "
+                        f"{'active ' if active else ''}parameters")
+    return found
+
+
+def search(model: nn.Module, symmap: SymMap, *, target_params: int,
+           batches: Iterable[Any] = (), active: bool = False, round_to: int = 64,
+           importance: Any = "l2", loss: Callable[[nn.Module, Any], torch.Tensor] | None = None,
+           fractions: Sequence[float] = FRACTIONS,
+           block_scores: Mapping[str, Any] | None = None,
+           evaluate: Callable[[Plan], float] | None = None,
+           progress: bool = False) -> SearchResult:
+    """Search uniform architectures meeting ``target_params`` (see the module docstring);
+    nothing of ``model`` is changed.
+
+    ``block_scores`` (``{depth group: one score per block}``) rank the blocks instead of
+    :func:`~fxsym.depth.block_importance` on ``batches``; ``evaluate(plan)`` scores a
+    candidate instead of running a pruned copy of ``model`` on ``batches`` (a checkpoint
+    streamed layer by layer: :func:`fxsym.checkpoint.prune_checkpoint`), and then ``batches``
+    may be empty. ``progress`` shows the candidates being scored."""
+    from .console import track
+
+    batches = list(batches)
+    if not batches and (evaluate is None or block_scores is None):
+        raise PlanError("the search needs at least one calibration batch")
+    r = roles(symmap)
+    groups = {g.name: g for g in symmap.groups()}
+    depth = symmap.depth_group(r.layers) if r.layers else None
+    if block_scores is None:
+        block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
+    found = candidates(model, symmap, target_params=target_params, active=active,
+                       round_to=round_to, block_scores=block_scores, fractions=fractions)
+    hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
+    ffn_now = max((groups[n].size * groups[n].unit for n in r.ffn), default=None)
     scored = []
-    reference = _references(model, batches) if loss is None else None
-    for c in found:
+    reference = _references(model, batches) if loss is None and evaluate is None else None
+    for c in (track(found, description="scoring candidates",
+                    label=lambda c: f"layers {c.layers}, hidden {c.hidden}, ffn {c.ffn}")
+              if progress else found):
         blocks = _top(block_scores.get(r.layers or "", None), c.layers, depth)
         p = plan(model, symmap, importance=importance, scope="uniform",
                  sizes=sizes_for(symmap, hidden=c.hidden if c.hidden != hidden_now else None,
                                  ffn=c.ffn if c.ffn != ffn_now else None),
                  layers=_layers_arg(r.layers, blocks))
-        value = _loss_of(model, symmap, p, batches, loss, reference)
+        value = (evaluate(p) if evaluate is not None
+                 else _loss_of(model, symmap, p, batches, loss, reference))
         scored.append(Candidate(c.layers, c.hidden, c.ffn, c.params, value, p))
     best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
     return SearchResult(tuple(scored), best)
@@ -434,13 +487,23 @@ def _loss_of(model: nn.Module, symmap: SymMap, p: Plan, batches: Sequence[Any],
             if loss is not None:
                 total += float(loss(trial, batch))
                 continue
-            out = _output(run_batch(trial, batch))
-            ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
-            if isinstance(ids, torch.Tensor) and isinstance(out, torch.Tensor) and (
-                    out.dim() == 3 and out.shape[:2] == ids.shape):
-                total += float(nn.functional.cross_entropy(
-                    out[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten()))
-            else:
+            out = run_batch(trial, batch)
+            value = next_token_loss(out, batch)
+            if value is None:
                 assert reference is not None
-                total += float(nn.functional.mse_loss(out.float(), reference[i].float()))
+                value = float(nn.functional.mse_loss(_output(out).float(),
+                                                     reference[i].float()))
+            total += value
     return total / len(batches)
+
+
+def next_token_loss(out: Any, batch: Any) -> float | None:
+    """The next-token cross-entropy of a model's output ``out`` on ``batch``, where the
+    output holds ``logits`` for the batch's ``input_ids``; else ``None``."""
+    logits = _output(out)
+    ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+    if not (isinstance(ids, torch.Tensor) and isinstance(logits, torch.Tensor)
+            and logits.dim() == 3 and logits.shape[:2] == ids.shape):
+        return None
+    return float(nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
+                                             ids[:, 1:].flatten()))
