@@ -91,3 +91,25 @@ def test_greedy_routing_of_deepseek_v2_keeps_single_experts() -> None:
     experts = group_with(sm, "model.layers.1.mlp.experts", "gate_up_proj:0")
     assert experts.routed and experts.size == 8 and experts.unit == 1
     assert experts.min_size == 2
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_uniform_plan_round_trips_through_from_pretrained(model_type: str, tmp_path: Any) -> None:
+    """Every group halved (hidden, MLA ranks, heads, FFN widths, routing groups): the config
+    follows every size, ``num_attention_heads`` counted in whole heads of ``q_b_proj`` and
+    ``num_key_value_heads`` with it (DeepSeek reads ``heads // kv_heads`` as
+    ``num_key_value_groups``), and transformers' loader gives identical logits."""
+    model = build(model_type, num_attention_heads=4, num_key_value_heads=4)
+    sm = fxsym.analyze(model)
+    fxsym.plan(model, sm, ratio=0.5, scope="uniform").apply(model, sm)
+    c = model.config
+    assert (c.hidden_size, c.num_attention_heads, c.num_key_value_heads) == (16, 2, 2)
+    assert (c.q_lora_rank, c.kv_lora_rank, c.moe_intermediate_size) == (8, 4, 8)
+    assert (c.n_routed_experts, c.n_group) == (4, 2)
+    assert not getattr(c, "fxsym_nonuniform", None)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)

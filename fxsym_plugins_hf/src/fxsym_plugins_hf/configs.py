@@ -165,6 +165,12 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
                     changed.append(field)
             if not nonuniform:
                 differences = _differences(model, new, read)
+        if not nonuniform and _attributes_differ(differences):
+            skip = set(changed) | _read_fields(read)
+            for field in _companion_fields(model, before, new, changed, skip, read,
+                                           differences):
+                changed.append(field)
+            differences = _differences(model, new, read)
         nonuniform.update(differences)
     if not nonuniform and not _valid(new):  # alike everywhere, but not as the class allows
         nonuniform = {field: {"": getattr(new, field)} for field in changed}
@@ -265,6 +271,8 @@ def _found(model: nn.Module, config: Any, what: str, field: str, sizes: Sizes,
         found = _attribute_sizes(model, _ATTRIBUTES[what], sizes, scope)
     if not found and what in ("hidden_size", "embedding_size"):
         found = _embedding_size(model, _old_value(config, field), sizes)
+    if not found and what == "num_attention_heads":
+        found = prober.follow_units(field, _old_value(config, field)) or {}
     return found
 
 
@@ -393,6 +401,39 @@ def _attribute_fields(prober: _Prober, before: Any, sizes: Sizes, skip: set[str]
     return out
 
 
+def _companion_fields(model: nn.Module, before: Any, new: Any, changed: list[str],
+                      skip: set[str], read: frozenset[str],
+                      differences: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Fields (not in ``skip``) that held the same value as a field this update changed and
+    that the resized forward still depends on through an int attribute it reads: DeepSeek's
+    ``num_key_value_heads``, equal to ``num_attention_heads`` and sizing nothing but
+    ``num_key_value_groups = heads // kv_heads``. Each is given the changed field's new value
+    in ``new`` where the model built from the config then differs from the resized one in
+    fewer int attributes (:func:`_differences`); only a candidate otherwise, left as it was."""
+    count = sum(1 for key, where in differences.items() if not key.endswith(".shape")
+                and any(type(v) is int for v in where.values()))
+    out: list[str] = []
+    for field in list(changed):
+        old, now = getattr(before, field, None), getattr(new, field, None)
+        if type(old) is not int or type(now) is not int or old == now:
+            continue
+        for other, value in vars(before).items():
+            if (other in skip or other in changed or other in out or other.startswith("_")
+                    or type(value) is not int or value != old):
+                continue
+            setattr(new, other, now)
+            left = _differences(model, new, read)
+            fewer = sum(1 for key, where in left.items() if not key.endswith(".shape")
+                        and any(type(v) is int for v in where.values()))
+            if fewer < count and not any(k.endswith(".shape") for k in left if
+                                         k not in differences):
+                out.append(other)
+                count = fewer
+            else:
+                setattr(new, other, value)
+    return out
+
+
 class _Prober:
     """Which parameter and buffer dims a config field sizes, found by building the model on
     the meta device from the config as it was before the resize and from a copy with the
@@ -440,6 +481,39 @@ class _Prober:
                 found.update(dims)
         return found
 
+
+    def follow_units(self, field: str, old: int | None) -> dict[str, int] | None:
+        """``{module: count now}`` for a field that counts whole units of the dims it sizes
+        (DeepSeek's ``num_attention_heads``: ``q_b_proj`` has ``heads * qk_head_dim`` rows
+        and no head count attribute the forward reads): the dims that are a multiple of
+        ``old`` and grow with the field in proportion, read in the resized model in those
+        units; ``None`` where the model cannot be built or the units are not whole."""
+        if not self._built:
+            self._built = True
+            self._base = _meta_shapes(self.model, self.before)
+            self._now = _shapes(self.model)
+        if self._base is None or not old:
+            return None
+        probe = copy.deepcopy(self.before)
+        setattr(probe, field, 3 * old)
+        shapes = _meta_shapes(self.model, probe)
+        if shapes is None:
+            return None
+        found: dict[str, set[int]] = {}
+        for name, shape in self._base.items():
+            other, current = shapes.get(name), self._now.get(name)
+            if other is None or current is None or not len(other) == len(shape) == len(
+                    current):
+                continue
+            for a, b, now in zip(shape, other, current, strict=True):
+                if a % old == 0 and b == 3 * a and a != b:
+                    unit = a // old
+                    if now % unit:
+                        return None
+                    found.setdefault(name.rpartition(".")[0], set()).add(now // unit)
+        if any(len(v) != 1 for v in found.values()):
+            return None
+        return {owner: v.pop() for owner, v in found.items()}
 
     def attributes_following(self, field: str, old: int) -> set[tuple[str, str]]:
         """The ``(module qualname, attribute)`` int attributes that hold ``field``'s value

@@ -52,6 +52,8 @@ from .views import (
     transpose,
     unsqueeze,
     view,
+    view_as_complex,
+    view_as_real,
 )
 
 
@@ -93,6 +95,8 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
         register(t, view)
     for t in (torch.flatten, "flatten", "unflatten", torch.unflatten, "view_as", "reshape_as"):
         register(t, reshape_as_value)
+    register(torch.view_as_complex, view_as_complex)
+    register(torch.view_as_real, view_as_real)
     for t in (torch.permute, "permute"):
         register(t, permute)
     for t in (torch.transpose, "transpose", torch.swapaxes, "swapaxes", "swapdims"):
@@ -112,13 +116,14 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
               "is_floating_point", "tolist", "item", operator.not_, operator.is_,
               operator.is_not, len, isinstance, math.prod):
         register(t, not_a_tensor)
-    for t in (torch.empty, torch.rand, torch.randn, torch.tensor, torch.empty_like, torch.rand_like,
-              torch.randn_like, "new_empty", "new_tensor", "bernoulli_", "uniform_", "normal_",
+    for t in (torch.rand, torch.randn, torch.tensor, torch.rand_like,
+              torch.randn_like, "new_tensor", "bernoulli_", "uniform_", "normal_",
               "bernoulli", torch.bernoulli):
         register(t, creation)
-    for t in (torch.zeros, torch.ones, torch.full, "new_zeros", "new_ones", "new_full"):
+    for t in (torch.zeros, torch.ones, torch.full, torch.empty, "new_zeros", "new_ones",
+              "new_full", "new_empty"):
         register(t, constant_fill)
-    for t in (torch.zeros_like, torch.ones_like, torch.full_like):
+    for t in (torch.zeros_like, torch.ones_like, torch.full_like, torch.empty_like):
         register(t, like_fill)
     for k, fs in {
         1: (F.max_pool1d, F.avg_pool1d, F.adaptive_avg_pool1d, F.adaptive_max_pool1d,

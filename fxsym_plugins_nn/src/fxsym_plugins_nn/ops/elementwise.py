@@ -123,7 +123,7 @@ ELEMENTWISE_FUNCS: list[Any] = [
     torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow, torch.maximum,
     torch.minimum, torch.eq, torch.ne, torch.lt, torch.gt, torch.le, torch.ge,
     torch.logical_and, torch.logical_or, torch.lerp, torch.addcmul, torch.addcdiv,
-    torch.masked_fill, torch.fmod, torch.remainder, torch.atan2, torch.hypot,
+    torch.masked_fill, torch.fmod, torch.remainder, torch.atan2, torch.hypot, torch.polar,
 ]
 
 
@@ -131,6 +131,7 @@ ELEMENTWISE_METHODS = [
     "add", "sub", "mul", "div", "true_divide", "pow", "maximum", "minimum", "masked_fill",
     "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_", "eq", "ne", "lt", "gt", "le", "ge",
     "where", "lerp", "addcmul", "addcdiv", "addcmul_", "addcdiv_", "fmod", "remainder",
+    "copy_",
     "__add__", "__mul__", "__sub__", "__truediv__", "__radd__", "__rmul__",
 ]
 

@@ -449,6 +449,22 @@ def _expand_size(ctx: OpContext, a: Any) -> Any:
     return lay if direct else ctx.val(a)
 
 
+def view_as_complex(ctx: OpContext) -> Layout:
+    """``view_as_complex(x)``: ``x``'s last dim, two fixed entries (real and imaginary parts),
+    becomes one complex entry; the other dims keep their groups. An elastic last dim is not
+    mapped."""
+    lay = ctx.tensor_layout(ctx.arg(0, "input"))
+    if not lay or not is_fixed(lay[-1]) or dim_size(lay[-1]) != 2:
+        ctx.unsupported("view_as_complex of a last dim that is not two fixed entries")
+    return TensorLayout(lay[:-1])
+
+
+def view_as_real(ctx: OpContext) -> Layout:
+    """``view_as_real(z)``: each complex entry becomes a new last dim of two fixed entries."""
+    lay = ctx.tensor_layout(ctx.arg(0, "input"))
+    return TensorLayout([*lay, fixed_dim(2)])
+
+
 def _producerless(ctx: OpContext, dim: Dim) -> bool:
     """Whether every group in ``dim`` has no producer (it only holds parameter dims)."""
     return all(s.group is None or not ctx.table.producers.get(ctx.table.find(s.group))
