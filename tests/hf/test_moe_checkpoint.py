@@ -251,3 +251,47 @@ def test_a_plan_the_config_cannot_describe_keeps_the_model_layout(tmp_path: Path
     assert want.keys() == got.keys()
     for name in want:
         assert torch.equal(want[name], got[name]), name
+
+
+def test_deepseek_routing_groups_and_the_stored_router_bias(tmp_path: Path) -> None:
+    """DeepSeek-V3: experts pruned in whole routing groups (4 groups of 2 -> 2), the router's
+    score correction bias a stored buffer: read from the files (the calibration routes with
+    it), resized with the experts and written as resized; the output is what save_pretrained
+    of the in-memory prune writes, and calibration scores each routing group."""
+    config = transformers.AutoConfig.for_model(
+        "deepseek_v3", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, vocab_size=300, max_position_embeddings=64,
+        first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=8, qk_rope_head_dim=4,
+        qk_nope_head_dim=4, v_head_dim=8, n_routed_experts=8, n_group=4, topk_group=2,
+        num_experts_per_tok=2, moe_intermediate_size=16, n_shared_experts=1, bos_token_id=1,
+        eos_token_id=2)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    bias = model.model.layers[1].mlp.gate.e_score_correction_bias
+    bias.copy_(torch.arange(8.0) / 10)
+    src = tmp_path / "in"
+    model.save_pretrained(src, max_shard_size="200KB")
+    tokenizer(300).save_pretrained(src)
+    out = tmp_path / "out"
+    streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 4},
+                                      max_shard_size=SHARD)
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, experts=4),
+                           scope="uniform")
+    assert in_memory.choices() == streamed.choices()
+    in_memory.apply(model, sm)
+    model.save_pretrained(tmp_path / "reference")
+    want, got = stored_tensors(tmp_path / "reference"), stored_tensors(out)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), name
+    kept = got["model.layers.1.mlp.gate.e_score_correction_bias"]
+    assert kept.shape == (4,) and kept.ne(0).any()
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert pruned.config.n_routed_experts == 4 and pruned.config.n_group == 2
+    calibrated = fxsym.prune_checkpoint(src, tmp_path / "calibrated", calibration=[TEXT],
+                                        calibration_tokens=128, seq_len=32,
+                                        sizes={"experts": 4})
+    (load,) = calibrated.extra["expert_load"].values()
+    assert len(load) == 4 and sum(load) > 0  # one number per routing group

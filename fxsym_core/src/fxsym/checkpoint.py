@@ -864,12 +864,15 @@ def _pruned_unit(tensors: _Tensors, unit: Sequence[str], after: Sequence[str],
 
 def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str | None],
                    first: Mapping[str, str], cuts: Mapping[tuple[str, int], torch.Tensor],
-                   model: nn.Module, limit: int, progress: bool) -> list[str]:
+                   model: nn.Module, buffers: set[str], limit: int, progress: bool
+                   ) -> list[str]:
     """Write the pruned tensors into ``tmp``, one tensor (one unit of fused ones) in memory at
     a time, in shards of at most ``limit`` bytes, under their names after the plan
     (``names_after``, by model name: ``None`` for a tensor of a dropped block, not written)
     as the reader stores them (a renamed or fused tensor: :meth:`StoredLayout.store` of the
-    pruned meta ``model``, which gives the shapes). The file names written."""
+    pruned meta ``model``, which gives the shapes). The stored ``buffers`` (loaded into the
+    model, :func:`_load_buffers`) are written as the plan resized them in ``model``. The
+    file names written."""
     from .console import track
 
     expected = _shapes(model)
@@ -902,6 +905,8 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
             dtypes[out], shapes[out] = t.dtype, tuple(t.shape)
             sizes[out] = math.prod(t.shape) * t.element_size()
             produce[out] = (partial(fused.take, out) if fused is not None
+                            else partial(_buffer, model, next(iter(metas)), dtype)
+                            if unit[0] in buffers
                             else partial(tensors.rows, unit[0], cut))
     shards = _shard_plan(sizes, limit)
     names = [SINGLE] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
@@ -923,6 +928,30 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
                                  encoding="utf-8")
         names.append(INDEX)
     return names
+
+
+def _load_buffers(model: nn.Module, tensors: _Tensors) -> set[str]:
+    """Put the stored values of ``model``'s persistent buffers into it (the reader built them
+    with their initial values; a router's score correction bias, read when tokens are routed,
+    is stored); the names of those loaded. A plan resizes them with the model, and the writer
+    writes them as resized."""
+    loaded: set[str] = set()
+    persistent = set(model.state_dict(keep_vars=True))
+    for name, current in list(model.named_buffers(remove_duplicate=False)):
+        if name not in persistent or not tensors.has(name):
+            continue
+        t = tensors.one(name)
+        if t.shape != current.shape:
+            raise CheckpointError(f"{name}: the weights hold shape {tuple(t.shape)}, the model "
+                                  f"built from the config {tuple(current.shape)}")
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner), attr, t.to(current.dtype))
+        loaded.add(name)
+    return loaded
+
+
+def _buffer(model: nn.Module, name: str, dtype: torch.dtype) -> Iterator[torch.Tensor]:
+    yield model.get_buffer(name).to(dtype)
 
 
 def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
@@ -1042,6 +1071,7 @@ def prune_checkpoint(
         model = reader.build()
         stored = reader.stored(model) if hasattr(reader, "stored") else None
         tensors = _Tensors(reader.directory, reader.tensor_files(), stored)
+        buffers = _load_buffers(model, tensors)
     batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
                if texts is not None and (importance == "activation" or searching
                                          or isinstance(layers, int)) else None)
@@ -1115,7 +1145,8 @@ def prune_checkpoint(
                 "history": [], "plan": chosen.to_dict()}
     carried = _carried(reader, files)
     with replace_directory(output) as tmp:
-        _write_weights(tmp, tensors, names, first, cuts, model, max_shard_size, progress)
+        _write_weights(tmp, tensors, names, first, cuts, model, buffers, max_shard_size,
+                       progress)
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         for name in carried:

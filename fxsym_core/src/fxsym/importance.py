@@ -260,11 +260,15 @@ class ExpertRecorder:
       output per calibration token (ModelOpt's score times the share of picks, so an expert
       seldom picked counts little however large its output); the load where the outputs
       could not be used.
+
+    Where a unit of the group spans several experts (DeepSeek's routing groups,
+    :attr:`SymGroup.unit`), the numbers are per unit: its experts' sums.
     """
 
     def __init__(self, model: nn.Module, symmap: SymMap) -> None:
         self.modules = dict(model.named_modules())
         self.groups = {g.name: g.size for g in symmap.groups() if g.routed and g.size >= 2}
+        self.units = {g.name: g.unit for g in symmap.groups() if g.name in self.groups}
         self.owners: dict[str, list[str]] = {}
         for g in symmap.groups():
             if g.name in self.groups:
@@ -291,7 +295,7 @@ class ExpertRecorder:
             if self.inside or not isinstance(output, torch.Tensor):
                 return
             for gname in self.owners[qualname]:
-                found = _routing(args, kwargs, output, self.groups[gname])
+                found = _routing(args, kwargs, output, self.groups[gname] * self.units[gname])
                 if found is not None:
                     self._record(mod, gname, args, kwargs, output, found)
                     return
@@ -303,7 +307,7 @@ class ExpertRecorder:
         x_at, p_at, w_at = where
         x, pos, w = _get(args, kwargs, x_at), _get(args, kwargs, p_at), _get(args, kwargs, w_at)
         size, k = self.groups[gname], pos.shape[-1]
-        flat_pos = pos.reshape(-1).long().cpu()
+        flat_pos = pos.reshape(-1).long().cpu() // self.units[gname]
         flat_w = w.detach().reshape(-1).double().cpu()
         new = gname not in self.weight
         if new:
