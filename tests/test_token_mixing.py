@@ -51,3 +51,55 @@ def test_channels_pass_through_a_token_mixing_linear() -> None:
     fxsym.resize(model, sm, sizes)
     assert model.stem.out_channels == 3 and model.tok1.out_features == 2
     assert model(x).shape == (2, 3)
+
+
+class TokenMLP(nn.Module):
+    """A patch embedding and one token-mixing MLP: the token dim is the patch grid of the
+    input (8 x 8 pixels in patches of 2: 16 tokens), which no weight produces."""
+
+    def __init__(self, channels: int = 4, tokens: int = 16) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, channels, 2, stride=2)
+        self.tok1 = nn.Linear(tokens, 6)
+        self.tok2 = nn.Linear(6, tokens)
+        self.head = nn.Linear(channels, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2)  # [B, C, N]
+        x = x + self.tok2(torch.relu(self.tok1(x)))
+        return self.head(x.mean(2))
+
+
+def test_a_token_dim_pinned_by_the_input_resolution_says_so() -> None:
+    # tok2's output is the token dim, set by the input's height and width (a larger image has
+    # more patches): the pin names the input dims, proven by running the patch embedding at
+    # other input sizes, not by comparing numbers
+    model = TokenMLP().eval()
+    x = (torch.randn(2, 3, 8, 8),)
+    calls: list[int] = []
+    hook = model.patch.register_forward_hook(lambda *_: calls.append(1))
+    fxsym.analyze(model, example_inputs=x)
+    assert not calls  # the runs at other input sizes call shadows: the user's hook never runs
+    hook.remove()
+    sm = assert_oracles(model, x)
+    assert [g.name for g in sm.groups()] == ["patch.out_channels", "tok1.out_features"]
+    why = sm.why_constant("tok2", "out_features")
+    assert why == ("meets a dimension of fixed size set by the input's shape: the 16 entries "
+                   "of dim 2 of flatten follow dims 2, 3 of input 'x' (8 x 8); a different "
+                   "input size changes them, a resize cannot"), why
+    assert any(e.where == "node add" and e.message == why for e in sm.trace_report)
+
+
+def test_a_fixed_size_no_input_sets_keeps_the_plain_reason() -> None:
+    class Offset(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.out = nn.Linear(4, 8), nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(self.fc(x) + torch.arange(8.0))
+
+    model = Offset().eval()
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(3, 4),))
+    assert not sm.groups()
+    assert sm.why_constant("fc", "out_features") == "meets a dimension of fixed size"

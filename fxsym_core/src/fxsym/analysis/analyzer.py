@@ -15,12 +15,14 @@ touches become constant. Groups reaching the graph output become constant too.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from typing import Any
 
 import torch
 import torch.fx
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from ..errors import PluginError
 from ..naming import qualname
@@ -32,6 +34,7 @@ from .attributes import ATTRIBUTE_PREFIX, check_uses
 from .context import OpContext, Unsupported
 from .groups import GroupTable
 from .guards import decide, due_guards
+from .input_sizes import FIXED_DIM, describe, fixed_candidates, input_dims
 from .layout import (
     AttributeSize,
     Dim,
@@ -111,6 +114,8 @@ class Analyzer:
         self.config_readers: dict[tuple[int, str], set[str]] = {}
         #: (group id, where, reason) of every fix that made a group constant, in order
         self.pin_sites: list[tuple[int, str, str]] = []
+        #: (node, group, size) of every group pinned where it met a dim of fixed size
+        self.fixed_meets: list[tuple[torch.fx.Node, int, int]] = []
         #: per (where, reason) of a boundary line: whether it pinned only numbers that size no
         #: tensor (see :meth:`fix`)
         self.number_sites: dict[tuple[str, str], bool] = {}
@@ -414,6 +419,43 @@ class Analyzer:
             self.number_sites[(where, reason)] = sizes_no_tensor and self.number_sites.get(
                 (where, reason), True)
         return changed
+
+    def reword_pin(self, node: torch.fx.Node, g: int, old: str, new: str) -> None:
+        """Say ``new`` instead of ``old`` for the pin of ``g``'s group at ``node``: in the group
+        table, the report line and the pin sites."""
+        self.table.reword(g, old, new)
+        where = _where(node)
+        self.report.entries = [
+            dataclasses.replace(e, message=new)
+            if (e.kind, e.where, e.message) == ("boundary", where, old) else e
+            for e in self.report.entries]
+        self.pin_sites = [(pg, w, new if (w, r) == (where, old) else r)
+                          for pg, w, r in self.pin_sites]
+        if (where, old) in self.number_sites:
+            self.number_sites[(where, new)] = self.number_sites.pop((where, old))
+
+    def explain_fixed_sizes(self) -> None:
+        """Name the model input dims that set the fixed sizes groups were pinned at
+        (:mod:`.input_sizes`)."""
+        meets = [(node, g, size) for node, g, size in self.fixed_meets
+                 if self.table.reason(g) == FIXED_DIM]
+        if not meets:
+            return
+        candidates = {(node, g): fixed_candidates(node, size, self.env)
+                      for node, g, size in meets}
+        found = input_dims(self.gm, [c for cs in candidates.values() for c in cs],
+                           self._may_run_fake)
+        for (node, g), cs in candidates.items():
+            hit = next((c for c in cs if c in found), None)
+            if hit is not None:
+                self.reword_pin(node, g, FIXED_DIM, describe(*hit, found[hit]))
+
+    def _may_run_fake(self, mod: torch.nn.Module) -> bool:
+        """Whether :mod:`.input_sizes` may call (a shadow of) ``mod`` on fake tensors: a
+        family with a SymInfo, in eval mode, and no global hook (process-wide, the user's)."""
+        if mod not in self.symmap or _global_forward_hooks or _global_forward_pre_hooks:
+            return False
+        return not any(m.training for m in mod.modules())
 
     def _owned_by_family(self, target: str) -> bool:
         """Whether the tensor at ``target`` belongs to a module whose family's resize rule

@@ -63,6 +63,7 @@ def analyze(
         report = gm.trace_report
         assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
         analyzer = analyze_graph(gm, symmap, report, contract, strict)
+        analyzer.explain_fixed_sizes()
         _finish(symmap, analyzer)
         _mark_details(analyzer)
         _find_depth(model, gm, symmap, report)

@@ -25,6 +25,7 @@ import torch
 import torch.fx
 
 from .groups import GroupTable
+from .input_sizes import FIXED_DIM
 from .layout import Dim, Layout, Seg, TensorLayout, dim_size, fixed_dim, fixed_layout
 
 _NO_DEFAULT = object()
@@ -44,6 +45,9 @@ class AnalysisState(Protocol):
     offers: list[tuple[str, Dim]]
     #: the groups of ints read from module attributes (:class:`~fxsym.analysis.AttributeSize`)
     attribute_groups: set[int]
+    #: ``(node, group, size)`` where :meth:`OpContext.unify` pinned a group that met a dim of
+    #: fixed size (explained by :mod:`fxsym.analysis.input_sizes`)
+    fixed_meets: list[tuple[torch.fx.Node, int, int]]
 
     def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None, *,
             sizes_no_tensor: bool = False, kind: str = "boundary") -> bool: ...
@@ -141,9 +145,10 @@ class OpContext:
         """A fully fixed layout for ``value`` (default: the node's value)."""
         return fixed_layout(self.value if value is _NO_DEFAULT else value)
 
-    def fix(self, layout: Any, reason: str) -> None:
-        """Make every group in ``layout`` (a layout or a Dim) constant."""
-        self.analyzer.fix(layout, reason, self.node)
+    def fix(self, layout: Any, reason: str) -> bool:
+        """Make every group in ``layout`` (a layout or a Dim) constant; whether that changed
+        a group."""
+        return self.analyzer.fix(layout, reason, self.node)
 
     def unify(self, *dims: Dim) -> Dim:
         """Tie dims that must change together, entry by entry; returns the tied dim.
@@ -176,8 +181,8 @@ class OpContext:
                 continue
             if len(groups) < len(segs):
                 for g in groups:
-                    self.fix((Seg(g, segs[0].units, segs[0].block),),
-                             "meets a dimension of fixed size")
+                    if self.fix((Seg(g, segs[0].units, segs[0].block),), FIXED_DIM):
+                        self.analyzer.fixed_meets.append((self.node, g, size))
             for seg in segs:  # a unit of the tied group must be whole in every segment
                 if seg.group is not None:
                     self.table.constrain(seg.group, seg.units)

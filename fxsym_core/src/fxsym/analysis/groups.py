@@ -228,6 +228,17 @@ class GroupTable:
     def reason(self, g: int) -> str | None:
         return self.reasons.get(self.find(g))
 
+    def reword(self, g: int, old: str, new: str) -> None:
+        """Give ``g``'s group, its blocks and its same-size class the reason ``new`` where
+        :meth:`fix` gave them ``old``."""
+        for r in self.same_size(g):
+            kids = self.children.get(r)
+            if kids is not None:
+                for c, _ in kids:
+                    self.reword(c, old, new)
+            elif self.reasons.get(r) == old:
+                self.reasons[r] = new
+
     def add_producer(self, g: int, qualname: str, symbol: str, searchable: bool) -> None:
         self.producers.setdefault(self.find(g), []).append((g, qualname, symbol, searchable))
 
