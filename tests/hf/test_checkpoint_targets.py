@@ -88,6 +88,7 @@ def test_a_parameter_target_searches_candidates_scored_by_streamed_loss(
     said = capsys.readouterr()
     assert code == 0, said.err
     assert "calib loss" in said.out and "<- kept" in said.out
+    assert "] layers 4, hidden 64, ffn " in said.err  # progress: each candidate scored
     plan = fxsym.persist.read_manifest(out)["plan"]
     table = plan.extra["search"]
     assert len(table) >= 5 and {c["layers"] for c in table} >= {4, 3, 2}
@@ -156,3 +157,19 @@ def test_impossible_targets_are_typed_errors_and_out_is_untouched(
     assert "Traceback" not in err and "[1/2] model.layers.0" not in err  # before calibrating
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+def test_long_steps_show_progress(tmp_path: Path, calib: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Reading and scoring every weight (l2), calibrating layer by layer and writing shards
+    each say where they are (one line a step when stderr is not a terminal)."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    capsys.readouterr()
+    assert main(["prune", str(src), "--importance", "l2", "--ratio", "0.5", "--layers", "1",
+                 "--calib", str(calib), "--calib-tokens", "64", "--seq-len", "16",
+                 "-o", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "] model.layers.1.mlp.down_proj.weight\n" in err  # a weight read and scored
+    assert "[2/2] model.layers.1\n" in err  # the calibration run, block by block
+    assert "] model.safetensors\n" in err  # a shard written

@@ -740,16 +740,26 @@ def stream_loss(model: nn.Module, symmap: Any, tensors: _Tensors, lay: Layout, c
     return sum(watch.values) / len(watch.values)
 
 
-def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str
-                   ) -> dict[str, torch.Tensor]:
-    """``l1`` / ``l2`` of the checkpoint's weights, one parameter in memory at a time."""
-    if name == "l1":
-        return element_scores(model, symmap, lambda n, p: p.double().abs(), tensors=tensors.one)
-    if name == "l2":
+def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str, lay: Layout,
+                   *, progress: bool = False) -> dict[str, torch.Tensor]:
+    """``l1`` / ``l2`` of the checkpoint's weights, one parameter in memory at a time (a step
+    of the progress bar each: the parameters the groups slice, ``lay``)."""
+    import contextlib
+
+    from .console import steps
+
+    read = len({s.param for g in symmap.groups() if g.size >= 2
+                for s in lay.slices.get(g.name, ())})
+    with (steps(read, description=f"scoring the weights ({name})") if progress
+          else contextlib.nullcontext(lambda label: None)) as step:
+        def one(n: str) -> torch.Tensor:
+            step(n)
+            return tensors.one(n)
+
+        if name == "l1":
+            return element_scores(model, symmap, lambda n, p: p.double().abs(), tensors=one)
         return element_scores(model, symmap, lambda n, p: p.double().square(), torch.sqrt,
-                              tensors=tensors.one)
-    raise PlanError(f"importance {name!r}: a checkpoint is pruned with 'activation' (with "
-                    "calibration text), 'l1' or 'l2'")
+                              tensors=one)
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -1041,6 +1051,9 @@ def prune_checkpoint(
     step = status or (lambda message: contextlib.nullcontext())
     reader = open_checkpoint(directory)
     importance = importance or ("activation" if calibration is not None else "l2")
+    if importance not in ("activation", "l1", "l2"):
+        raise PlanError(f"importance {importance!r}: a checkpoint is pruned with 'activation' "
+                        "(with calibration text), 'l1' or 'l2'")
     if importance == "activation" and calibration is None:
         raise CalibrationError("activation importance needs calibration text")
     searching = target_active_params is not None or (
@@ -1107,8 +1120,7 @@ def prune_checkpoint(
     if batches is not None and importance == "activation":
         scores = streamed.scores
     else:
-        with step(f"scoring the weights ({importance})"):
-            scores = _weight_scores(model, sm, tensors, importance)
+        scores = _weight_scores(model, sm, tensors, importance, lay, progress=progress)
 
     def given(m: nn.Module, s: Any) -> dict[str, torch.Tensor]:
         return scores

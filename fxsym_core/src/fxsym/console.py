@@ -14,11 +14,12 @@ Imports from fxsym: nothing (every room may use it).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any, TypeVar
 
-__all__ = ["format_table", "is_terminal", "print_table", "render_table", "status", "track"]
+__all__ = ["format_table", "is_terminal", "print_table", "render_table", "status", "steps",
+           "track"]
 
 T = TypeVar("T")
 
@@ -91,14 +92,30 @@ def track(items: Iterable[T], *, total: int | None = None, description: str = ""
           label: Any = None, file: IO[str] | None = None) -> Iterator[T]:
     """Iterate over ``items`` with a progress bar on stderr (a terminal), else one line
     ``[i/total] label(item)`` per item. ``label`` names an item (default: ``str``)."""
-    stream = sys.stderr if file is None else file
     seq = list(items)
-    n = len(seq) if total is None else total
     name = label if callable(label) else str
-    if not is_terminal(stream):
-        for i, item in enumerate(seq, 1):
-            print(f"[{i}/{n}] {name(item)}", file=stream, flush=True)
+    with steps(len(seq) if total is None else total, description=description,
+               file=file) as step:
+        for item in seq:
+            step(name(item))
             yield item
+
+
+@contextmanager
+def steps(total: int, *, description: str = "", file: IO[str] | None = None
+          ) -> Iterator[Callable[[str], None]]:
+    """A progress bar of ``total`` steps on stderr while the block runs (a terminal), else one
+    line ``[i/total] label`` per step; the block calls the function yielded with a step's
+    label as the step starts (for work that is not a loop of its own: a library's callback)."""
+    stream = sys.stderr if file is None else file
+    count = 0
+    if not is_terminal(stream):
+        def line(label: str) -> None:
+            nonlocal count
+            count += 1
+            print(f"[{count}/{total}] {label}", file=stream, flush=True)
+
+        yield line
         return
     from rich.console import Console
     from rich.progress import (
@@ -113,8 +130,15 @@ def track(items: Iterable[T], *, total: int | None = None, description: str = ""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[item]}"))
     with Progress(*columns, console=Console(file=stream), transient=False) as progress:
-        task = progress.add_task(description, total=n, item="")
-        for item in seq:
-            progress.update(task, item=name(item))
-            yield item
+        task = progress.add_task(description, total=total, item="")
+
+        def bar(label: str) -> None:
+            nonlocal count
+            if count:
+                progress.advance(task)
+            count += 1
+            progress.update(task, item=label)
+
+        yield bar
+        if count:
             progress.advance(task)
