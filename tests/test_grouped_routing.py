@@ -22,6 +22,7 @@ from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
+from fxsym.oracles import check_values
 
 
 class GroupedRouterExperts(nn.Module):
@@ -73,6 +74,8 @@ def test_experts_drop_whole_routing_groups() -> None:
     assert {("", "gate_up:0"), ("", "down:0"), ("", "bias:0"), ("", "attr:num_experts"),
             ("", "attr:num_group")} <= set(experts.members)
     assert experts.min_size == 2  # topk_group routing groups
+    values = check_values(model, sm, _inputs())  # dropping a routing group changes the picks
+    assert "rout" in values.unchecked[experts.name]
     router, bias = model.router.detach().clone(), model.bias.clone()
     fxsym.resize(model, sm, {experts.name: [3, 0]})
     rows = [6, 7, 0, 1]
