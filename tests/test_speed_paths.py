@@ -268,3 +268,86 @@ def test_parametrized_module_is_still_traced_into() -> None:
     model = nn.Sequential(parametrizations.weight_norm(nn.Linear(3, 4)), nn.ReLU())
     sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 3),))
     assert any(e.kind == "traced-into" and e.where == "0" for e in sm.trace_report)
+
+
+class _Writer(nn.Module):
+    """A forward that rebinds an attribute to a traced value and appends one to a list."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.seen: list[Any] = []
+        self.width = 4
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        self.seen.append(y)
+        self.last = y.sum()
+        return y
+
+
+def test_written_state_found_once_per_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the forward wrote is looked for once per trace (it was twice: once for the
+    derived state, once for the written nodes), and the look that passes over shadows
+    holding what they were filled with still finds a container filled and an attribute set."""
+    from fxsym.tracer.shadow import ShadowTree
+
+    calls: list[int] = []
+    original = ShadowTree.written
+
+    def spy(self: ShadowTree) -> Any:
+        calls.append(1)
+        return original(self)
+
+    monkeypatch.setattr(ShadowTree, "written", spy)
+    model = _Writer()
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 4),))
+    assert len(calls) == 1
+    assert set(gm.derived_writes[""]) == {"seen", "last"}
+    assert gm.derived_state[""] == {"seen": "derived", "last": "derived"}
+    assert model.seen == [] and "last" not in vars(model)
+
+
+def test_code_names_parsed_once_per_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that is not an identifier (``0`` of every Sequential) is parsed once, not once
+    per node of every trace; a name that does not read back is still refused every time."""
+    import ast
+
+    parsed: list[str] = []
+    original = ast.literal_eval
+
+    def spy(text: str) -> Any:
+        parsed.append(text)
+        return original(text)
+
+    monkeypatch.setattr(ast, "literal_eval", spy)
+    model = nn.Sequential()
+    model.add_module("speed-path-name", nn.Linear(3, 3))
+    model.add_module("speed-path-other", nn.Linear(3, 3))
+    for _ in range(3):
+        fxsym.trace(model, example_inputs=(torch.randn(2, 3),))
+    assert parsed.count('"speed-path-name"') == 1
+    bad = nn.Sequential()
+    bad.add_module('say"hi', nn.Linear(3, 3))
+    for _ in range(2):
+        with pytest.raises(fxsym.TraceError, match="quote"):
+            fxsym.trace(bad, example_inputs=(torch.randn(2, 3),))
+
+
+def test_depth_positions_scanned_only_when_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan of every block's attributes for ints counting the blocks runs for a stack
+    that reads such an attribute or becomes a depth group, not for one refused before."""
+    from fxsym.analysis import depth
+
+    scanned: list[nn.Module] = []
+    original = depth._positions
+
+    def spy(container: nn.Module) -> Any:
+        scanned.append(container)
+        return original(container)
+
+    monkeypatch.setattr(depth, "_positions", spy)
+    plain = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    sm = fxsym.analyze(plain, example_inputs=(torch.randn(2, 4),))
+    assert scanned == [] and not sm.analysis.depth_groups
+    assert any(e.kind == "depth" for e in sm.trace_report.entries)

@@ -109,9 +109,12 @@ class ModuleTreeState:
 
     def restore_leaked(self, leaked: Callable[[Any], bool]) -> None:
         """Put back what now holds an object ``leaked`` accepts: an attribute or a dict entry
-        whose value is one (added ones are removed), a list or set holding one."""
+        whose value is one (added ones are removed), a list or set holding one. What still
+        holds the objects it held (the usual case) is passed over without a look."""
         for mod, saved in self.attrs:
             state = vars(mod)
+            if _same_dict(state, saved, saved.values()):
+                continue
             for key in [k for k, v in state.items() if saved.get(k, _MISSING) is not v
                         and leaked(v)]:
                 if key in saved:
@@ -119,6 +122,8 @@ class ModuleTreeState:
                 else:
                     del state[key]
         for container, keys, values in self._dicts:
+            if _same_dict(container, keys, values):
+                continue
             old = dict(zip(keys, values))
             for key in [k for k, v in container.items()
                         if old.get(k, _MISSING) is not v and leaked(v)]:
@@ -127,7 +132,8 @@ class ModuleTreeState:
                 else:
                     del container[key]
         for items_list, items in self._lists:
-            if any(map(leaked, items_list)):
+            if (len(items_list) != len(items) or not all(map(is_, items_list, items))) and any(
+                    map(leaked, items_list)):
                 items_list[:] = items
         for items_set, members in self._sets:
             if any(map(leaked, items_set)):

@@ -100,7 +100,9 @@ def _prove(container: nn.Module, qualname: str, names: list[str],
             raise _NotResidual(f"block {name} runs before the previous block ends: the blocks "
                                "are not applied one after the other")
     block_of = {n: i for i, inside in enumerate(members) for n in inside}
-    positions = _positions(container)
+    # found when first needed: a scan of every attribute of every block, and most stacks
+    # are refused before
+    positions: set[tuple[str, str]] | None = None
     streams: list[fx.Node] = []
     outputs: list[fx.Node] = []
     reads: list[list[fx.Node]] = []
@@ -119,8 +121,11 @@ def _prove(container: nn.Module, qualname: str, names: list[str],
                                    "only the previous block's output")
         for n in inside:
             where = n.meta.get(ATTRIBUTE_META)
-            if where is not None and _relative(where[0], name) is not None and (
-                    _relative(where[0], name), where[1]) in positions:
+            if where is None or _relative(where[0], name) is None:
+                continue
+            if positions is None:
+                positions = _positions(container)
+            if (_relative(where[0], name), where[1]) in positions:
                 raise _NotResidual(f"the forward of block {name} reads {where[0]}.{where[1]}, "
                                    "which counts the blocks: renumbered, the block would "
                                    "compute something else")
@@ -146,6 +151,8 @@ def _prove(container: nn.Module, qualname: str, names: list[str],
         outputs.append(out[0])
         reads.append([a for a in external if a is not stream and a.op != "get_attr"])
     feature_dim = _feature_dim(streams[0], layouts, table)
+    if positions is None:
+        positions = _positions(container)
     return DepthGroup(name=qualname + SUFFIX, container=qualname, size=len(names),
                       blocks=tuple(names), positions=tuple(sorted(positions)),
                       feature_dim=feature_dim, varying_inputs=_varying(names, reads),
@@ -245,6 +252,8 @@ def _positions(container: nn.Module) -> set[tuple[str, str]]:
                 for name, value in vars(mod).items()
                 if type(value) is int and value == i and not name.startswith("_")}
         common = here if common is None else common & here
+        if not common:
+            break
     return common or set()
 
 

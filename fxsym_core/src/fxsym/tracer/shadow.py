@@ -106,6 +106,9 @@ class ShadowTree:
         #: (id of a shadow, attribute) given empty that a run of the leaf's copy filled
         self._filled: set[tuple[int, str]] = set()
         self._names: dict[int, str] = {}
+        #: each shadow's keys and values as filled, and its attributes holding copies (what
+        #: :meth:`written` needs to look into when the forward rebound none)
+        self._as_filled: dict[int, tuple[tuple[str, ...], tuple[Any, ...], list[str]]] = {}
         order: list[nn.Module] = []
         self._make(root, "", order)
         for mod in order:
@@ -129,28 +132,36 @@ class ShadowTree:
 
     def _fill(self, mod: nn.Module) -> None:
         shadow = self._shadows[id(mod)]
+        source = vars(mod)
         state = vars(shadow)
-        for key, value in vars(mod).items():
-            kind = type(value)
-            if kind in _ATOMS:
-                state[key] = value
-            elif key in _FORWARD_HOOKS:
-                state[key] = self._hooks(mod, shadow, value)
-            elif key in _BACKWARD_HOOKS:
-                state[key] = OrderedDict()
-            elif key == "_modules":
-                state[key] = {k: None if m is None else self._shadows[id(m)]
-                              for k, m in value.items()}
-            elif key in ("_parameters", "_buffers"):
-                state[key] = dict(value)
-            elif key in _TORCH_TABLES:
-                state[key] = value.copy()
-            elif key in CONFIG_ATTRIBUTES and _is_object(value):
-                state[key] = self._config(value, type(value).__mro__[-2])
+        state.update(source)  # atoms and shared objects as they are; the rest replaced below
+        copied: list[str] = []
+        for key, value in source.items():
+            if type(value) in _ATOMS:
+                continue
+            if key in _TORCH_TABLES:
+                if key in _FORWARD_HOOKS:
+                    state[key] = self._hooks(mod, shadow, value) if value else OrderedDict()
+                elif key in _BACKWARD_HOOKS:
+                    state[key] = OrderedDict()
+                elif key == "_modules":
+                    state[key] = {k: None if m is None else self._shadows[id(m)]
+                                  for k, m in value.items()}
+                elif key == "_parameters" or key == "_buffers":
+                    state[key] = dict(value)
+                else:
+                    state[key] = value.copy()
+                continue
+            if key in CONFIG_ATTRIBUTES and _is_object(value):
+                new = self._config(value, type(value).__mro__[-2])
             elif isinstance(value, dict) and not isinstance(value, nn.Module):
-                state[key] = self._dict_attribute(shadow, key, value)
+                new = self._dict_attribute(shadow, key, value)
             else:
-                state[key] = self._copy(value)
+                new = self._copy(value)
+            state[key] = new
+            if new is not value:
+                copied.append(key)
+        self._as_filled[id(shadow)] = (tuple(state), tuple(state.values()), copied)
 
     def _hooks(self, mod: nn.Module, shadow: nn.Module, hooks: dict[int, Any]) -> Any:
         """The forward hooks of ``mod`` that are part of the computation: torch's own and
@@ -283,11 +294,12 @@ class ShadowTree:
                 for shadow, key, held, emptied in self._watched
                 if held and emptied and not self._was_filled(shadow, key)]
 
-    def derived_state(self) -> dict[str, dict[str, str]]:
+    def derived_state(self, written: dict[str, dict[str, list[str]]] | None = None
+                      ) -> dict[str, dict[str, str]]:
         """After the trace: by module qualified name, each attribute holding state the model
         derives, :data:`CACHE` (a dict the forward filled from empty) or :data:`DERIVED` (a
         dict of derived tensors not shown to be refilled, an attribute the forward set to a
-        traced value)."""
+        traced value). ``written`` is what :meth:`written` gives, if the caller has it."""
         found: dict[str, dict[str, str]] = {}
         for shadow, key, held, emptied in self._watched:
             name = self._names[id(self.original(shadow))]
@@ -295,7 +307,7 @@ class ShadowTree:
                 found.setdefault(name, {})[key] = CACHE
             elif held:
                 found.setdefault(name, {})[key] = DERIVED
-        for name, attrs in self.written().items():
+        for name, attrs in (self.written() if written is None else written).items():
             for key in attrs:
                 found.setdefault(name, {}).setdefault(key, DERIVED)
         return found
@@ -303,12 +315,21 @@ class ShadowTree:
     def written(self) -> dict[str, dict[str, list[str]]]:
         """After the trace: by module qualified name, each attribute the forward set to a
         traced value (not a dict given empty), with the names of the graph nodes of the values
-        it holds (what :mod:`fxsym.analysis.derived` asks whether a resize changes)."""
+        it holds (what :mod:`fxsym.analysis.derived` asks whether a resize changes).
+
+        A shadow whose attributes are the objects it was filled with (the forward rebound
+        none, the usual case) is looked into only where it holds copies (a container the
+        forward may have filled); any other shadow, attribute by attribute."""
         given = {(id(shadow), key) for shadow, key, _, _ in self._watched}
         found: dict[str, dict[str, list[str]]] = {}
         for shadow, original in self.shadows():
+            state = vars(shadow)
+            keys, values, copied = self._as_filled[id(shadow)]
+            unchanged = (len(state) == len(keys) and all(map(operator.is_, state, keys))
+                         and all(map(operator.is_, state.values(), values)))
             mine = vars(original)
-            for key, value in vars(shadow).items():
+            for key in copied if unchanged else list(state):
+                value = state[key]
                 if (key in _TORCH_TABLES or (id(shadow), key) in given
                         or mine.get(key) is value):
                     continue

@@ -1013,8 +1013,9 @@ def _trace(
             e.kind == "leaf-fallback" for e in gm.trace_report.entries)):  # type: ignore[union-attr]
         shadows = ShadowTree(model, empty_derived=False, vote=vote)
         gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
-    gm.derived_state = shadows.derived_state()  # type: ignore[assignment]
-    gm.derived_writes = shadows.written()  # type: ignore[assignment]
+    written = shadows.written()
+    gm.derived_state = shadows.derived_state(written)  # type: ignore[assignment]
+    gm.derived_writes = written  # type: ignore[assignment]
     return gm
 
 
@@ -1059,12 +1060,25 @@ def _trace_tree(
 def _hold_user_modules(gm: torch.fx.GraphModule, shadows: ShadowTree) -> None:
     """Put the user's module in place of each shadow the GraphModule took from the traced
     tree (a ``call_module`` target, deepest first: a parent written here is a shadow or one
-    of the GraphModule's own, never the user's)."""
+    of the GraphModule's own, never the user's). Parents are found through ``_modules``
+    (what ``get_submodule`` reads, without its attribute lookups), each path once."""
     targets = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_module"},
                      key=lambda t: -t.count("."))
+    found: dict[str, nn.Module] = {"": gm}
+
+    def submodule(path: str) -> nn.Module:
+        mod = found.get(path)
+        if mod is None:
+            parent_path, _, name = path.rpartition(".")
+            child = submodule(parent_path)._modules.get(name)
+            if not isinstance(child, nn.Module):  # what get_submodule would say
+                return gm.get_submodule(path)
+            mod = found[path] = child
+        return mod
+
     for target in targets:
         parent_path, _, name = target.rpartition(".")
-        parent = gm.get_submodule(parent_path) if parent_path else gm
+        parent = submodule(parent_path)
         held = parent._modules.get(name)
         if held is not None and shadows.original(held) is not held:
             parent._modules[name] = shadows.original(held)
@@ -1094,9 +1108,11 @@ def _check_code_names(graph: torch.fx.Graph) -> None:
                 "as it is; rename that submodule or attribute (a ModuleDict key, say)")
 
 
+@functools.lru_cache(maxsize=4096)
 def _reads_back(part: str) -> bool:
     """Whether ``"part"`` is a Python string literal whose value is ``part`` (parsed, never
-    run: ``ast.literal_eval`` refuses anything but a literal)."""
+    run: ``ast.literal_eval`` refuses anything but a literal). Remembered: the same names
+    (``0``, ``1``, ... of every ``Sequential``) come back in every trace."""
     try:
         return bool(ast.literal_eval(f'"{part}"') == part)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
