@@ -102,13 +102,14 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     result to ``symmap``."""
     table = an.table
     _check_declared(symmap, an)
-    members: dict[int, list[SymbolKey]] = {}
+    members: dict[int, dict[SymbolKey, None]] = {}  # each root's members, in order
     declared = _declared(symmap, an)
     for key, dim in an.symbol_dims.items():
         for seg in dim:
             if seg.group is not None:
-                lst = members.setdefault(table.find(seg.group), [])
-                lst.extend(k for k in (key, *declared.get(key, ())) if k not in lst)
+                found = members.setdefault(table.find(seg.group), {})
+                found[key] = None
+                found.update(dict.fromkeys(declared.get(key, ())))
     symbols = dict(symmap.named_sym_dicts())
 
     def symbol(key: SymbolKey) -> Symbol:
@@ -118,8 +119,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     for key, inner in covered.items():
         for seg in an.symbol_dims[key]:
             if seg.group is not None:
-                lst = members.setdefault(table.find(seg.group), [])
-                lst.extend(k for k in inner if k not in lst)
+                members.setdefault(table.find(seg.group), {}).update(dict.fromkeys(inner))
     not_symbols = an.param_members | {k for attrs in declared.values() for k in attrs}
     _pin_unproduced_ties(an)
 
@@ -136,7 +136,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
         gid, *hq = searchable[0]
         head = (hq[0], hq[1])
         roots[root] = head
-        rest = [m for m in members.get(root, []) if m != head]
+        rest = [m for m in members.get(root, {}) if m != head]
         keys = (head, *rest)
         seg = next(s for s in an.symbol_dims[head]
                    if s.group is not None and table.find(s.group) == root)
@@ -169,7 +169,7 @@ def _finish(symmap: SymMap, an: Analyzer) -> None:
     for root, head in roots.items():
         # a parameter member heading its group (a functional op's weight) has no Symbol: the
         # group's first module symbol, if any, stands for it
-        symbols_in = [k for k in members.get(root, []) if k not in not_symbols]
+        symbols_in = [k for k in members.get(root, {}) if k not in not_symbols]
         if head in an.param_members:
             if not symbols_in:
                 continue

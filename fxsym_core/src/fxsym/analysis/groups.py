@@ -148,8 +148,9 @@ class GroupTable:
     def min_units(self, g: int) -> int:
         """The fewest units a resize may keep of ``g``'s group (at least one)."""
         r = self.find(g)
-        share = max([self.least.get(self.find(m), Fraction(0)) for m in self.same_size(r)])
-        return max(1, math.ceil(share * self.units[r]))
+        least = self.least
+        shares = [least[m] for m in self.same_size(r) if m in least]
+        return max(1, math.ceil(max(shares) * self.units[r])) if shares else 1
 
     def tie_sizes(self, a: int, b: int) -> None:
         """Make ``a`` and ``b`` keep equal numbers of units (their entries stay independent)."""
