@@ -351,3 +351,34 @@ def test_depth_positions_scanned_only_when_needed(monkeypatch: pytest.MonkeyPatc
     sm = fxsym.analyze(plain, example_inputs=(torch.randn(2, 4),))
     assert scanned == [] and not sm.analysis.depth_groups
     assert any(e.kind == "depth" for e in sm.trace_report.entries)
+
+
+def test_shadow_tree_freed_when_the_trace_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shadows are freed as the trace returns, not left for the cyclic collector (which
+    then walked thousands of hook tables): torch.fx's tracer stays in a cycle of its own
+    after its trace, and it no longer holds the tree."""
+    import gc
+    import weakref
+
+    from fxsym.tracer import shadow
+
+    trees: list[weakref.ref[Any]] = []
+    original = shadow.ShadowTree.__init__
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        trees.append(weakref.ref(self))
+        trees.append(weakref.ref(self.root))
+
+    monkeypatch.setattr(shadow.ShadowTree, "__init__", spy)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        sm = fxsym.analyze(model, example_inputs=(torch.randn(1, 3, 8, 8),))
+        assert trees and all(ref() is None for ref in trees)
+    finally:
+        if enabled:
+            gc.enable()
+    assert [n.target for n in sm.graph.nodes if n.op == "call_module"] == ["0", "1", "2"]
+    assert sm.graph_module.get_submodule("0") is model[0]

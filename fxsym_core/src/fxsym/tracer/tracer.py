@@ -169,6 +169,18 @@ class FxsymTracer(torch.fx.Tracer):
         shown and what the analysis identifies objects by."""
         return obj if self.shadows is None else self.shadows.original(obj)
 
+    def release(self) -> None:
+        """Let go of the traced module tree once the trace is done. A torch.fx tracer stays
+        alive after its trace, until the cyclic collector runs (a recursive closure of
+        ``Tracer.trace`` holds it), and so would every module it holds: let go, a shadow
+        tree is freed as soon as the trace returns, and the collector never walks it."""
+        self.root = None  # type: ignore[assignment]
+        self.submodule_paths = None
+        self.shadows = None
+        self._modules_by_path = None
+        self._meta_modules.clear()
+        self._decided = None
+
     # -- leaf policy -----------------------------------------------------------------------
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.fallback_leaves:
@@ -1051,6 +1063,7 @@ def _trace_tree(
         _check_code_names(graph)
         _drop_concretization_checks(graph, auto)  # before the GraphModule compiles its code
         gm = graph_module_cls(shadows.root, graph, type(model).__name__)
+    tracer.release()
     _hold_user_modules(gm, shadows)
     gm.trace_report = report  # type: ignore[assignment]
     gm.example_inputs = inputs  # type: ignore[assignment]
