@@ -117,3 +117,16 @@ def test_constant_fill_like_a_tensor_keeps_its_groups() -> None:
     torch.manual_seed(0)
     sm = assert_oracles(ConstantLike(), (torch.randn(2, 4),))
     assert group_with(sm, "fc1", "out_features").size == 6
+
+
+def test_active_parameters_count_the_experts_a_token_is_routed_to() -> None:
+    """A token reads ``top_k = 2`` of the 8 experts (not ``topk_group = 2`` of the 4 routing
+    groups): the expert tensors count 2/8 of their entries, the router and head whole."""
+    from fxsym.search import active_params
+
+    torch.manual_seed(0)
+    model = GroupedRouterExperts()
+    sm = fxsym.analyze(model, example_inputs=_inputs())
+    experts = (model.gate_up.numel() + model.down.numel()) * 2 // 8
+    whole = model.router.numel() + sum(p.numel() for p in model.out.parameters())
+    assert active_params(model, sm)[0] == experts + whole

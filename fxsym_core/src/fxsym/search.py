@@ -30,8 +30,10 @@ too); a checkpoint directory scores them by streaming instead of running a copy
 *Active* parameters (``active=True``, :func:`active_params`) are those a token uses: every
 parameter but those only looked up (an embedding table whose rows one token reads one of;
 tied to an output head, it counts), and of a MoE layer's expert tensors only the share a
-router picks. The experts of a MoE layer are a *routed* group (:attr:`SymGroup.routed`) whose
-``min_size`` is the ``k`` its ``topk`` picks: a parameter sliced by that group counts ``k /
+router picks. The experts of a MoE layer are a *routed* group (:attr:`SymGroup.routed`); a
+token reads the ``k`` experts a ``topk`` over all of them picks (its ``min_size`` where no
+such ``topk`` is found; DeepSeek picks ``topk_group`` routing groups first, then ``top_k``
+experts): a parameter sliced by that group counts ``k /
 E`` of its entries (``E`` the experts kept), unless it computes the scores the pick reads (the
 router's weight, upstream of the integer positions in the trace), which every token uses
 whole. The experts of each MoE layer are a role of their own, ``experts``, sized only when
@@ -170,13 +172,15 @@ def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]
     return round(total), skipped
 
 
-def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[int, str]]:
+def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[float, str]]:
     """``{parameter name: (k, routed group)}`` for every parameter sliced by a routed group
-    that a token reads only at the ``k`` positions its router picks (``k``: the group's
-    ``min_size``). The group's pick is the first node of the trace, downstream of its
-    parameters, that makes integer positions out of floating values (``topk``/``argmax``
-    over scores); a parameter upstream of it (the router's weight and bias, computing the
-    scores) is used whole."""
+    that a token reads only at the positions its router picks, ``k`` of the group's units
+    (a fraction where a unit holds several entries): the ``k`` of a ``topk`` over every entry
+    of the group (DeepSeek's ``top_k`` experts, after it picked ``topk_group`` routing
+    groups), else the group's ``min_size``. The group's pick is the first node of the trace,
+    downstream of its parameters, that makes integer positions out of floating values
+    (``topk``/``argmax`` over scores); a parameter upstream of it (the router's weight and
+    bias, computing the scores) is used whole."""
     routed = [g for g in symmap.groups() if g.routed]
     graph = symmap.graph
     if not routed or graph is None:
@@ -185,17 +189,35 @@ def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[int, str]
     order = {n: i for i, n in enumerate(graph.nodes)}
     picks = {n for n in graph.nodes if _is_pick(n)}
     uses = _param_nodes(model, graph)
-    out: dict[str, tuple[int, str]] = {}
+    out: dict[str, tuple[float, str]] = {}
     for g in routed:
         params = {sl.param for sl in lay.slices.get(g.name, ())}
         starts = [n for p in params for n in uses.get(p, ())]
-        pick = min((n for n in _closure(starts, lambda n: list(n.users)) if n in picks),
-                   key=order.__getitem__, default=None)
+        downstream = [n for n in _closure(starts, lambda n: list(n.users)) if n in picks]
+        pick = min(downstream, key=order.__getitem__, default=None)
         upstream = set() if pick is None else _closure([pick], lambda n: n.all_input_nodes)
+        entries = next((k for k in (_entries_picked(n, g.size * g.unit) for n in sorted(
+            downstream, key=order.__getitem__)) if k is not None), None)
+        share = g.min_size if entries is None else entries / g.unit
         for p in params:
             if not upstream.intersection(uses.get(p, ())):
-                out[p] = (g.min_size, g.name)
+                out[p] = (share, g.name)
     return out
+
+
+def _entries_picked(node: fx.Node, length: int) -> int | None:
+    """``k`` of ``node`` if it is a ``topk`` along a dim of ``length`` entries, else
+    ``None``."""
+    if node.target not in (torch.topk, "topk"):
+        return None
+    out, inputs = node.meta.get("val"), node.all_input_nodes
+    x = inputs[0].meta.get("val") if inputs else None
+    if not isinstance(out, tuple) or not isinstance(x, torch.Tensor):
+        return None
+    d = node.kwargs.get("dim", node.args[2] if len(node.args) > 2 else -1)
+    if not isinstance(d, int) or not -x.dim() <= d < x.dim():
+        return None
+    return int(out[1].shape[d]) if int(x.shape[d]) == length else None
 
 
 def _lookup_only(model: nn.Module, symmap: SymMap) -> frozenset[str]:
