@@ -295,3 +295,31 @@ def test_deepseek_routing_groups_and_the_stored_router_bias(tmp_path: Path) -> N
                                         sizes={"experts": 4})
     (load,) = calibrated.extra["expert_load"].values()
     assert len(load) == 4 and sum(load) > 0  # one number per routing group
+
+
+def test_the_cli_meets_an_active_parameter_target_on_a_moe_checkpoint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--target-active-params: each expert tensor counts top_k / E of its entries; the search
+    over uniform candidates (the experts kept) is scored layer by layer, each layer's experts
+    made from their stored tensors; the table is printed."""
+    from fxsym.search import active_params
+
+    src = tmp_path / "in"
+    original = checkpoint(src, "mixtral", num_hidden_layers=2, **dict(MOE["mixtral"],
+                                                                      intermediate_size=64))
+    calib = tmp_path / "calib.txt"
+    calib.write_text(TEXT, encoding="utf-8")
+    active, _ = active_params(original, fxsym.analyze(original))
+    target = active * 6 // 10
+    out = tmp_path / "out"
+    code = main(["prune", str(src), "--calib", str(calib), "--calib-tokens", "128",
+                 "--seq-len", "32", "--target-active-params", str(target), "--round-to", "16",
+                 "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "calib loss" in capsys.readouterr().out
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert active_params(pruned, fxsym.analyze(pruned))[0] <= target
+    assert pruned.config.num_local_experts == 4
+    assert any(".experts.0.w1.weight" in k for k in stored_tensors(out))
+    with torch.no_grad():
+        assert torch.isfinite(pruned(torch.tensor([[1, 5, 9, 12]])).logits).all()
