@@ -80,7 +80,7 @@ from .analysis import analyze
 from .depth import choose_blocks, renamed
 from .errors import CalibrationError, CheckpointError, PlanError
 from .importance import ActivationRecorder, Layout, element_scores, layout
-from .persist import FORMAT, MANIFEST, plugin_files, replace_directory
+from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_directory
 from .planning import Plan, plan
 from .plugins import load_plugins
 from .plugins.calls import call_hook
@@ -99,9 +99,7 @@ __all__ = [
     "stream_loss",
 ]
 
-#: the index of a sharded safetensors checkpoint, and the name of one shard of ``n``
-INDEX = "model.safetensors.index.json"
-SINGLE = "model.safetensors"
+#: the name of one shard of ``n`` (beside ``INDEX``, the index; one file is ``WEIGHTS``)
 SHARD = "model-{:05d}-of-{:05d}.safetensors"
 DEFAULT_SHARD_BYTES = 5 * 10**9
 #: the bytes of input rows read at a time while a tensor is written
@@ -919,7 +917,7 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
                             if unit[0] in buffers
                             else partial(tensors.rows, unit[0], cut))
     shards = _shard_plan(sizes, limit)
-    names = [SINGLE] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
+    names = [WEIGHTS] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
                                                 for k in range(len(shards))]
 
     def pruned(members: Sequence[str]) -> Iterator[tuple[str, Iterator[torch.Tensor]]]:
