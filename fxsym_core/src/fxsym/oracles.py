@@ -826,9 +826,9 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
     return same
 
 
-#: float64 copies of the model's floating tensors an oracle holds at its peak: one copy, and
-#: while a resize runs the tensors it builds beside the ones it replaces (it frees nothing
-#: until it succeeds), plus the activations the copy computes and the value oracle records
+#: float64 copies of the model's floating tensors an oracle may hold at its peak, above the
+#: model itself: one copy, the copy in the model's dtype a resized copy is converted from,
+#: the activations and the value oracle's records (measured: 1.95 on vit_b_16, 1.7 on ViT-H)
 FLOAT64_COPIES = 2.5
 
 
