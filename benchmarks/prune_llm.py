@@ -23,21 +23,22 @@ seed. Rows:
   *depth*: ``layers=K``, the K decoder layers of highest block importance (``1 - cos`` of
   their input and output) with no width cut; *both*: ``layers=K2`` (three quarters of the
   layers) and the width cut that brings the rest to half.
-* **Torch-Pruning magnitude / Taylor**: its LLM recipe (``examples/LLMs`` of its
-  repository) as far as it runs on transformers 5.24's llama: ``MetaPruner``, one pruning
-  ratio for every group (``global_pruning=False``), the head ignored,
-  ``GroupMagnitudeImportance(p=2)`` or ``GroupTaylorImportance`` (gradients of the next-token
-  loss on the **same calibration batches** fxsym reads: ``CheckpointReader.calibration``), its
-  ratio bisected once to the count nearest half (with one ratio for every group the count does
-  not depend on the importance); the config's ``hidden_size``/``intermediate_size`` are then
-  set by hand, as its example does. It prunes the hidden size and the FFN width; **attention
-  heads are not pruned**: with ``q_proj``/``k_proj``/``v_proj`` as roots (what ``num_heads``
-  and ``prune_num_heads=True`` need), Torch-Pruning 1.6.1's dependency graph does not finish
-  building their groups (``DependencyGraph.get_all_groups`` on a two-layer llama of hidden
-  size 32 had not returned after 90 s, while the hidden-size and MLP groups take 0.2 s), so
-  they are ignored as roots (their input channels still follow the hidden size). fxsym's
-  uniform width plan keeps the heads too here (``round_to`` is more than the two key/value
-  heads), so both cut the same kinds of sizes.
+* **Torch-Pruning magnitude / Taylor**: its LLM recipe (``examples/LLMs`` of its repository)
+  as far as it runs on transformers 5.24's llama: ``MetaPruner``, one pruning ratio for every
+  group (``global_pruning=False``), the head ignored, ``GroupMagnitudeImportance(p=2)`` or
+  ``GroupTaylorImportance`` (gradients of the next-token loss on the **same calibration
+  batches** fxsym reads: ``CheckpointReader.calibration``), its ratio bisected once to the
+  count nearest fxsym's width row's (the same kinds of sizes cut; with one ratio for every
+  group the count does not depend on the importance); the config's
+  ``hidden_size``/``intermediate_size`` are then set by hand, as its example does. It prunes
+  the hidden size and the FFN width; **attention heads are not pruned**: with
+  ``q_proj``/``k_proj``/``v_proj`` as roots (what ``num_heads`` and ``prune_num_heads=True``
+  need), Torch-Pruning 1.6.1's dependency graph does not finish building their groups
+  (``DependencyGraph.get_all_groups`` on a two-layer llama of hidden size 32 had not returned
+  after 90 s, while the hidden-size and MLP groups take 0.2 s), so they are ignored as roots
+  (their input channels still follow the hidden size). fxsym's uniform width plan keeps the
+  heads too here (``round_to`` is more than the two key/value heads), so both cut the same
+  kinds of sizes.
 
 Every pruned model is recovered by the same budget: ``--recover-steps`` steps of logit
 distillation from the base (KL divergence of the next-token distributions, AdamW, the same
@@ -418,8 +419,8 @@ def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
                 start = time.perf_counter()
                 made[name] = (prune_fxsym(base_dir, Path(tmp), order, setup, **how),
                               time.perf_counter() - start, json.dumps(how))
-        if ratio is None:
-            ratio = tp_ratio(base, calib, params // 2)
+        if ratio is None:  # the count nearest fxsym's width row's, which it is compared with
+            ratio = tp_ratio(base, calib, n_params(made["fxsym width"][0]))
         for name, kind in (("Torch-Pruning magnitude", "magnitude"),
                            ("Torch-Pruning Taylor", "taylor")):
             start = time.perf_counter()
