@@ -20,7 +20,11 @@ Every step runs in a subprocess of its own; the prune's peak resident memory is 
 the first row is a child that only imports torch, transformers and fxsym (the floor). Target:
 peak under 40 % of the checkpoint for the largest one, flat as the size grows.
 
-    python benchmarks/prune_ckpt_scale.py [--sizes 0.5,1.5,3] [--moe] [--tmp DIR]
+With ``--search``, the llama checkpoints are pruned to half their parameters by the
+architecture search (``search=True``: uniform candidates of depth and widths, each scored by
+its next-token loss in a streamed pass over its pruned tensors), on 512 calibration tokens.
+
+    python benchmarks/prune_ckpt_scale.py [--sizes 0.5,1.5,3] [--moe | --search] [--tmp DIR]
 """
 
 from __future__ import annotations
@@ -126,7 +130,10 @@ def prune(src: str, out: str, calib: str, moe: str = "") -> dict[str, float]:
     import fxsym
 
     start = time.perf_counter()
-    if moe:
+    if moe == "search":
+        plan = fxsym.prune_checkpoint(src, out, calibration=calib, calibration_tokens=512,
+                                      seq_len=512, param_ratio=0.5, round_to=64, search=True)
+    elif moe:
         plan = fxsym.prune_checkpoint(src, out, calibration=calib, calibration_tokens=1024,
                                       seq_len=512, sizes={"experts": MOE["experts"] // 2})
     else:
@@ -181,6 +188,9 @@ def main() -> None:
     parser.add_argument("--tmp", default="/tmp", help="where the checkpoints are written")
     parser.add_argument("--moe", action="store_true",
                         help="Mixtral-shaped checkpoints pruned to half their experts")
+    parser.add_argument("--search", action="store_true",
+                        help="the architecture search for half the parameters (512 "
+                        "calibration tokens; each candidate scored by a streamed pass)")
     args = parser.parse_args()
     least = child("floor")["peak_kb"] / 1024
     rows: list[list[object]] = [["(imports only)", "", "", "", f"{least:.0f}", "", ""]]
@@ -197,7 +207,8 @@ def main() -> None:
             start = time.perf_counter()
             made = child("write", str(src), str(layers), moe)
             written = time.perf_counter() - start
-            got = child("prune", str(src), str(out), str(calib), moe)
+            got = child("prune", str(src), str(out), str(calib),
+                        "search" if args.search else moe)
             size_mb = made["bytes"] / 1e6
             out_mb = sum(f.stat().st_size for f in out.glob("*.safetensors")) / 1e6
             peak = got["peak_kb"] / 1024
