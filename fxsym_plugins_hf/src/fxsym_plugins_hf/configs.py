@@ -448,10 +448,10 @@ class _Prober:
         self._built = False
         self._base_attributes: dict[str, dict[str, int]] | None = None
 
-    def follow(self, field: str, old: int | None) -> dict[str, int] | None:
-        """``{where: length now}`` at each dim ``field`` (of value ``old``) sizes: ``where``
-        is the owning module, or ``"<tensor>:<dim>"`` where one module's dims differ;
-        ``None`` if the model cannot be built on the meta device from the config."""
+    def _probe_shapes(self, field: str, old: int | None) -> dict[str, tuple[int, ...]] | None:
+        """The parameter and buffer shapes of the model built with ``field`` set to three
+        times ``old`` (the shapes of the old config and of the resized model read once);
+        ``None`` if ``old`` is not a size or the model cannot be built on meta."""
         if not self._built:
             self._built = True
             self._base = _meta_shapes(self.model, self.before)
@@ -460,8 +460,14 @@ class _Prober:
             return None
         probe = copy.deepcopy(self.before)
         setattr(probe, field, 3 * old)
-        shapes = _meta_shapes(self.model, probe)
-        if shapes is None:
+        return _meta_shapes(self.model, probe)
+
+    def follow(self, field: str, old: int | None) -> dict[str, int] | None:
+        """``{where: length now}`` at each dim ``field`` (of value ``old``) sizes: ``where``
+        is the owning module, or ``"<tensor>:<dim>"`` where one module's dims differ;
+        ``None`` if the model cannot be built on the meta device from the config."""
+        shapes = self._probe_shapes(field, old)
+        if shapes is None or self._base is None or not old:
             return None
         where: dict[str, dict[str, int]] = {}
         for name, shape in self._base.items():
@@ -488,16 +494,8 @@ class _Prober:
         and no head count attribute the forward reads): the dims that are a multiple of
         ``old`` and grow with the field in proportion, read in the resized model in those
         units; ``None`` where the model cannot be built or the units are not whole."""
-        if not self._built:
-            self._built = True
-            self._base = _meta_shapes(self.model, self.before)
-            self._now = _shapes(self.model)
-        if self._base is None or not old:
-            return None
-        probe = copy.deepcopy(self.before)
-        setattr(probe, field, 3 * old)
-        shapes = _meta_shapes(self.model, probe)
-        if shapes is None:
+        shapes = self._probe_shapes(field, old)
+        if shapes is None or self._base is None or not old:
             return None
         found: dict[str, set[int]] = {}
         for name, shape in self._base.items():
