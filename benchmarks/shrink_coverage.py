@@ -2,6 +2,7 @@
 UNets, YOLO, modern timm models.
 
     python benchmarks/shrink_coverage.py [--models mixtral,yolov8n,timm:eva02_tiny_patch14_224]
+                                         [--norm-groups keep]
 
 For each model (random weights, built from a config or yaml, nothing downloaded) the script
 analyzes it, takes a perturbed copy (:func:`fxsym.oracles.perturbed`), halves every
@@ -31,7 +32,8 @@ whose size the output contract keeps, pinning the residual stream; a pruning use
 classifier.
 
 ``ok``/``fail``/``not checked`` (no group to check); a model that fails to build or analyze
-is a row saying why.
+is a row saying why. ``--norm-groups keep`` analyzes with ``fxsym.analyze(...,
+norm_groups="keep")`` (group norms keep ``num_groups``; :mod:`fxsym.analysis.options`).
 """
 
 from __future__ import annotations
@@ -185,7 +187,7 @@ def _word(result: OracleResult) -> str:
     return {"ok": "ok", "failed": "fail"}.get(result.status, "not checked")
 
 
-def report(spec: str, seeds: tuple[int, ...]) -> list[Any]:
+def report(spec: str, seeds: tuple[int, ...], norm_groups: str = "follow") -> list[Any]:
     """One row: model, groups, shrunk, experts, runs, permutation, analyze s, note."""
     try:
         model, inputs = build(spec)
@@ -193,7 +195,7 @@ def report(spec: str, seeds: tuple[int, ...]) -> list[Any]:
         return [spec, "", "", "", "", "", "", f"build failed: {type(exc).__name__}: {exc}"]
     start = time.perf_counter()
     try:
-        sm = fxsym.analyze(model, example_inputs=inputs)
+        sm = fxsym.analyze(model, example_inputs=inputs, norm_groups=norm_groups)
     except Exception as exc:
         return [spec, "", "", "", "", "", "", f"analyze failed: {type(exc).__name__}: {exc}"]
     elapsed = f"{time.perf_counter() - start:.1f}"
@@ -247,6 +249,8 @@ def main() -> None:
     parser.add_argument("--models", help=f"comma-separated (default: {','.join(DEFAULT)})")
     parser.add_argument("--seeds", type=int, default=1,
                         help="seeds of the permutation oracle (default 1)")
+    parser.add_argument("--norm-groups", choices=("follow", "keep"), default="follow",
+                        help="how group norms change (fxsym.analyze's norm_groups)")
     parser.add_argument("--note-width", type=int, default=100,
                         help="characters of the note column shown")
     args = parser.parse_args()
@@ -257,7 +261,7 @@ def main() -> None:
     rows = []
     for spec in track(names, description="shrink coverage"):
         try:
-            row = report(spec, tuple(range(args.seeds)))
+            row = report(spec, tuple(range(args.seeds)), args.norm_groups)
         except Exception as exc:  # a model that breaks the report is a row, not the end of it
             row = [spec, "", "", "", "", "", "", f"error: {type(exc).__name__}: {exc}"]
         row[-1] = str(row[-1])[:args.note_width]

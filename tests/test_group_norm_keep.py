@@ -254,3 +254,75 @@ def test_a_saved_plan_replays_the_mode(tmp_path: Any) -> None:
     fxsym.load(fresh, tmp_path)
     x = _inputs()
     torch.testing.assert_close(fresh(*x), model(*x), rtol=0, atol=0)
+
+
+class NormedAttentionLike(nn.Module):
+    """diffusers' attention processor: the input's channel count read first, the input
+    normed, projected, and reshaped back by that count before the residual add."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(3, 16, 1)
+        self.norm = nn.GroupNorm(4, 16)
+        self.proj = nn.Linear(16, 16)
+        self.conv_out = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_in(x)
+        b, c, h, w = x.shape
+        y = self.proj(self.norm(x).view(b, c, h * w).transpose(1, 2))
+        return self.conv_out(y.transpose(1, 2).reshape(b, c, h, w) + x)
+
+
+def test_reshape_by_a_size_read_from_copies_ties_the_projection() -> None:
+    """The reshape back by ``c`` (read from copies of the stream's group) cuts the
+    projection's fresh group into as many blocks, each keeping the size of one copy; the
+    residual add then ties them to the stream (it used to pin both)."""
+    model = NormedAttentionLike().double().eval()
+    sm = _keep(model)
+    _oracles(model, sm)
+    g = _group(sm, ("conv_in", "out_channels"))
+    assert ("proj", "out_features") in g.members and g.size == 4
+    fxsym.resize(model, sm, {g.name: 2})
+    assert (model.proj.out_features, model.norm.num_groups) == (8, 4)
+    model(*_inputs())
+
+
+class Checked(nn.Module):
+    """diffusers' ``Downsample2D``: ``assert x.shape[1] == self.channels`` before its conv."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.channels = channels
+        self.conv = nn.Conv2d(channels, channels, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert x.shape[1] == self.channels
+        return self.conv(x)
+
+
+class NormThenChecked(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_in = nn.Conv2d(3, 16, 1)
+        self.norm = nn.GroupNorm(4, 16)
+        self.down = Checked(16)
+        self.conv_out = nn.Conv2d(16, 5, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv_out(self.down(F.silu(self.norm(self.conv_in(x)))))
+
+
+def test_attribute_compared_with_copies_is_cut_like_them() -> None:
+    """The guard ties ``self.channels`` (an attribute: one group of its own) to channels a
+    norm already laid out as copies: the attribute's group is cut at the copies' boundaries
+    and tied block by block, so it follows the resize (it used to pin the channels:
+    'dimensions with different group structure meet')."""
+    model = NormThenChecked().double().eval()
+    sm = _keep(model)
+    _oracles(model, sm)
+    g = _group(sm, ("conv_in", "out_channels"))
+    assert ("down", "attr:channels") in g.members
+    fxsym.resize(model, sm, {g.name: 3})
+    assert (model.down.channels, model.down.conv.in_channels) == (12, 12)
+    model(*_inputs())

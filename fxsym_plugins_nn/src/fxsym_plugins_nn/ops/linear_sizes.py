@@ -68,10 +68,18 @@ def tie_equal_sizes(ctx: OpContext, a: Dim, b: Dim) -> bool:
     of equal size: the two groups form a same-size class (their entries stay independent;
     their unit counts become equal, so each unit has as many entries in both). A reshape of
     ``b`` by the size of ``a`` (``out.reshape(B, N, x.shape[-1])`` merging heads back into a
-    dim read from the attention's input) then stays valid after every resize."""
-    if len(a) != 1 or len(b) != 1 or a[0].group is None or b[0].group is None:
-        return False
+    dim read from the attention's input) then stays valid after every resize.
+
+    Where one of them holds its group in copies (a group norm that keeps its norm groups) and
+    the other is one group, that group is cut into as many blocks, each keeping the size of
+    one copy (a same-size class with the copied group)."""
     if dim_size(a) != dim_size(b):
+        return False
+    if len(b) > 1:
+        a, b = b, a
+    if len(b) == 1 and len(a) > 1:
+        return _tie_to_copies(ctx, a, b)
+    if len(a) != 1 or len(b) != 1 or a[0].group is None or b[0].group is None:
         return False
     table = ctx.table
     ra, rb = table.find(a[0].group), table.find(b[0].group)
@@ -79,6 +87,28 @@ def tie_equal_sizes(ctx: OpContext, a: Dim, b: Dim) -> bool:
         return False
     table.tie_sizes(ra, rb)
     return keeps_size(ctx, a, b)
+
+
+def _tie_to_copies(ctx: OpContext, copies: Dim, one: Dim) -> bool:
+    """:func:`tie_equal_sizes` of a dim holding one group in equal copies and a dim of one
+    group (of the same size)."""
+    table = ctx.table
+    roots = {table.find(s.group) for s in copies if s.group is not None}
+    if (len(roots) != 1 or any(s.group is None or s.length != copies[0].length for s in copies)
+            or one[0].group is None):
+        return False
+    (ra,) = roots
+    rb = table.find(one[0].group)
+    n, units = len(copies), table.units[rb]
+    if ra in table.children or rb in table.children or rb == ra or units % n:
+        return False
+    try:
+        blocks = table.split(rb, [units // n] * n)
+    except ValueError:
+        return False
+    for block in blocks:
+        table.tie_sizes(ra, block)
+    return keeps_size(ctx, copies, table.resolve(one))
 
 
 def product_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
