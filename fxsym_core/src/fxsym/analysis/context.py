@@ -196,9 +196,9 @@ class OpContext:
         """Where one of ``dims`` holds a group several times (a group norm that keeps its
         norm groups, :meth:`runs_alike`; heads merged under fixed outer dims), the others cut
         at its segment boundaries (:meth:`GroupTable.split`: every dim holding a cut group
-        sees its blocks; fixed entries are cut in place), so they tie segment by segment:
-        a residual added to a norm's input takes its layout. ``None`` where no dim holds a
-        copy, or a cut falls inside a unit."""
+        sees its blocks; fixed entries are cut in place), so they tie segment by segment: a
+        guard comparing a module attribute with a norm's channels ties the attribute block by
+        block. ``None`` where no dim holds a copy, or a cut falls inside a unit."""
         table = self.table
         dims = tuple(table.resolve(d) for d in dims)
         if not any(_holds_copies(table, d) for d in dims):
@@ -224,6 +224,9 @@ class OpContext:
                         per = seg.length // table.units[root]
                         if any(b % per for b in inside):
                             return None
+                        if root in table.children:  # cut in this pass: read next pass
+                            cut.append(seg)
+                            continue
                         edges = [0, *(b // per for b in inside), table.units[root]]
                         try:
                             table.split(root, [hi - lo for lo, hi in itertools.pairwise(edges)])
@@ -273,13 +276,15 @@ class OpContext:
                               f"{per} entries would have to lose some")
                 return False
             per_block[root] = math.gcd(per_block.get(root, 0), block // per)
-        for root, units in per_block.items():
-            count = table.units[root] // units
-            try:
-                blocks = table.split(root, [units] * count) if count > 1 else [root]
-            except ValueError as exc:
-                table.fix(root, f"{what} keeps its {runs} groups: {exc}")
-                continue
+        units = math.gcd(*per_block.values())  # the groups will keep as many units
+        for root in per_block:
+            if root not in table.children and table.units[root] > units:
+                try:
+                    table.split(root, [units] * (table.units[root] // units))
+                except ValueError as exc:
+                    table.fix(root, f"{what} keeps its {runs} groups: {exc}")
+                    continue
+            blocks = [c for c, _ in table.children.get(root, [(root, units)])]
             for b in blocks[1:]:
                 table.union(blocks[0], b)
         roots = list(dict.fromkeys(table.find(s.group) for s in table.resolve(dim)
