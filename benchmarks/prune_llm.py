@@ -427,7 +427,7 @@ def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
             made[name] = (tp_once(copy.deepcopy(base), calib, ratio, kind),
                           time.perf_counter() - start, f"ratio {ratio:.4f}")
         for name in ROWS:
-            model, seconds, how = made.pop(name)
+            model, seconds, recipe = made.pop(name)
             pruned = perplexity(model, val_ids, setup.batch)
             recover(model, base, train_ids, setup, seed=1000 + seed,
                     label=f"recovering {name} (seed {seed})")
@@ -435,7 +435,7 @@ def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
             raw[name].append({
                 "seed": seed, "params": n_params(model), "ppl_pruned": pruned,
                 "ppl_recovered": perplexity(model, val_ids, setup.batch),
-                "prune_seconds": seconds, "how": how,
+                "prune_seconds": seconds, "how": recipe,
                 "shape": {k: getattr(cfg, k) for k in (
                     "num_hidden_layers", "hidden_size", "intermediate_size",
                     "num_attention_heads", "num_key_value_heads")}})
