@@ -241,8 +241,9 @@ class ExpertRecorder:
     hooks while the model (or pieces of it) runs: Minitron's expert importance.
 
     The experts are found by what their module is called with, not by names: a module holding
-    a member of the group that is called with *positions* into the group (an integer tensor,
-    every entry below the group's size: the router's pick of ``k`` experts per token), the
+    a member of the group that is called with *positions* into the group (an integer
+    ``[tokens, k]`` tensor, every entry below the group's number of experts: the router's
+    pick of ``k`` experts per token), the
     *routing weights* (a floating tensor of the same shape) and the tokens' hidden states (a
     floating tensor with one row per token), and returns a tensor shaped like the hidden
     states. Per group and expert ``e``, over the ``N`` tokens it saw:
