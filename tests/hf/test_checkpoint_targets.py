@@ -106,6 +106,29 @@ def test_a_parameter_target_searches_candidates_scored_by_streamed_loss(
     torch.testing.assert_close(_loss(pruned, batches), best["loss"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("keep", [4, 3])
+def test_a_number_of_layers_fixes_the_searched_depth(tmp_path: Path, calib: Path,
+                                                     keep: int) -> None:
+    src = tmp_path / "in"
+    original = checkpoint(src, "llama", num_hidden_layers=4)
+    target = _params(original) // 2
+    plan = fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib, search=True,
+                                  target_params=target, layers=keep, calibration_tokens=128,
+                                  seq_len=32, round_to=8)
+    table = plan.extra["search"]
+    assert len(table) >= 2 and {c["layers"] for c in table} == {keep}
+    assert len({c["hidden"] for c in table}) == len(table)
+    assert all(c["params"] <= target for c in table)
+    (best,) = [c for c in table if c["kept"]]
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert (pruned.config.num_hidden_layers, pruned.config.hidden_size) == (keep, best["hidden"])
+    with pytest.raises(fxsym.PlanError, match="positions of layers"):
+        fxsym.prune_checkpoint(src, tmp_path / "other", calibration=calib, search=True,
+                               target_params=target, layers=[0, 1], calibration_tokens=128,
+                               seq_len=32, round_to=8)
+    assert not (tmp_path / "other").exists()
+
+
 def test_an_active_parameter_target_on_a_checkpoint(tmp_path: Path, calib: Path) -> None:
     src = tmp_path / "in"
     original = checkpoint(src, "llama", num_hidden_layers=4)

@@ -1034,7 +1034,8 @@ def prune_checkpoint(
     uses: :func:`fxsym.search.active_params`), the plan is the best of a few uniform
     candidate architectures meeting the target (:func:`fxsym.search.search`), each scored by
     its next-token loss on the calibration text computed layer by layer on its pruned tensors
-    (:func:`stream_loss`); the candidates are recorded as ``plan.extra["search"]``
+    (:func:`stream_loss`); a number of ``layers`` with it fixes the candidates' depth (a
+    width-only search); the candidates are recorded as ``plan.extra["search"]``
     (:meth:`fxsym.search.SearchResult.rows`). ``ratio``,
     ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
     :func:`fxsym.plan`'s. ``status(message)`` (a context manager factory, e.g. a spinner) is
@@ -1060,12 +1061,13 @@ def prune_checkpoint(
         if calibration is None:
             raise CalibrationError("the architecture search scores each candidate by its "
                                    "loss on calibration text; give calibration text")
-        if (layers is not None or sizes is not None or ratio is not None or scope != "uniform"
+        if (not isinstance(layers, (int, type(None))) or sizes is not None
+                or ratio is not None or scope != "uniform"
                 or (target_active_params is not None
                     and (target_params is not None or param_ratio is not None))):
             raise PlanError("the architecture search picks the layers and sizes of uniform "
-                            "candidates for one parameter target; give no layers, sizes, "
-                            "ratio or second target with it")
+                            "candidates for one parameter target; give no positions of "
+                            "layers, sizes, ratio or second target with it")
     if isinstance(layers, int) and calibration is None:
         raise CalibrationError("keeping a number of layers ranks them on calibration text; "
                                "give calibration text, or the positions of the layers to keep")
@@ -1099,10 +1101,11 @@ def prune_checkpoint(
     if layers is not None:
         choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()})
     target = target_active_params if target_active_params is not None else target_params
+    depths = None if not isinstance(layers, int) else (layers,)
     if searching:
         assert target is not None
         candidates(model, sm, target_params=target, active=target_active_params is not None,
-                   round_to=round_to)
+                   round_to=round_to, depths=depths)
     with step("mapping the groups onto the parameters"):
         lay = layout(model, sm)
     extra: dict[str, Any] = {}
@@ -1131,7 +1134,7 @@ def prune_checkpoint(
             model, sm, target_params=target, active=target_active_params is not None,
             round_to=round_to, importance=given, block_scores=depth_scores or {},
             evaluate=lambda p: stream_loss(model, sm, tensors, lay, p, batches),
-            progress=progress)
+            depths=depths, progress=progress)
         chosen = found.plan
         extra["search"] = found.rows()
     else:

@@ -328,10 +328,12 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
 def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                active: bool = False, round_to: int = 64,
                block_scores: Mapping[str, Any] | None = None,
-               fractions: Sequence[float] = FRACTIONS) -> list[Candidate]:
+               fractions: Sequence[float] = FRACTIONS,
+               depths: Sequence[int] | None = None) -> list[Candidate]:
     """The uniform candidates meeting ``target_params`` (see the module docstring), unscored,
     counted from the parameters' metadata only (a meta model does); ``block_scores`` rank the
-    blocks of a depth group where fewer are kept (all equal without). A
+    blocks of a depth group where fewer are kept (all equal without); ``depths`` are the
+    numbers of blocks tried instead of ``fractions`` of them (``(depth,)``: width only). A
     :class:`~fxsym.errors.PlanError` if none does."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
@@ -345,8 +347,11 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     ffn_now = max((g.size * g.unit for g in ffn_g), default=None)
     found: list[Candidate] = []
     tried: set[tuple[Any, ...]] = set()
-    for lf in fractions if depth is not None else (1.0,):
-        n_layers = max(1, round(depth.size * lf)) if depth is not None else 0
+    counts = ([0] if depth is None else list(depths) if depths is not None
+              else [max(1, round(depth.size * lf)) for lf in fractions])
+    for n_layers in counts:
+        if depth is not None and not 1 <= n_layers <= depth.size:
+            raise PlanError(f"{n_layers} blocks of {depth.name!r}: it has {depth.size}")
         for hf in fractions if hidden_now else (1.0,):
             hidden = None if hidden_now is None else min(hidden_now, max(
                 round_to, int(hidden_now * hf) // round_to * round_to))
@@ -376,6 +381,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
            fractions: Sequence[float] = FRACTIONS,
            block_scores: Mapping[str, Any] | None = None,
            evaluate: Callable[[Plan], float] | None = None,
+           depths: Sequence[int] | None = None,
            progress: bool = False) -> SearchResult:
     """Search uniform architectures meeting ``target_params`` (see the module docstring);
     nothing of ``model`` is changed.
@@ -384,7 +390,8 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     :func:`~fxsym.depth.block_importance` on ``batches``; ``evaluate(plan)`` scores a
     candidate instead of running a pruned copy of ``model`` on ``batches`` (a checkpoint
     streamed layer by layer: :func:`fxsym.checkpoint.prune_checkpoint`), and then ``batches``
-    may be empty. ``progress`` shows the candidates being scored."""
+    may be empty. ``depths`` are the numbers of blocks tried (:func:`candidates`).
+    ``progress`` shows the candidates being scored."""
     from .console import track
 
     batches = list(batches)
@@ -396,7 +403,8 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     if block_scores is None:
         block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
     found = candidates(model, symmap, target_params=target_params, active=active,
-                       round_to=round_to, block_scores=block_scores, fractions=fractions)
+                       round_to=round_to, block_scores=block_scores, fractions=fractions,
+                       depths=depths)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     ffn_now = max((groups[n].size * groups[n].unit for n in r.ffn), default=None)
     scored = []
