@@ -23,6 +23,13 @@ seed. Rows:
   *depth*: ``layers=K``, the K decoder layers of highest block importance (``1 - cos`` of
   their input and output) with no width cut; *both*: ``layers=K2`` (three quarters of the
   layers) and the width cut that brings the rest to half.
+* **fxsym width searched / searched**: Minitron's recipe, which does not cut every width by the
+  same ratio: ``search=True, target_params=`` half, ``round_to`` the width row's. The
+  uniform candidates meeting the target (hidden sizes of 1, 7/8, 3/4, 5/8 and 1/2 of the
+  base's, each with the widest FFN that fits; heads whole) are scored by their next-token
+  loss on the calibration text, streamed, and the lowest is kept. *width searched* keeps
+  every layer (``layers=`` all of them with ``search``: the candidates' depth is fixed);
+  *searched* also tries 7/8 ... 1/2 of the layers (ranked by block importance).
 * **Torch-Pruning magnitude / Taylor**: its LLM recipe (``examples/LLMs`` of its repository)
   as far as it runs on transformers 5.24's llama: ``MetaPruner``, one pruning ratio for every
   group (``global_pruning=False``), the head ignored, ``GroupMagnitudeImportance(p=2)`` or
@@ -377,8 +384,8 @@ def depth_only(setup: Setup, params: int, layer: int) -> int:
                                                          - params / 2))
 
 
-ROWS = ("fxsym width", "fxsym depth", "fxsym both", "Torch-Pruning magnitude",
-        "Torch-Pruning Taylor")
+ROWS = ("fxsym width", "fxsym width searched", "fxsym depth", "fxsym both", "fxsym searched",
+        "Torch-Pruning magnitude", "Torch-Pruning Taylor")
 
 
 def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
@@ -413,9 +420,15 @@ def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
         made: dict[str, tuple[nn.Module, float, str]] = {}
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             for name, how in (("fxsym width", {"param_ratio": 0.5, "round_to": width_step}),
+                              ("fxsym width searched", {
+                                  "search": True, "target_params": params // 2,
+                                  "layers": setup.layers, "round_to": width_step}),
                               ("fxsym depth", {"layers": keep}),
                               ("fxsym both", {"layers": both_layers, "round_to": both_step,
-                                              "target_params": params // 2})):
+                                              "target_params": params // 2}),
+                              ("fxsym searched", {"search": True,
+                                                  "target_params": params // 2,
+                                                  "round_to": width_step})):
                 start = time.perf_counter()
                 made[name] = (prune_fxsym(base_dir, Path(tmp), order, setup, **how),
                               time.perf_counter() - start, json.dumps(how))
