@@ -147,22 +147,14 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         if any(key.endswith(".shape") for key in differences):  # fields of other names?
             known = {f for names in FIELDS.values() for f in _fields(before, names)}
             skip = known | set(changed) | _read_fields(read)
-            for field, found in _probed_fields(prober, before, sizes, skip).items():
-                if len(set(found.values())) > 1:
-                    nonuniform[field] = found
-                elif getattr(before, field) != (value := next(iter(found.values()))):
-                    setattr(new, field, value)
-                    changed.append(field)
+            _take_probed(_probed_fields(prober, before, sizes, skip), before, new, changed,
+                         nonuniform)
             if not nonuniform:
                 differences = _differences(model, new, read)
         if _attributes_differ(differences):  # int attributes read: set by other fields?
             skip = set(changed) | _read_fields(read)
-            for field, found in _attribute_fields(prober, before, sizes, skip).items():
-                if len(set(found.values())) > 1:
-                    nonuniform[field] = found
-                elif getattr(before, field) != (value := next(iter(found.values()))):
-                    setattr(new, field, value)
-                    changed.append(field)
+            _take_probed(_attribute_fields(prober, before, sizes, skip), before, new, changed,
+                         nonuniform)
             if not nonuniform:
                 differences = _differences(model, new, read)
         if not nonuniform and _attributes_differ(differences):
@@ -195,6 +187,18 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
+
+
+def _take_probed(probed: dict[str, dict[str, int]], before: Any, new: Any,
+                 changed: list[str], nonuniform: dict[str, dict[str, int]]) -> None:
+    """Set on ``new`` each probed field that every module gives the same value (and that
+    value is new); a field the modules give different values goes to ``nonuniform``."""
+    for field, found in probed.items():
+        if len(set(found.values())) > 1:
+            nonuniform[field] = found
+        elif getattr(before, field) != (value := next(iter(found.values()))):
+            setattr(new, field, value)
+            changed.append(field)
 
 
 def _valid(config: Any) -> bool:
