@@ -47,6 +47,26 @@ def stored_tensors(directory: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def assert_streamed_is_in_memory(src: Path, out: Path, streamed: fxsym.Plan, work: Path,
+                                 sizes: dict[str, int], layers: list[int] | None = None
+                                 ) -> tuple[Any, dict[str, torch.Tensor]]:
+    """The in-memory prune of the model stored in ``src`` (l2, uniform, ``sizes``) makes the
+    choices of ``streamed``, and its ``save_pretrained`` (under ``work``) writes every name and
+    tensor the streamed prune wrote to ``out``. The pruned model and ``out``'s tensors."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, **sizes),
+                           scope="uniform", layers=layers)
+    assert in_memory.choices() == streamed.choices()
+    in_memory.apply(model, sm)
+    model.save_pretrained(work / "reference")
+    want, got = stored_tensors(work / "reference"), stored_tensors(out)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert torch.equal(want[name], got[name]), name
+    return model, got
+
+
 @pytest.mark.parametrize("layers", [None, [0, 2]])
 @pytest.mark.parametrize("family", sorted(MOE))
 def test_a_streamed_moe_prune_is_what_save_pretrained_writes_of_the_in_memory_one(
@@ -61,20 +81,10 @@ def test_a_streamed_moe_prune_is_what_save_pretrained_writes_of_the_in_memory_on
     sizes = {"experts": 3, "hidden": 48, "ffn": 16}
     streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes=sizes, layers=layers,
                                       max_shard_size=SHARD)
-    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
-    sm = fxsym.analyze(model)
-    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, **sizes),
-                           scope="uniform", layers=layers)
-    assert in_memory.choices() == streamed.choices()
+    model, got = assert_streamed_is_in_memory(src, out, streamed, tmp_path, sizes, layers)
     experts = [g for g in streamed.groups if g.name.endswith("gate.weight:0")]
     assert experts and all(g.kept == 3 for g in experts)
-    in_memory.apply(model, sm)
-    model.save_pretrained(tmp_path / "reference")
-    want, got = stored_tensors(tmp_path / "reference"), stored_tensors(out)
-    assert want.keys() == got.keys()
     assert not any(".experts.3." in k for k in got) and any(".experts.2." in k for k in got)
-    for name in want:
-        assert torch.equal(want[name], got[name]), name
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert getattr(pruned.config, EXPERTS_FIELD[family]) == 3
     assert pruned.config.num_hidden_layers == (3 if layers is None else 2)
@@ -105,17 +115,7 @@ def test_more_moe_families_stream_what_save_pretrained_writes(tmp_path: Path,
     checkpoint(src, family, num_experts_per_tok=2, num_hidden_layers=2, **MORE[family])
     out = tmp_path / "out"
     streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 3})
-    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
-    sm = fxsym.analyze(model)
-    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, experts=3),
-                           scope="uniform")
-    assert in_memory.choices() == streamed.choices()
-    in_memory.apply(model, sm)
-    model.save_pretrained(tmp_path / "reference")
-    want, got = stored_tensors(tmp_path / "reference"), stored_tensors(out)
-    assert want.keys() == got.keys()
-    for name in want:
-        assert torch.equal(want[name], got[name]), name
+    assert_streamed_is_in_memory(src, out, streamed, tmp_path, {"experts": 3})
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     field = "num_local_experts" if hasattr(pruned.config, "num_local_experts") else "num_experts"
     assert getattr(pruned.config, field) == 3
@@ -275,17 +275,7 @@ def test_deepseek_routing_groups_and_the_stored_router_bias(tmp_path: Path) -> N
     out = tmp_path / "out"
     streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 4},
                                       max_shard_size=SHARD)
-    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
-    sm = fxsym.analyze(model)
-    in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, experts=4),
-                           scope="uniform")
-    assert in_memory.choices() == streamed.choices()
-    in_memory.apply(model, sm)
-    model.save_pretrained(tmp_path / "reference")
-    want, got = stored_tensors(tmp_path / "reference"), stored_tensors(out)
-    assert want.keys() == got.keys()
-    for name in want:
-        assert torch.equal(want[name], got[name]), name
+    _, got = assert_streamed_is_in_memory(src, out, streamed, tmp_path, {"experts": 4})
     kept = got["model.layers.1.mlp.gate.e_score_correction_bias"]
     assert kept.shape == (4,) and kept.ne(0).any()
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
