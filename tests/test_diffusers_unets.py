@@ -102,12 +102,17 @@ def test_config_follows_a_prune_it_can_describe_through_save_pretrained(tmp_path
     config = model.config
     assert (config.block_out_channels, config.norm_num_groups) == ((16, 16), 4)
     assert (config.attention_head_dim, config.time_embedding_dim) == (4, 64)
-    model.save_pretrained(tmp_path)
-    loaded = diffusers.UNet2DConditionModel.from_pretrained(tmp_path).double().eval()
+    assert_round_trips(model, x, tmp_path)
+
+
+def assert_round_trips(model: Any, x: Any, directory: Any) -> None:
+    """diffusers' own ``save_pretrained`` then ``from_pretrained`` give back ``model``'s
+    outputs (float64, to 1e-12)."""
+    model.save_pretrained(directory)
+    loaded = diffusers.UNet2DConditionModel.from_pretrained(directory).double().eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(*x).sample, model(*x).sample, rtol=1e-12,
                                    atol=1e-12)
-
 
 def test_save_pretrained_refuses_a_prune_the_config_cannot_describe(tmp_path: Any) -> None:
     """Halving every group of a UNet with blocks of 32 and 64 channels leaves norm groups of
@@ -146,11 +151,7 @@ def test_sd_shaped_unet_round_trips_a_uniform_describable_prune(tmp_path: Any) -
     config = model.config
     assert (config.block_out_channels, config.norm_num_groups) == ((16, 32), 8)
     assert (config.attention_head_dim, config.time_embedding_dim) == (4, 64)
-    model.save_pretrained(tmp_path)
-    loaded = diffusers.UNet2DConditionModel.from_pretrained(tmp_path).double().eval()
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(*x).sample, model(*x).sample, rtol=1e-12,
-                                   atol=1e-12)
+    assert_round_trips(model, x, tmp_path)
 
 
 def test_sinusoidal_time_projection_keeps_every_tied_group_whole() -> None:
