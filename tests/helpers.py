@@ -1,16 +1,21 @@
 """Assertions shared by the analysis tests: the two oracles of DESIGN.md, finding a group
-by a symbol it holds, and the probe layout as the oracle of the derived one."""
+by a symbol it holds, the probe layout as the oracle of the derived one, and the small model
+the loader tests save and load, with the check that a refused load leaves it as it was."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
 import fxsym
 from fxsym import paramlayout
+from fxsym.errors import FxsymError, PlanError
 from fxsym.oracles import check_permutation, check_shrink, check_values
 
 
@@ -111,3 +116,25 @@ def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout
     for group in probe.slices:
         assert rows(direct, group) == rows(probe, group), group
     return direct
+
+
+def small_seq() -> nn.Module:
+    """A conv, its norm and two linears: the model the loader tests save and load."""
+    return nn.Sequential(OrderedDict([
+        ("conv", nn.Conv2d(3, 8, 3)), ("bn", nn.BatchNorm2d(8)), ("relu", nn.ReLU()),
+        ("pool", nn.AdaptiveAvgPool2d(1)), ("flat", nn.Flatten()),
+        ("fc1", nn.Linear(8, 6)), ("act", nn.ReLU()), ("fc2", nn.Linear(6, 2))]))
+
+
+def assert_load_refused(directory: Path, error: type[Exception] = PlanError,
+                        match: str = "") -> None:
+    """``fxsym.load`` of ``directory`` into a fresh :func:`small_seq` raises ``error`` (an
+    FxsymError) and leaves the fresh model as it was."""
+    fresh = small_seq()
+    before = {n: (t, t.detach().clone()) for n, t in fresh.state_dict(keep_vars=True).items()}
+    with pytest.raises(error, match=match) as info:
+        fxsym.load(fresh, directory)
+    assert isinstance(info.value, FxsymError)
+    now = fresh.state_dict(keep_vars=True)
+    assert now.keys() == before.keys()
+    assert all(now[n] is t and torch.equal(t.detach(), c) for n, (t, c) in before.items())
