@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from ckpt_helpers import TEXT
 
 transformers = pytest.importorskip("transformers")
 
@@ -83,3 +86,13 @@ def build(model_type: str, *, device: str | None = None, **overrides: Any) -> to
 @pytest.fixture
 def tiny() -> Callable[..., torch.nn.Module]:
     return build
+
+
+@pytest.fixture
+def calib(tmp_path: Path) -> Path:
+    """The checkpoint tests' calibration text (the sentences of ``ckpt_helpers.TEXT``) as a
+    JSON-lines file."""
+    path = tmp_path / "calib.jsonl"
+    path.write_text("".join(json.dumps({"text": line}) + "\n"
+                            for line in TEXT.split(". ") if line), encoding="utf-8")
+    return path

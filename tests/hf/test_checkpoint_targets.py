@@ -9,7 +9,6 @@ back with plain ``from_pretrained``."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import TEXT, checkpoint
+from ckpt_helpers import checkpoint
 
 import fxsym
 from fxsym.checkpoint import open_checkpoint, read_calibration_text
@@ -25,14 +24,6 @@ from fxsym.cli import main
 from fxsym.search import active_params, sizes_for
 
 SHARD = 40_000
-
-
-@pytest.fixture
-def calib(tmp_path: Path) -> Path:
-    path = tmp_path / "calib.jsonl"
-    path.write_text("".join(json.dumps({"text": line}) + "\n"
-                            for line in TEXT.split(". ") if line), encoding="utf-8")
-    return path
 
 
 def _params(model: torch.nn.Module) -> int:

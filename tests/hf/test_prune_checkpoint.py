@@ -7,7 +7,6 @@ directory is left as it was, also when writing fails half way (fault injection).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,6 @@ SHARD = 40_000  # bytes: several output shards for a tiny model
 
 def _params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-@pytest.fixture
-def calib(tmp_path: Path) -> Path:
-    path = tmp_path / "calib.jsonl"
-    path.write_text("".join(json.dumps({"text": line}) + "\n"
-                            for line in TEXT.split(". ") if line), encoding="utf-8")
-    return path
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
