@@ -126,6 +126,17 @@ def small_seq() -> nn.Module:
         ("fc1", nn.Linear(8, 6)), ("act", nn.ReLU()), ("fc2", nn.Linear(6, 2))]))
 
 
+def save_pruned_small_seq(directory: Path, example: torch.Tensor, **save: Any) -> nn.Module:
+    """A seeded :func:`small_seq`, half of it pruned by l1 (analyzed on ``example``) and saved
+    to ``directory`` with ``fxsym.save`` (``save``: its keywords); the pruned model."""
+    torch.manual_seed(0)
+    model = small_seq().eval()
+    sm = fxsym.analyze(model, example_inputs=(example,))
+    plan = fxsym.plan(model, sm, ratio=0.5, importance="l1")
+    plan.apply(model, sm)
+    fxsym.save(model, directory, plan, **save)
+    return model
+
 def assert_load_refused(directory: Path, error: type[Exception] = PlanError,
                         match: str = "") -> None:
     """``fxsym.load`` of ``directory`` into a fresh :func:`small_seq` raises ``error`` (an

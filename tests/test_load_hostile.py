@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import assert_load_refused, small_seq
+from helpers import assert_load_refused, save_pruned_small_seq, small_seq
 from safetensors.torch import load_file, save_file
 
 import fxsym
@@ -27,13 +27,8 @@ X = torch.randn(2, 3, 8, 8)
 
 @pytest.fixture
 def saved(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    model = small_seq().eval()
-    sm = fxsym.analyze(model, example_inputs=(X,))
-    plan = fxsym.plan(model, sm, ratio=0.5, importance="l1")
-    plan.apply(model, sm)
     out = tmp_path / "save"
-    fxsym.save(model, out, plan, source="torchvision:resnet18")
+    save_pruned_small_seq(out, X, source="torchvision:resnet18")
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from helpers import assert_load_refused, small_seq
+from helpers import assert_load_refused, save_pruned_small_seq, small_seq
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -45,13 +45,8 @@ def _index(directory: Path, weight_map: Any) -> None:
 
 @pytest.fixture
 def saved(tmp_path: Path) -> tuple[Path, nn.Module]:
-    torch.manual_seed(0)
-    model = small_seq().eval()
-    sm = fxsym.analyze(model, example_inputs=(X,))
-    plan = fxsym.plan(model, sm, ratio=0.5, importance="l1")
-    plan.apply(model, sm)
     out = tmp_path / "save"
-    fxsym.save(model, out, plan)
+    model = save_pruned_small_seq(out, X)
     _reshard(out)
     return out, model
 
