@@ -120,18 +120,18 @@ ELEMENTWISE_FUNCS: list[Any] = [
     operator.pow, operator.mod, operator.iadd, operator.isub, operator.imul, operator.itruediv,
     operator.and_, operator.or_, operator.xor, operator.eq, operator.ne, operator.lt,
     operator.le, operator.gt, operator.ge,
-    torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow, torch.maximum,
-    torch.minimum, torch.eq, torch.ne, torch.lt, torch.gt, torch.le, torch.ge,
+    torch.add, torch.sub, torch.mul, torch.div, torch.true_divide, torch.pow, torch.float_power,
+    torch.maximum, torch.minimum, torch.eq, torch.ne, torch.lt, torch.gt, torch.le, torch.ge,
     torch.logical_and, torch.logical_or, torch.lerp, torch.addcmul, torch.addcdiv,
     torch.masked_fill, torch.fmod, torch.remainder, torch.atan2, torch.hypot, torch.polar,
 ]
 
 
 ELEMENTWISE_METHODS = [
-    "add", "sub", "mul", "div", "true_divide", "pow", "maximum", "minimum", "masked_fill",
-    "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_", "eq", "ne", "lt", "gt", "le", "ge",
-    "where", "lerp", "addcmul", "addcdiv", "addcmul_", "addcdiv_", "fmod", "remainder",
-    "copy_",
+    "add", "sub", "mul", "div", "true_divide", "pow", "float_power", "maximum", "minimum",
+    "masked_fill", "add_", "sub_", "mul_", "div_", "pow_", "masked_fill_", "eq", "ne", "lt",
+    "gt", "le", "ge", "where", "lerp", "addcmul", "addcdiv", "addcmul_", "addcdiv_", "fmod",
+    "remainder", "copy_",
     "__add__", "__mul__", "__sub__", "__truediv__", "__radd__", "__rmul__",
 ]
 
@@ -160,6 +160,6 @@ UNARY_METHODS = [
     "detach", "detach_", "cpu", "cuda", "softmax", "log_softmax",
     "nan_to_num", "requires_grad_", "exp_", "log_", "sqrt_", "fill_", "zero_",
     "hardtanh_", "clamp_min_", "abs_", "neg_", "logical_not", "isnan", "isinf", "pin_memory",
-    "sigmoid", "erf_", "pow", "square_", "float_power",
+    "erf_", "square_",
 ]
 
