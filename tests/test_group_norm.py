@@ -16,38 +16,12 @@ from collections.abc import Sequence
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import assert_oracles
+from group_norm_nets import ConcatGN, ConvGN, LiteralGroups, NormedConcatGN, inputs
+from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
 import fxsym.oracles
-
-
-class ConvGN(nn.Module):
-    """conv -> GroupNorm(4 groups of 4 channels) -> conv."""
-
-    def __init__(self, groups: int = 4) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
-        self.norm = nn.GroupNorm(groups, 16)
-        self.conv2 = nn.Conv2d(16, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv2(F.silu(self.norm(self.conv1(x))))
-
-
-class ConcatGN(nn.Module):
-    """Two branches of ``a`` and ``b`` channels concatenated under one GroupNorm."""
-
-    def __init__(self, a: int, b: int, groups: int) -> None:
-        super().__init__()
-        self.a = nn.Conv2d(3, a, 1)
-        self.b = nn.Conv2d(3, b, 1)
-        self.norm = nn.GroupNorm(groups, a + b)
-        self.out = nn.Conv2d(a + b, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.norm(torch.cat([self.a(x), self.b(x)], dim=1)))
 
 
 class FunctionalGroupNorm(nn.GroupNorm):
@@ -69,28 +43,6 @@ class ConvFunctionalGN(nn.Module):
         return self.conv2(self.norm(self.conv1(x)))
 
 
-class LiteralGroups(nn.Module):
-    """``F.group_norm`` with the group count written as a number: it cannot follow a resize."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 1)
-        self.conv2 = nn.Conv2d(16, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv2(F.group_norm(self.conv1(x), 4))
-
-
-def _inputs() -> tuple[torch.Tensor]:
-    return (torch.randn(2, 3, 6, 6, dtype=torch.float64),)
-
-
-def _group(sm: fxsym.SymMap, member: tuple[str, str]) -> fxsym.SymGroup:
-    found = [g for g in sm.groups() if member in g.members]
-    assert len(found) == 1, (member, [g.members for g in sm.groups()])
-    return found[0]
-
-
 def _zeroed_reader(model: nn.Module, reader: str, dropped: Sequence[int]) -> nn.Module:
     """``model`` with the input channels ``dropped`` of conv ``reader`` zeroed."""
     masked = copy.deepcopy(model)
@@ -102,13 +54,13 @@ def _zeroed_reader(model: nn.Module, reader: str, dropped: Sequence[int]) -> nn.
 
 def test_groupnorm_channels_are_whole_norm_groups() -> None:
     model = ConvGN().double().eval()
-    sm = assert_oracles(model, _inputs())
-    g = _group(sm, ("conv1", "out_channels"))
+    sm = assert_oracles(model, inputs())
+    g = group_with(sm, "conv1", "out_channels")
     assert (g.size, g.unit) == (4, 4)  # four units: one per norm group of four channels
     assert ("norm", "num_channels") in g.members
     assert ("norm", "attr:num_groups") in g.members
     resized = copy.deepcopy(model)
-    sm2 = fxsym.analyze(resized, example_inputs=_inputs())
+    sm2 = fxsym.analyze(resized, example_inputs=inputs())
     fxsym.resize(resized, sm2, {g.name: torch.tensor([0, 2])})
     assert (resized.norm.num_groups, resized.norm.num_channels) == (2, 8)
     assert resized.norm.weight.shape == (8,) and resized.conv1.weight.shape[0] == 8
@@ -121,23 +73,23 @@ def test_groupnorm_channels_are_whole_norm_groups() -> None:
 @pytest.mark.parametrize("groups", [1, 16])
 def test_groupnorm_of_one_group_or_one_channel_each_keeps_any_channel(groups: int) -> None:
     model = ConvGN(groups).double().eval()
-    sm = assert_oracles(model, _inputs())
-    g = _group(sm, ("conv1", "out_channels"))
+    sm = assert_oracles(model, inputs())
+    g = group_with(sm, "conv1", "out_channels")
     assert (g.size, g.unit) == (16, 1)
     fxsym.resize(model, sm, {g.name: 5})
     assert model.norm.num_channels == 5
     assert model.norm.num_groups == (1 if groups == 1 else 5)
-    model(*_inputs())
+    model(*inputs())
 
 
 def test_groupnorm_over_a_concatenation_coarsens_each_branch() -> None:
     model = ConcatGN(8, 12, groups=5).double().eval()  # norm groups of 4: 2 + 3 of them
-    sm = assert_oracles(model, _inputs(), min_groups=2)
-    a, b = _group(sm, ("a", "out_channels")), _group(sm, ("b", "out_channels"))
+    sm = assert_oracles(model, inputs(), min_groups=2)
+    a, b = group_with(sm, "a", "out_channels"), group_with(sm, "b", "out_channels")
     assert (a.size, a.unit, b.size, b.unit) == (2, 4, 3, 4)
     fxsym.resize(model, sm, {a.name: torch.tensor([1]), b.name: torch.tensor([0, 2])})
     assert (model.norm.num_groups, model.norm.num_channels) == (3, 12)
-    model(*_inputs())
+    model(*inputs())
 
 
 def test_groupnorm_group_straddling_a_concatenation_stays_whole() -> None:
@@ -146,38 +98,18 @@ def test_groupnorm_group_straddling_a_concatenation_stays_whole() -> None:
     group at a time, and ``b``'s last 3 are a single norm group (pinned: a group of one unit
     cannot shrink)."""
     model = ConcatGN(8, 4, groups=4).double().eval()
-    sm = assert_oracles(model, _inputs())
+    sm = assert_oracles(model, inputs())
     (a,) = sm.groups()
     assert (a.size, a.unit) == (2, 3) and ("a", "out_channels") in a.members
     assert "straddles" in str(sm.why_constant("b", "out_channels"))
     resized = copy.deepcopy(model)
-    fxsym.resize(resized, fxsym.analyze(resized, example_inputs=_inputs()),
+    fxsym.resize(resized, fxsym.analyze(resized, example_inputs=inputs()),
                  {a.name: torch.tensor([1])})
     assert (resized.a.out_channels, resized.norm.num_channels) == (5, 9)
     assert resized.norm.num_groups == 3
-    x = _inputs()[0]
+    x = inputs()[0]
     expected = _zeroed_reader(model, "out", [0, 1, 2])(x)
     torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
-
-
-class NormedConcatGN(nn.Module):
-    """A diffusers up block's skip: two branches, each under a GroupNorm of its own, then
-    concatenated under one GroupNorm (64 channels in norm groups of 8, 32 in norm groups of 4,
-    96 in norm groups of 12)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Conv2d(3, 64, 1)
-        self.norm_a = nn.GroupNorm(8, 64)
-        self.b = nn.Conv2d(3, 32, 1)
-        self.norm_b = nn.GroupNorm(8, 32)
-        self.norm = nn.GroupNorm(8, 96)
-        self.out = nn.Conv2d(96, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a, b = self.a(x), self.b(x)
-        h = torch.cat([a + self.norm_a(a), b + self.norm_b(b)], dim=1)
-        return self.out(self.norm(h))
 
 
 def test_straddled_norm_group_cuts_each_branch_where_all_its_norms_allow() -> None:
@@ -187,38 +119,38 @@ def test_straddled_norm_group_cuts_each_branch_where_all_its_norms_allow() -> No
     time; ``b`` keeps 0-7 constant and changes 12 at a time (a norm group of 12 and three of
     4). It used to pin ``a`` whole."""
     model = NormedConcatGN().double().eval()
-    sm = assert_oracles(model, _inputs(), min_groups=2)
-    a, b = _group(sm, ("a", "out_channels")), _group(sm, ("b", "out_channels"))
+    sm = assert_oracles(model, inputs(), min_groups=2)
+    a, b = group_with(sm, "a", "out_channels"), group_with(sm, "b", "out_channels")
     assert (a.size, a.unit, b.size, b.unit) == (2, 24, 2, 12)
     resized = copy.deepcopy(model)
-    fxsym.resize(resized, fxsym.analyze(resized, example_inputs=_inputs()),
+    fxsym.resize(resized, fxsym.analyze(resized, example_inputs=inputs()),
                  {a.name: torch.tensor([1]), b.name: torch.tensor([1])})
     assert (resized.a.out_channels, resized.b.out_channels) == (40, 20)
     assert (resized.norm_a.num_groups, resized.norm_b.num_groups) == (5, 5)
     assert (resized.norm.num_groups, resized.norm.num_channels) == (5, 60)
-    x = _inputs()[0]
+    x = inputs()[0]
     expected = _zeroed_reader(model, "out", [*range(24), *range(72, 84)])(x)
     torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_functional_group_norm_ties_num_groups() -> None:
     model = ConvFunctionalGN().double().eval()
-    sm = assert_oracles(model, _inputs())
-    g = _group(sm, ("conv1", "out_channels"))
+    sm = assert_oracles(model, inputs())
+    g = group_with(sm, "conv1", "out_channels")
     assert (g.size, g.unit) == (4, 4)
     assert ("norm", "attr:num_groups") in g.members
     resized = copy.deepcopy(model)
-    sm2 = fxsym.analyze(resized, example_inputs=_inputs())
+    sm2 = fxsym.analyze(resized, example_inputs=inputs())
     fxsym.resize(resized, sm2, {g.name: torch.tensor([3])})
     assert (resized.norm.num_groups, resized.norm.num_channels) == (1, 4)
-    x = _inputs()[0]
+    x = inputs()[0]
     expected = _zeroed_reader(model, "conv2", range(12))(x)
     torch.testing.assert_close(resized(x), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_functional_group_norm_with_a_literal_group_count_is_pinned() -> None:
     model = LiteralGroups().double().eval()
-    sm = fxsym.analyze(model, example_inputs=_inputs())
+    sm = fxsym.analyze(model, example_inputs=inputs())
     assert not sm.groups()
     assert "group" in str(sm.why_constant("conv1", "out_channels"))
 
@@ -249,7 +181,7 @@ def test_diffusers_unet_resnets_keep_their_groups() -> None:
     x = (torch.randn(1, 3, 16, 16, dtype=torch.float64), torch.tensor([10]))
     sm = fxsym.analyze(model, example_inputs=x)
     assert fxsym.oracles.coverage(sm) > 0.55
-    group = _group(sm, ("down_blocks.0.resnets.0.conv1", "out_channels"))
+    group = group_with(sm, "down_blocks.0.resnets.0.conv1", "out_channels")
     assert ("down_blocks.0.resnets.0.norm2", "attr:num_groups") in group.members
     perm = fxsym.oracles.check_permutation(model, sm, x, seeds=(0,))
     assert perm.ok, perm

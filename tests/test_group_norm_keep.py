@@ -16,37 +16,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from group_norm_nets import ConcatGN, ConvGN, LiteralGroups, NormedConcatGN, inputs
+from helpers import group_with
 from torch import nn
 
 import fxsym
 from fxsym.oracles import check_permutation, check_shrink, check_values
-
-
-class ConvGN(nn.Module):
-    """conv -> GroupNorm(``groups`` over 16 channels) -> conv."""
-
-    def __init__(self, groups: int = 4) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
-        self.norm = nn.GroupNorm(groups, 16)
-        self.conv2 = nn.Conv2d(16, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv2(F.silu(self.norm(self.conv1(x))))
-
-
-class ConcatGN(nn.Module):
-    """Two branches of ``a`` and ``b`` channels concatenated under one GroupNorm."""
-
-    def __init__(self, a: int, b: int, groups: int) -> None:
-        super().__init__()
-        self.a = nn.Conv2d(3, a, 1)
-        self.b = nn.Conv2d(3, b, 1)
-        self.norm = nn.GroupNorm(groups, a + b)
-        self.out = nn.Conv2d(a + b, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.norm(torch.cat([self.a(x), self.b(x)], dim=1)))
 
 
 class Resnet(nn.Module):
@@ -69,58 +44,17 @@ class Resnet(nn.Module):
         return self.conv_out(self.norm_out(x + h))
 
 
-class NormedConcatGN(nn.Module):
-    """A diffusers up block's skip: 64 channels in norm groups of 8 and 32 in norm groups
-    of 4, concatenated under norm groups of 12 (the sixth straddles the two)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Conv2d(3, 64, 1)
-        self.norm_a = nn.GroupNorm(8, 64)
-        self.b = nn.Conv2d(3, 32, 1)
-        self.norm_b = nn.GroupNorm(8, 32)
-        self.norm = nn.GroupNorm(8, 96)
-        self.out = nn.Conv2d(96, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a, b = self.a(x), self.b(x)
-        h = torch.cat([a + self.norm_a(a), b + self.norm_b(b)], dim=1)
-        return self.out(self.norm(h))
-
-
-class LiteralGroups(nn.Module):
-    """``F.group_norm`` with the group count written as a number."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 16, 1)
-        self.conv2 = nn.Conv2d(16, 5, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv2(F.group_norm(self.conv1(x), 4))
-
-
-def _inputs() -> tuple[torch.Tensor]:
-    return (torch.randn(2, 3, 6, 6, dtype=torch.float64),)
-
-
 def _keep(model: nn.Module) -> fxsym.SymMap:
-    return fxsym.analyze(model, example_inputs=_inputs(), norm_groups="keep")
-
-
-def _group(sm: fxsym.SymMap, member: tuple[str, str]) -> fxsym.SymGroup:
-    found = [g for g in sm.groups() if member in g.members]
-    assert len(found) == 1, (member, [g.members for g in sm.groups()])
-    return found[0]
+    return fxsym.analyze(model, example_inputs=inputs(), norm_groups="keep")
 
 
 def _oracles(model: nn.Module, sm: fxsym.SymMap) -> None:
     """Permutation exact, shrink runs; the value oracle does not claim these groups."""
-    perm = check_permutation(model, sm, _inputs())
+    perm = check_permutation(model, sm, inputs())
     assert perm.ok, perm
-    shrink = check_shrink(model, sm, _inputs())
+    shrink = check_shrink(model, sm, inputs())
     assert shrink.ok, shrink
-    values = check_values(model, sm, _inputs())
+    values = check_values(model, sm, inputs())
     assert values.status != "failed", values
 
 
@@ -133,7 +67,7 @@ def test_keep_mode_drops_a_channel_of_every_norm_group() -> None:
     model = ConvGN().double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    g = _group(sm, ("conv1", "out_channels"))
+    g = group_with(sm, "conv1", "out_channels")
     assert (g.size, g.unit) == (4, 1)  # four units: one channel of each of the 4 norm groups
     assert ("norm", "num_channels") in g.members and ("conv2", "in_channels") in g.members
     assert ("norm", "attr:num_groups") not in g.members
@@ -151,8 +85,8 @@ def test_keep_mode_drops_a_channel_of_every_norm_group() -> None:
 
 
 def test_follow_mode_is_still_the_default() -> None:
-    sm = fxsym.analyze(ConvGN().double(), example_inputs=_inputs())
-    g = _group(sm, ("conv1", "out_channels"))
+    sm = fxsym.analyze(ConvGN().double(), example_inputs=inputs())
+    g = group_with(sm, "conv1", "out_channels")
     assert (g.size, g.unit) == (4, 4) and ("norm", "attr:num_groups") in g.members
     assert sm.analysis_options == {}
 
@@ -165,7 +99,7 @@ def test_a_size_ranks_units_over_every_norm_group() -> None:
         model.conv1.weight.mul_(1e-3)
         model.conv1.weight[_strided([0, 2], 4, 4)] = 1.0
     sm = _keep(model)
-    g = _group(sm, ("conv1", "out_channels"))
+    g = group_with(sm, "conv1", "out_channels")
     plan = fxsym.plan(model, sm, ratio=0.5, scope="uniform", importance="l1")
     assert plan.groups[0].keep == (0, 2)
     fxsym.resize(model, sm, {g.name: 2})
@@ -177,17 +111,17 @@ def test_residual_added_after_the_norm_takes_its_copies() -> None:
     model = Resnet().double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    g = _group(sm, ("conv_in", "out_channels"))
+    g = group_with(sm, "conv_in", "out_channels")
     assert (g.size, g.unit) == (4, 1)
     for member in [("conv2", "out_channels"), ("norm1", "num_channels"),
                    ("norm_out", "num_channels"), ("conv_out", "in_channels")]:
         assert member in g.members
-    inner = _group(sm, ("conv1", "out_channels"))
+    inner = group_with(sm, "conv1", "out_channels")
     assert inner.size == 6  # 24 channels in 4 norm groups of 6
     fxsym.resize(model, sm, {g.name: 2, inner.name: 3})
     assert [m.num_groups for m in (model.norm1, model.norm2, model.norm_out)] == [4, 4, 4]
     assert (model.conv2.out_channels, model.conv1.out_channels) == (8, 12)
-    model(*_inputs())
+    model(*inputs())
 
 
 def test_concatenated_branches_keep_as_many_units() -> None:
@@ -196,11 +130,11 @@ def test_concatenated_branches_keep_as_many_units() -> None:
     model = ConcatGN(8, 12, groups=5).double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    a, b = _group(sm, ("a", "out_channels")), _group(sm, ("b", "out_channels"))
+    a, b = group_with(sm, "a", "out_channels"), group_with(sm, "b", "out_channels")
     assert (a.size, b.size) == (4, 4) and b.name in a.same_size
     fxsym.resize(model, sm, {a.name: torch.tensor([0, 3]), b.name: torch.tensor([1, 2])})
     assert (model.norm.num_groups, model.norm.num_channels) == (5, 10)
-    model(*_inputs())
+    model(*inputs())
 
 
 def test_straddled_norm_groups_tie_both_branches() -> None:
@@ -210,13 +144,13 @@ def test_straddled_norm_groups_tie_both_branches() -> None:
     model = NormedConcatGN().double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    a, b = _group(sm, ("a", "out_channels")), _group(sm, ("b", "out_channels"))
+    a, b = group_with(sm, "a", "out_channels"), group_with(sm, "b", "out_channels")
     assert (a.size, a.unit, b.size, b.unit) == (4, 1, 4, 1) and b.name in a.same_size
     fxsym.resize(model, sm, {a.name: torch.tensor([1, 2]), b.name: torch.tensor([0, 3])})
     assert [m.num_groups for m in (model.norm_a, model.norm_b, model.norm)] == [8, 8, 8]
     assert [m.num_channels for m in (model.norm_a, model.norm_b, model.norm)] == [32, 16, 48]
     assert model.a.weight.shape[0] == 32
-    model(*_inputs())
+    model(*inputs())
 
 
 def test_one_channel_per_norm_group_cannot_shrink_alike() -> None:
@@ -224,7 +158,7 @@ def test_one_channel_per_norm_group_cannot_shrink_alike() -> None:
     assert not sm.groups()
     assert "one of its entries" in str(sm.why_constant("conv1", "out_channels"))
     one = _keep(ConvGN(1).double())  # statistics over every channel: any channel may go
-    assert _group(one, ("conv1", "out_channels")).size == 16
+    assert group_with(one, "conv1", "out_channels").size == 16
 
 
 def test_functional_group_norm_with_a_literal_group_count_keeps_it() -> None:
@@ -233,11 +167,11 @@ def test_functional_group_norm_with_a_literal_group_count_keeps_it() -> None:
     model = LiteralGroups().double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    g = _group(sm, ("conv1", "out_channels"))
+    g = group_with(sm, "conv1", "out_channels")
     assert (g.size, g.unit) == (4, 1)
     fxsym.resize(model, sm, {g.name: torch.tensor([2])})
     assert model.conv1.out_channels == 4
-    model(*_inputs())
+    model(*inputs())
 
 
 def test_a_saved_plan_replays_the_mode(tmp_path: Any) -> None:
@@ -252,7 +186,7 @@ def test_a_saved_plan_replays_the_mode(tmp_path: Any) -> None:
     fxsym.save(model, tmp_path, plan)
     fresh = Resnet().double().eval()
     fxsym.load(fresh, tmp_path)
-    x = _inputs()
+    x = inputs()
     torch.testing.assert_close(fresh(*x), model(*x), rtol=0, atol=0)
 
 
@@ -281,11 +215,11 @@ def test_reshape_by_a_size_read_from_copies_ties_the_projection() -> None:
     model = NormedAttentionLike().double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    g = _group(sm, ("conv_in", "out_channels"))
+    g = group_with(sm, "conv_in", "out_channels")
     assert ("proj", "out_features") in g.members and g.size == 4
     fxsym.resize(model, sm, {g.name: 2})
     assert (model.proj.out_features, model.norm.num_groups) == (8, 4)
-    model(*_inputs())
+    model(*inputs())
 
 
 class Checked(nn.Module):
@@ -321,8 +255,8 @@ def test_attribute_compared_with_copies_is_cut_like_them() -> None:
     model = NormThenChecked().double().eval()
     sm = _keep(model)
     _oracles(model, sm)
-    g = _group(sm, ("conv_in", "out_channels"))
+    g = group_with(sm, "conv_in", "out_channels")
     assert ("down", "attr:channels") in g.members
     fxsym.resize(model, sm, {g.name: 3})
     assert (model.down.channels, model.down.conv.in_channels) == (12, 12)
-    model(*_inputs())
+    model(*inputs())
