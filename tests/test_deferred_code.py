@@ -189,3 +189,17 @@ def test_reading_the_graph_of_a_symmap_generates_no_code() -> None:
         model, example_inputs=(x,)).graph.nodes]
     assert sm.graph_module is held and not held.code_pending
     assert fxsym.SymMap(model).graph is None
+
+
+def test_planning_generates_no_code() -> None:
+    """``fxsym.plan`` reads the graph and the example inputs (MACs, the plan's input spec,
+    block importance), never runs the GraphModule: its code stays ungenerated."""
+    model = _model(7)
+    x = torch.randn(1, 3, 4, 4)
+    sm = fxsym.analyze(model, example_inputs=(x,))
+    held = vars(sm)["_graph_module"]
+    p = fxsym.plan(model, sm, ratio=0.5)
+    assert held.code_pending
+    assert p.macs_before > 0 and p.inputs == fxsym.planning.input_spec((x,))
+    assert sm.example_inputs is held.example_inputs
+    assert fxsym.SymMap(model).example_inputs is None

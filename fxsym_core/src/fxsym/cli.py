@@ -411,7 +411,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     with status(f"analyzing {args.model}"):
         sm = analyze(model, example_inputs=inputs)
     if inputs is None:
-        inputs = getattr(sm.graph_module, "example_inputs", None)
+        inputs = sm.example_inputs
     if args.param_ratio is not None:
         before = sum(p.numel() for p in model.parameters())
         args.target_params = int(before * (1 - args.param_ratio))

@@ -490,14 +490,14 @@ _MATMULS = {torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm"}
 
 
 def _mac_model(model: nn.Module, symmap: SymMap) -> _MacModel:
-    gm = symmap.graph_module
-    if gm is None:
+    graph = symmap.graph
+    if graph is None:
         raise PlanError("the SymMap holds no traced graph; compute it with fxsym.analyze")
     names = {id(p): n for n, p in model.named_parameters()}
     modules = dict(model.named_modules())
     fixed = 0
     weights: dict[str, int] = {}
-    for node in gm.graph.nodes:
+    for node in graph.nodes:
         out = _value(node)
         if out is None:
             continue
@@ -862,8 +862,7 @@ def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
             sum(math.prod(lay.shapes[p]) - math.prod(shape) for p, shape in alone.items()),
             sum(macs.weights.get(p, 0) * (math.prod(lay.shapes[p]) - math.prod(shape))
                 for p, shape in alone.items())))
-    gm = symmap.graph_module
-    spec = input_spec(getattr(gm, "example_inputs", None))
+    spec = input_spec(symmap.example_inputs)
     return Plan(model=_class_path(model), groups=tuple(choices), params_before=params_before,
                 params_after=sum(math.prod(s) for s in shapes_after.values()),
                 macs_before=macs_before, macs_after=macs.count(shapes_after),
@@ -906,8 +905,7 @@ def _blocks_kept(model: nn.Module, symmap: SymMap, layers: Any, importance: Any
     scores = None
     if any(_is_int(c) for c in counts):
         if importance is None:
-            inputs = getattr(symmap.graph_module, "example_inputs", None)
-            importance = block_importance([inputs])
+            importance = block_importance([symmap.example_inputs])
         scores = importance if isinstance(importance, Mapping) else importance(model, symmap)
     return choose_blocks(symmap, layers, scores)
 

@@ -661,6 +661,12 @@ class SymMap:
         GraphModule's code (reading it writes nothing)."""
         return None if self._graph_module is None else self._graph_module.graph
 
+    @property
+    def example_inputs(self) -> Any:
+        """The example inputs :func:`fxsym.analyze` traced the model with (``None`` without a
+        trace), read without generating the GraphModule's code."""
+        return getattr(self._graph_module, "example_inputs", None)
+
     # -- registration (the in-application way; plugins use hooks) ---------------------------
     @classmethod
     def register(
