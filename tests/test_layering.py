@@ -74,7 +74,8 @@ ALLOWED: dict[str, set[str]] = {
     "depth": {"errors", "importance", "symbols"},  # console inside a function
     "planning": {"console", "depth", "errors", "importance", "paramlayout", "plugins",
                  "resizing", "symbols"},
-    "search": {"console", "depth", "errors", "importance", "paramlayout", "planning", "symbols"},
+    "search": {"analysis", "console", "depth", "errors", "importance", "paramlayout", "planning",
+               "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",
                    "plugins", "search"},

@@ -189,3 +189,30 @@ def test_cli_experts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["prune", "test_targets:make_mixtral", "--experts", "1",
                  "-o", str(tmp_path / "y")]) == 2
     assert "a router picks 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model_type", ["olmoe", "qwen2_moe"])
+def test_the_ffn_role_holds_the_mlp_and_expert_widths_only(model_type: str) -> None:
+    """OLMoE normalises its queries and keys over every head (``q_norm`` over ``q_proj``'s
+    output): its attention is traced through, so its key/value-head groups are rooted at
+    ``q_proj.out_features``, not at an attention leaf's ``heads``. They are attention (their
+    units are a batch dim of the product of queries and keys), not FFN widths: ``ffn`` holds
+    exactly the expert FFN widths and the shared experts' MLP widths, and ``sizes_for(ffn=)``
+    leaves the attention whole."""
+    extra = dict(moe_intermediate_size=32, shared_expert_intermediate_size=24,
+                 decoder_sparse_step=1) if model_type == "qwen2_moe" else {}
+    model = _build(model_type, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                   intermediate_size=32, **extra)
+    sm = fxsym.analyze(model)
+    r = roles(sm)
+    mlp = {g.name for g in sm.groups() if not g.routed and g.name not in r.hidden
+           and all(".mlp." in q for q, _ in g.members)}
+    assert len(mlp) == (4 if model_type == "qwen2_moe" else 2)
+    assert set(r.ffn) == mlp
+    attention = {g.name for g in sm.groups()
+                 if all(".self_attn" in q for q, _ in g.members)}
+    assert len(attention) >= 2 and not attention & set(r.ffn)
+    assert attention <= set(r.heads) | set(r.queries) | set(r.attention)
+    sizes = sizes_for(sm, ffn=16)
+    assert set(sizes) == mlp

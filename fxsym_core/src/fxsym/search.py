@@ -7,7 +7,11 @@ groups by what the groups hold, not by config field names:
 * inside the blocks of a depth group (every member in one block), a group rooted at an
   attention module's ``heads`` symbol is a *heads* group (key/value heads where queries are
   grouped over them), one rooted at its ``queries_per_kv`` symbol a *queries* group (query
-  heads per key/value head), any other a *ffn* group (an MLP's width);
+  heads per key/value head); one whose units are a batch dim of both operands of a product
+  of two tensors (``q @ k.transpose(-1, -2)``, ``scaled_dot_product_attention``: the heads of
+  an attention traced through, such as OLMoE's, which normalises queries and keys over every
+  head) an *attention* group, which no size flag names; any other a *ffn* group (an MLP's
+  width, an expert FFN width);
 * *layers*: the depth group's blocks.
 
 So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28`` (:func:`sizes_for`) keeps
@@ -40,13 +44,15 @@ whole. The experts of each MoE layer are a role of their own, ``experts``, sized
 asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active count by
 the router's rows only).
 
-Imports from fxsym: console, depth, errors, importance, paramlayout, planning, symbols.
+Imports from fxsym: analysis, console, depth, errors, importance, paramlayout, planning,
+symbols.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +60,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from .analysis import TensorLayout
 from .console import format_table
 from .depth import block_importance, renamed
 from .errors import PlanError
@@ -80,6 +87,8 @@ class Roles:
     layers: str | None = None
     #: the routed groups: the experts of each MoE layer (``SymGroup.routed``)
     experts: tuple[str, ...] = ()
+    #: the other groups of attention traced through (heads not counted by a ``heads`` symbol)
+    attention: tuple[str, ...] = ()
 
 
 def roles(symmap: SymMap) -> Roles:
@@ -91,6 +100,8 @@ def roles(symmap: SymMap) -> Roles:
     heads: list[str] = []
     queries: list[str] = []
     experts: list[str] = []
+    attention: list[str] = []
+    batched = _batch_of_products(symmap)
     for g in symmap.groups():
         if g.name in hidden:
             continue
@@ -102,10 +113,43 @@ def roles(symmap: SymMap) -> Roles:
         if len(homes) != 1 or None in homes:
             continue
         root = g.members[0][1]
-        (heads if root == "heads" else queries if root == "queries_per_kv" else ffn).append(
-            g.name)
+        (heads if root == "heads" else queries if root == "queries_per_kv"
+         else attention if g.id in batched else ffn).append(g.name)
     return Roles(hidden, tuple(ffn), tuple(heads), tuple(queries),
-                 depth[0].name if len(depth) == 1 else None, tuple(experts))
+                 depth[0].name if len(depth) == 1 else None, tuple(experts), tuple(attention))
+
+
+#: products of two tensors whose leading dims are batch dims (attention's scores and outputs)
+_PRODUCTS = (torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm",
+             nn.functional.scaled_dot_product_attention)
+
+
+def _batch_of_products(symmap: SymMap) -> set[int]:
+    """The groups (roots) whose units lie in a batch dim of both operands of a product of two
+    tensors in the traced graph: the heads of ``q @ k.transpose(-1, -2)``. An MLP's width never
+    does: a projection's weight (fused experts picked per token included) has the width in a
+    matrix dim."""
+    analysis, graph = symmap.analysis, symmap.graph
+    if analysis is None or graph is None:
+        return set()
+    out: set[int] = set()
+    for node in graph.nodes:
+        if node.op not in ("call_function", "call_method") or node.target not in _PRODUCTS:
+            continue
+        operands = [a for a in node.args[:2] if isinstance(a, fx.Node)]
+        found = [_batch_roots(analysis, analysis.node_layouts.get(a.name)) for a in operands]
+        if len(found) == 2:
+            out |= found[0] & found[1]
+    return out
+
+
+def _batch_roots(analysis: Any, layout: Any) -> set[int]:
+    """The groups (roots) in the dims of ``layout`` before its last two (a product's batch
+    dims)."""
+    if not isinstance(layout, TensorLayout):
+        return set()
+    return {analysis.table.find(seg.group) for dim in layout[:-2] for seg in dim
+            if seg.group is not None}
 
 
 def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = None,
