@@ -4,6 +4,7 @@ whole-model probe copies learn (the oracle), without copying the model (issue 22
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -221,3 +222,48 @@ def test_the_layout_of_a_meta_model_reads_no_weight() -> None:
             for g, v in got.slices.items()} == {
         g: [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in v]
         for g, v in want.slices.items()}
+
+
+# -- how many trial runs: the shortcuts of the direct derivation -------------------------------
+class _Counted:
+    """A resize rule wrapped to count its runs per symbol."""
+
+    def __init__(self, rule: Any) -> None:
+        self.rule, self.runs = rule, Counter[str]()
+
+    def __call__(self, mod: Any, name: str, index: torch.Tensor) -> None:
+        self.runs[name] += 1
+        self.rule(mod, name, index)
+
+
+class CountedConv(nn.Conv2d):
+    pass
+
+
+class CountedLinear(nn.Linear):
+    pass
+
+
+@pytest.fixture
+def counted() -> Any:
+    from fxsym_plugins_nn.modules import conv_info, conv_resize, linear_info, linear_resize
+
+    rules = {CountedConv: _Counted(conv_resize), CountedLinear: _Counted(linear_resize)}
+    fxsym.SymMap.register(CountedConv, resize=rules[CountedConv])(conv_info)
+    fxsym.SymMap.register(CountedLinear, resize=rules[CountedLinear])(linear_info)
+    yield rules
+    fxsym.SymMap.unregister(CountedConv)
+    fxsym.SymMap.unregister(CountedLinear)
+
+
+def test_a_rule_changing_no_parameter_is_run_twice(counted: Any) -> None:
+    """A depthwise conv's ``in_channels`` rule changes attributes only (its weight's rows go
+    with ``out_channels``): two trials say so, not one per bit of its 32 units."""
+    m = nn.Sequential(nn.Conv2d(3, 32, 1), CountedConv(32, 32, 3, padding=1, groups=32),
+                      nn.Conv2d(32, 4, 1)).eval()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(1, 3, 8, 8),))
+    lay = paramlayout.layout(m, sm)
+    assert counted[CountedConv].runs["in_channels"] == 2
+    assert_same_layout(m, sm)
+    assert {(s.param, s.dim) for s in lay.slices["0.out_channels"]} == {
+        ("0.weight", 0), ("0.bias", 0), ("1.weight", 0), ("1.bias", 0), ("2.weight", 1)}

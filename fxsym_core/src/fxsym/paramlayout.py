@@ -19,7 +19,8 @@ for every member of a group, the segments of the dimension it sizes (``dim_index
   keeps. Keeping subsets of units chosen so that the slices surviving spell, bit by bit, the
   unit of each slice (``⌈log2(units + 1)⌉`` calls per group of the symbol) gives the unit of
   every slice. A rule that keeps, in the first two calls, exactly the entries it is given along
-  every dim it changes (a projection, a norm) needs no more calls: slice ``i`` is entry ``i``,
+  every dim it changes (a projection, a norm; no dim at all: a depthwise conv's
+  ``in_channels``) needs no more calls: slice ``i`` is entry ``i``,
   whose unit the segments say. Modules whose rules and state are alike (the layers of a
   transformer) are run once: the result is reused for every module with the same class,
   symbol, segments, parameter shapes and plain attributes.
@@ -270,12 +271,14 @@ class _Deriver:
         rule cannot be followed this way).
 
         A rule that kept, in the first two trials, exactly the entries it was given along
-        every dim it changed (a projection's rows or columns, a norm's scales) keeps entry
-        ``i`` as slice ``i``: its slices' units are the entries' units, read off the segments
-        without the other trials."""
+        every dim it changed, the same dims both times (a projection's rows or columns, a
+        norm's scales; none for a depthwise conv's ``in_channels``, whose rows go with
+        ``out_channels``), keeps entry ``i`` as slice ``i``: its slices' units are the
+        entries' units, read off the segments without the other trials."""
         codes: dict[tuple[str, int], torch.Tensor] = {}
         code_of_unit = torch.arange(1, group.size + 1)
-        same: set[tuple[str, int]] | None = None  # the dims kept entry for entry so far
+        same: frozenset[tuple[str, int]] | None = None  # the dims kept entry for entry so far
+        follows = meta  # every trial so far kept exactly the entries given, on the dims `same`
         for k in range(group.size.bit_length()):
             kept = ((code_of_unit >> k) & 1 == 0).nonzero().flatten()
             index = dim_index(table, dim, {group.id: kept})
@@ -298,13 +301,11 @@ class _Deriver:
                         code = codes[(slot, d)] = torch.zeros(survived.numel(),
                                                               dtype=torch.long)
                     code |= (~survived).long() << k
-            if meta and k < 2:
-                exact = {key for key, line in lines.items() if torch.equal(line, index)}
-                if not exact or len(exact) != len(lines) or same not in (None, exact):
-                    same = set()
-                elif same is None:
-                    same = exact
-                if k == 1 and same:
+            if follows and k < 2:
+                exact = frozenset(key for key, line in lines.items() if torch.equal(line, index))
+                follows = len(exact) == len(lines) and same in (None, exact)
+                same = exact
+                if k == 1 and follows:
                     units = _entry_units(dim, table, group.id)
                     return {(slot, d): torch.cat([units, torch.full(
                         (self.params[_slot_name(slots, slot)].shape[d] - units.numel(),), -1,
