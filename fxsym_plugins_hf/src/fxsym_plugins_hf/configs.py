@@ -565,22 +565,26 @@ class _Prober:
                     state[attr] = now
 
 
-def _meta_build(model: nn.Module, config: Any) -> nn.Module | None:
-    """A model of ``model``'s class built from ``config`` on the meta device; ``None`` if it
-    cannot be built."""
+def meta_build(model: nn.Module, config: Any) -> nn.Module | None:
+    """A model of ``model``'s class built from ``config`` on the meta device: a transformers
+    config object is passed to the class, a mapping (a diffusers config) to its
+    ``from_config``. ``None`` if it cannot be built (a config the class's own checks refuse,
+    or a class that cannot be built on meta). The probes of every config module (fields,
+    depth, diffusers fields) build with this."""
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            built: nn.Module = type(model)(config)
+            built = (type(model).from_config(dict(config))  # type: ignore[attr-defined]
+                     if isinstance(config, Mapping) else type(model)(config))
     except Exception:  # a config the class refuses, or a class that cannot be built on meta
         return None
-    return built
+    return built if isinstance(built, nn.Module) else None
 
 
 def _meta_modules(model: nn.Module, config: Any) -> dict[str, dict[str, int]] | None:
-    """The int attributes of every module of :func:`_meta_build`'s model, by module
+    """The int attributes of every module of :func:`meta_build`'s model, by module
     qualname; ``None`` if it cannot be built."""
-    fresh = _meta_build(model, config)
+    fresh = meta_build(model, config)
     if fresh is None:
         return None
     return {name: {k: v for k, v in vars(mod).items() if type(v) is int and not k.startswith(
@@ -596,8 +600,8 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
 
 
 def _meta_shapes(model: nn.Module, config: Any) -> dict[str, tuple[int, ...]] | None:
-    """:func:`_shapes` of :func:`_meta_build`'s model; ``None`` if it cannot be built."""
-    fresh = _meta_build(model, config)
+    """:func:`_shapes` of :func:`meta_build`'s model; ``None`` if it cannot be built."""
+    fresh = meta_build(model, config)
     return None if fresh is None else _shapes(fresh)
 
 

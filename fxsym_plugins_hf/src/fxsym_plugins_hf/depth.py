@@ -24,14 +24,12 @@ the config from before fxsym's first resize is kept as for a width resize.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
-from .configs import NONUNIFORM, UNPRUNED
+from .configs import NONUNIFORM, UNPRUNED, meta_build
 
 __all__ = ["update_config_depth"]
 
@@ -75,16 +73,6 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
     return [f for f in followed if f != count]
 
 
-def _build(model: nn.Module, config: Any) -> nn.Module | None:
-    try:
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            built: nn.Module = type(model)(config)
-            return built
-    except Exception:  # a config the class refuses, or a class that cannot be built on meta
-        return None
-
-
 def _length(model: nn.Module | None, container: str) -> int | None:
     if model is None:
         return None
@@ -101,7 +89,7 @@ def _count_field(model: nn.Module, config: Any, container: str, n: int) -> str |
         probe = copy.deepcopy(config)
         setattr(probe, field, n - 1)
         _shorten_lists(probe, n, n - 1)
-        if _length(_build(model, probe), container) == n - 1:
+        if _length(meta_build(model, probe), container) == n - 1:
             return str(field)
     return None
 
@@ -124,11 +112,11 @@ def _per_layer_lists(model: nn.Module, config: Any, count: str, n: int) -> list[
         setattr(longer, count, n + 1)
         _shorten_lists(longer, n, n + 1)  # every other list follows the count
         setattr(longer, field, getattr(config, field))
-        if _build(model, longer) is not None:
+        if meta_build(model, longer) is not None:
             continue  # the build reads no entry per block beyond the list: not per block
         setattr(longer, field, type(getattr(config, field))(
             [*getattr(config, field), getattr(config, field)[-1]]))
-        if _build(model, longer) is not None:
+        if meta_build(model, longer) is not None:
             out.append(field)
     return out
 
@@ -141,10 +129,10 @@ def _position_lists(model: nn.Module, config: Any, container: str, n: int) -> li
                 type(i) is int and 0 <= i < n for i in value) or len(value) == n:
             continue
         if base is None:
-            base = _signature(_build(model, config), container)
+            base = _signature(meta_build(model, config), container)
         probe = copy.deepcopy(config)
         setattr(probe, field, type(value)())
-        if base is not None and _signature(_build(model, probe), container) != base:
+        if base is not None and _signature(meta_build(model, probe), container) != base:
             out.append(field)
     return out
 
@@ -159,7 +147,7 @@ def _signature(model: nn.Module | None, container: str) -> dict[str, Any] | None
 def _check(model: nn.Module, config: Any, group: Any) -> None:
     """A model built from ``config`` has the stack's blocks, each block's string, bool and
     ``None`` attributes those of the block it replaces."""
-    built = _build(model, config)
+    built = meta_build(model, config)
     if built is None:
         return  # a class that cannot be built on meta: nothing to compare with
     ours = model.get_submodule(group.container)

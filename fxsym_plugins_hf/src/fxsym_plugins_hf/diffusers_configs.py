@@ -36,12 +36,11 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import nn
 
 from fxsym import ResizeError, ResizeWarning
 
-from .configs import differences_from
+from .configs import differences_from, meta_build
 
 #: the config entry of a model its config cannot describe
 NONUNIFORM = "fxsym_nonuniform"
@@ -85,7 +84,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str]) -> None:
     if not sizes or not isinstance(config, Mapping):
         return
     old = {k: v for k, v in config.items() if k != NONUNIFORM}
-    base = _build(model, old)
+    base = meta_build(model, old)
     if base is None:
         return
     before = _sizes_of(base, read)
@@ -94,7 +93,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str]) -> None:
     new = dict(old)
     differences: dict[str, Any] = {}
     for field, index, value in _candidates(old, olds):
-        probe = _build(model, _with(old, field, index, 2 * value))
+        probe = meta_build(model, _with(old, field, index, 2 * value))
         if probe is None:
             continue
         doubled = _sizes_of(probe, read)
@@ -106,7 +105,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str]) -> None:
         elif found and (kept := found.pop()) != value:
             new = _with(new, field, index, kept)
     if not differences:
-        fresh = _build(model, new)
+        fresh = meta_build(model, new)
         differences = (differences_from(model, fresh, read) if fresh is not None
                        else {"config": "the model class refuses it"})
     if differences:
@@ -147,18 +146,6 @@ def _with(config: Mapping[str, Any], field: str, index: int | None, value: int
     return out
 
 
-def _build(model: nn.Module, config: Mapping[str, Any]) -> nn.Module | None:
-    """A model of ``model``'s class built from ``config`` on the meta device (``None`` if the
-    class refuses the config)."""
-    try:
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            built = type(model).from_config(dict(config))  # type: ignore[attr-defined]
-    except Exception:  # a config the class's own checks refuse
-        return None
-    return built if isinstance(built, nn.Module) else None
-
-
 def _sizes_of(model: nn.Module, read: frozenset[str]) -> dict[str, int]:
     """Every parameter and buffer dim (``"<tensor>:<dim>"``) and every int attribute in
     ``read`` (``"<module>.<attribute>"``) of ``model``: its value."""
@@ -197,7 +184,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, str]:
     if not isinstance(config, Mapping):
         return {}
     old = {k: v for k, v in config.items() if k != NONUNIFORM}
-    base = _build(model, old)
+    base = meta_build(model, old)
     if base is None:
         return {}
     read = attributes_read(symmap)
@@ -206,7 +193,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, str]:
     fields: list[tuple[str, set[str]]] = []
     stays: dict[str, str] = {}
     for field, index, value in _candidates(old, set(before.values())):
-        probe = _build(model, _with(old, field, index, 2 * value))
+        probe = meta_build(model, _with(old, field, index, 2 * value))
         if probe is None:
             continue
         after = _sizes_of(probe, read)
