@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from fxsym.cli import main
 
@@ -63,3 +65,109 @@ def test_ratio_counts_units_and_param_ratio_counts_parameters(
     assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--ratio", "0.5",
                  "-o", str(tmp_path / "x")]) == 2
     assert "exactly one of" in capsys.readouterr().err
+
+
+def test_norm_groups_reach_analyze_and_prune_and_the_plan_records_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--norm-groups keep`` is ``fxsym.analyze(norm_groups="keep")``: ``num_groups`` stays,
+    every norm group loses as many channels; the plan records it and ``fxsym.load`` replays
+    it. ``follow`` (the default) drops whole norm groups."""
+    from group_norm_nets import ConvGN
+
+    import fxsym
+    from fxsym.analysis.options import NORM_GROUPS
+
+    spec, shape = "group_norm_nets:ConvGN", ["--input-shape", "1,3,8,8"]
+    assert main(["analyze", spec, *shape, "--norm-groups", "keep", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (g,) = data["groups"]
+    assert (g["size"], g["unit"], data["analysis"]) == (4, 1, {"norm_groups": "keep"})
+    assert ["norm", "attr:num_groups"] not in g["members"]
+    assert main(["analyze", spec, *shape, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (g,) = data["groups"]
+    assert (g["size"], g["unit"], data["analysis"]) == (4, 4, {})
+    assert ["norm", "attr:num_groups"] in g["members"]
+
+    for mode, num_groups in (("keep", 4), ("follow", 2)):
+        out = tmp_path / mode
+        assert main(["prune", spec, *shape, "--norm-groups", mode, "--ratio", "0.5",
+                     "-o", str(out), "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        assert plan["extra"].get("analysis", {}) == (
+            {"norm_groups": "keep"} if mode == "keep" else {})
+        fresh = ConvGN()
+        fxsym.load(fresh, out)
+        assert (fresh.norm.num_groups, fresh.norm.num_channels) == (num_groups, 8)
+
+    assert main(["analyze", spec, *shape, "--norm-groups", "split"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'split'" in err and all(v in err for v in NORM_GROUPS)
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    for option in (["--norm-groups", "keep"], ["--describable"]):
+        assert main(["prune", str(checkpoint), *option, "--ratio", "0.5",
+                     "-o", str(tmp_path / "pruned")]) == 2
+        assert "not available for a checkpoint directory" in capsys.readouterr().err
+
+
+def tiny_vae() -> Any:
+    """A diffusers ``AutoencoderKL`` (one input tensor) of two blocks of 16 and 32 channels
+    under ``norm_num_groups=8``, random weights."""
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    return diffusers.AutoencoderKL(
+        in_channels=3, out_channels=3, block_out_channels=(16, 32), layers_per_block=1,
+        latent_channels=4, norm_num_groups=8, sample_size=16,
+        down_block_types=("DownEncoderBlock2D",) * 2,
+        up_block_types=("UpDecoderBlock2D",) * 2).eval()
+
+
+def test_describable_keeps_whole_what_the_config_cannot_follow(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--describable`` is ``fxsym.plan(describable=True)``: the groups the model's config
+    could not describe stay whole (their reasons in the plan), so the pruned model round-trips
+    through its library's own ``save_pretrained``/``from_pretrained``."""
+    diffusers = pytest.importorskip("diffusers")
+    import fxsym
+
+    out = tmp_path / "vae"
+    assert main(["prune", "test_cli_prune:tiny_vae", "--input-shape", "1,3,16,16",
+                 "--norm-groups", "keep", "--describable", "--ratio", "0.5", "--scope",
+                 "uniform", "-o", str(out), "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    kept_whole = plan["extra"]["undescribed"]
+    assert kept_whole and plan["extra"]["analysis"] == {"norm_groups": "keep"}
+    changed = [g for g in plan["groups"] if g["keep"] is not None]
+    assert changed and not {g["name"] for g in changed} & set(kept_whole)
+    model = tiny_vae()
+    fxsym.load(model, out)
+    model.save_pretrained(tmp_path / "pretrained")
+    loaded = diffusers.AutoencoderKL.from_pretrained(tmp_path / "pretrained").eval()
+    x = torch.randn(1, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x).sample, model(x).sample)
+
+    with pytest.warns(fxsym.ResizeWarning, match="config cannot describe"):
+        assert main(["prune", "test_cli_prune:tiny_vae", "--input-shape", "1,3,16,16",
+                     "--norm-groups", "keep", "--ratio", "0.5", "--scope", "uniform",
+                     "-o", str(tmp_path / "plain"), "--json"]) == 0
+    assert "undescribed" not in json.loads(capsys.readouterr().out)["extra"]
+
+
+def test_a_saved_directory_is_analyzed_in_the_mode_its_plan_records(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fxsym analyze DIR`` and ``fxsym prune DIR`` without ``--norm-groups`` analyze in the
+    mode DIR's plan was made in (its groups are that mode's); the option still overrides."""
+    pytest.importorskip("timm")
+    out, again = tmp_path / "keep", tmp_path / "again"
+    assert main(["prune", "timm:test_efficientnet_gn", "--input-shape", "1,3,32,32",
+                 "--norm-groups", "keep", "--ratio", "0.5", "-o", str(out)]) == 0
+    capsys.readouterr()
+    for option, mode in (([], {"norm_groups": "keep"}), (["--norm-groups", "follow"], {})):
+        assert main(["analyze", str(out), *option, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["analysis"] == mode
+    assert main(["prune", str(out), "--ratio", "0.5", "-o", str(again), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["extra"]["analysis"] == {"norm_groups": "keep"}

@@ -91,19 +91,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .demo import demo_model
 
     load_plugins()
+    manifest = None
     if args.model is None:
         model, inputs = demo_model()
         label = "built-in demo (fxsym.demo.DemoNet)"
     else:
-        model, inputs, _ = _load(args.model)
+        model, inputs, manifest = _load(args.model)
         label = args.model
     inputs = _example_inputs(args.input_shape, inputs, args.model)
+    norm_groups = _norm_groups(args, manifest)
     start = time.perf_counter()
     outputs: Any = args.outputs or None
     if outputs and outputs != "*":
         outputs = [int(k) if k.lstrip("-").isdigit() else k for k in outputs.split(",")]
     with status(f"analyzing {label}"):
-        sm = analyze(model, example_inputs=inputs, outputs=outputs)
+        sm = analyze(model, example_inputs=inputs, outputs=outputs, norm_groups=norm_groups)
     elapsed = time.perf_counter() - start
     _write_pictures(sm, label, args)
     groups = sm.groups()
@@ -113,7 +115,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             "model": label,
             "seconds": round(elapsed, 4),
             "output_contract": None if sm.output_contract is None else list(sm.output_contract),
-            "groups": [{"name": g.name, "size": g.size, "sortable": g.is_sortable,
+            "analysis": sm.analysis_options,
+            "groups": [{"name": g.name, "size": g.size, "unit": g.unit,
+                        "sortable": g.is_sortable,
                         "routed": g.routed, "min_size": g.min_size,
                         "members": [list(m) for m in g.members]} for g in groups],
             "trace_report": [{"kind": e.kind, "where": e.where, "message": e.message}
@@ -148,6 +152,26 @@ def _write_pictures(sm: Any, label: str, args: argparse.Namespace) -> None:
             except OSError as exc:
                 raise CliError(f"cannot write {path}: {_one_line(exc)}") from exc
             print(f"wrote {path} ({time.perf_counter() - start:.2f} s)", file=sys.stderr)
+
+
+def _norm_groups(args: argparse.Namespace, manifest: dict[str, Any] | None) -> str:
+    """``--norm-groups``; left out, the mode a saved directory's last plan was analyzed in
+    (its groups are those of that mode), else ``"follow"``."""
+    if args.norm_groups is not None:
+        return str(args.norm_groups)
+    from .planning import analysis_options
+
+    recorded = {} if manifest is None else analysis_options(manifest["plan"])
+    return recorded.get("norm_groups", "follow")
+
+
+def _add_norm_groups(p: argparse.ArgumentParser) -> None:
+    """``--norm-groups``: the values of :data:`fxsym.analysis.options.NORM_GROUPS` (written
+    out: importing fxsym.analysis would import torch for ``--help``)."""
+    p.add_argument("--norm-groups", choices=("follow", "keep"), help="how a group norm's channels "
+                   "change: follow (default), a whole norm group at a time and num_groups "
+                   "follows; keep, num_groups stays and every norm group loses as many "
+                   "channels (what a config with one norm_num_groups describes)")
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -409,7 +433,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         history = [*manifest["history"], manifest["plan"]]
     inputs = _example_inputs(args.input_shape, inputs, source)
     with status(f"analyzing {args.model}"):
-        sm = analyze(model, example_inputs=inputs)
+        sm = analyze(model, example_inputs=inputs, norm_groups=_norm_groups(args, manifest))
     if inputs is None:
         inputs = sm.example_inputs
     if args.param_ratio is not None:
@@ -425,7 +449,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
                              target_macs=args.target_macs, importance=criterion,
                              scope=args.scope, round_to=args.round_to, min_keep=args.min_keep,
-                             exclude=args.exclude or ())
+                             exclude=args.exclude or (), describable=args.describable)
     with status("resizing"):
         plan.apply(model, sm)
     save(model, args.output, plan, source=source, history=history, keep_others=False)
@@ -447,6 +471,11 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
     if args.target_macs is not None:
         raise CliError("--target-macs is not available for a checkpoint directory; give "
                        "--ratio, --param-ratio or --target-params")
+    if args.norm_groups == "keep" or args.describable:
+        raise CliError(f"{'--describable' if args.describable else '--norm-groups keep'} is "
+                       "not available for a checkpoint directory: it is analyzed in the "
+                       "default mode (a causal language model has no group norm) and written "
+                       "as the architecture its config describes where it can")
     if args.importance not in (None, "l1", "l2", "activation"):
         raise CliError(f"--importance {args.importance}: a checkpoint is scored with "
                        "activation (with --calib), l1 or l2")
@@ -500,6 +529,10 @@ def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inpu
     batches = _random_batches(inputs, args.batches)
     target = args.target_params or args.target_active_params
     if target and args.layers is None and not shape:
+        if args.describable:
+            raise CliError("--describable is not available with the architecture search "
+                           "(its candidates are uniform sizes by role); give --layers or "
+                           "sizes with it, or --ratio")
         with status("searching uniform architectures (each planned and scored)"):
             result = search(model, sm, target_params=target, batches=batches,
                             active=args.target_active_params is not None,
@@ -511,6 +544,7 @@ def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inpu
                          target_macs=args.target_macs, importance=criterion, scope="uniform",
                          round_to=args.round_to, min_keep=args.min_keep,
                          exclude=args.exclude or (), layers=layers,
+                         describable=args.describable,
                          depth_importance=None if layers is None else block_importance(
                              batches), sizes=sizes_for(sm, **shape) if shape else None), None
 
@@ -570,6 +604,11 @@ def add_prune_parser(sub: Any) -> None:
                    help="random batches for taylor and activation (default 4)")
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
                    "for a checkpoint (every layer keeps the same shape, so its config says it)")
+    _add_norm_groups(p)
+    p.add_argument("--describable", action="store_true", help="keep whole the groups the "
+                   "plugins say the model's own config could not describe (a diffusers "
+                   "config with one field for sizes a resize cannot change), so a uniform "
+                   "plan saves with the library's save_pretrained")
     calib = p.add_argument_group("calibration (a checkpoint directory)")
     calib.add_argument("--calib", metavar="FILE", help="calibration text: plain text, or JSON "
                        "lines with a \"text\" field; tokenised with the checkpoint's tokenizer")
@@ -617,6 +656,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "(e.g. logits or 0,1; * for every output); default: the plugins' choice "
                    "for the model's family, else every output")
     p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
+    _add_norm_groups(p)
     p.add_argument("-v", "--verbose", action="store_true", help="also show sizes that never "
                    "could change (numbers read from module attributes that size no tensor, "
                    "such as a pooling's kernel_size) in the trace report and --html")
