@@ -382,3 +382,71 @@ def test_shadow_tree_freed_when_the_trace_returns(monkeypatch: pytest.MonkeyPatc
             gc.enable()
     assert [n.target for n in sm.graph.nodes if n.op == "call_module"] == ["0", "1", "2"]
     assert sm.graph_module.get_submodule("0") is model[0]
+
+
+_OFFSET = torch.arange(4.0)  # a tensor the forward reads from a global: a tensor constant
+
+
+class _Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(4))
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.weight
+
+
+class _Holder(nn.Module):
+    """Leaves at several depths, a parameter read inside a module traced into, a
+    non-persistent buffer and a tensor constant: everything a GraphModule holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        self.inner = _Inner()
+        self.register_buffer("scale", torch.ones(4), persistent=False)
+        self.register_buffer("shift", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.block(x) * self.scale + self.shift + self.inner.weight
+        return self.inner(x) + _OFFSET
+
+
+def test_graph_module_built_without_torch_fx_attribute_copies(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The traced GraphModule holds what torch.fx's own build from the traced tree holds (the
+    same names in the same order, buffers as persistent as they were, the user's modules and
+    parameters), built without ``_copy_attr``'s walk through both trees (~10 us a target)."""
+    import copy
+
+    from torch.fx import graph_module
+
+    copies: list[str] = []
+    original = graph_module._copy_attr
+
+    def spy(from_module: nn.Module, to_module: nn.Module, target: str) -> None:
+        copies.append(target)
+        original(from_module, to_module, target)
+
+    monkeypatch.setattr(graph_module, "_copy_attr", spy)
+    model = _Holder().eval()
+    x = torch.randn(2, 4)
+    analyzed = fxsym.analyze(model, example_inputs=(x,)).graph_module
+    assert analyzed is not None
+    for gm in (fxsym.trace(model, example_inputs=(x,)), analyzed):
+        assert copies == []
+        assert not gm.training
+        twin = copy.deepcopy(model)  # torch's build, from a tree holding the constant too
+        twin._tensor_constant0 = gm._tensor_constant0
+        expected = torch.fx.GraphModule(twin, copy.deepcopy(gm.graph))
+        copies.clear()
+        assert [(n, type(m)) for n, m in gm.named_modules() if n] == [
+            (n, type(m)) for n, m in expected.named_modules() if n]
+        assert list(gm.state_dict()) == list(expected.state_dict())
+        assert "scale" not in gm.state_dict() and "_tensor_constant0" in gm.state_dict()
+        for name, mod in gm.named_modules():
+            if name and type(mod) is not nn.Module:
+                assert mod is model.get_submodule(name)
+        assert gm.get_parameter("inner.weight") is model.inner.weight
+        assert torch.equal(gm(x), model(x))

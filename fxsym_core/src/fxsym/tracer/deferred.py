@@ -14,21 +14,25 @@ from __future__ import annotations
 from typing import Any
 
 import torch.fx
-from torch import nn
 from torch.fx.graph import PythonCode
 
 
 class DeferredGraphModule(torch.fx.GraphModule):
     """``torch.fx.GraphModule(root, graph, class_name)`` with the same module tree, built
-    without generating its code; once generated it is an ordinary GraphModule."""
+    without generating its code; once generated it is an ordinary GraphModule. Setting
+    :attr:`graph` (as ``__init__`` does) leaves the code to generate on first use too."""
 
-    def __init__(self, root: nn.Module | dict[str, Any], graph: torch.fx.Graph,
-                 class_name: str = "GraphModule") -> None:
-        vars(self)["_building"] = True
-        try:
-            super().__init__(root, graph, class_name)
-        finally:
-            del vars(self)["_building"]
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self._graph
+
+    @graph.setter
+    def graph(self, g: torch.fx.Graph) -> None:
+        if not isinstance(g, torch.fx.Graph):
+            raise TypeError(f"expected a torch.fx.Graph, got {type(g).__name__}")
+        self._graph = g
+        g.owning_module = self
+        vars(self)["_code_pending"] = True
 
     @property
     def code_pending(self) -> bool:
@@ -36,11 +40,7 @@ class DeferredGraphModule(torch.fx.GraphModule):
         return bool(vars(self).get("_code_pending"))
 
     def recompile(self) -> PythonCode:
-        state = vars(self)
-        if state.get("_building"):  # GraphModule.__init__ setting the graph: later
-            state["_code_pending"] = True
-            return None  # type: ignore[return-value]  # __init__ ignores it
-        state.pop("_code_pending", None)
+        vars(self).pop("_code_pending", None)
         return super().recompile()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

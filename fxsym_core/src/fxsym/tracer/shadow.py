@@ -106,6 +106,9 @@ class ShadowTree:
         #: (id of a shadow, attribute) given empty that a run of the leaf's copy filled
         self._filled: set[tuple[int, str]] = set()
         self._names: dict[int, str] = {}
+        #: each shadow by the qualified name of its module (the first, for a module held
+        #: under several)
+        self.paths: dict[str, nn.Module] = {}
         #: each shadow's keys and values as filled, and its attributes holding copies (what
         #: :meth:`written` needs to look into when the forward rebound none)
         self._as_filled: dict[int, tuple[tuple[str, ...], tuple[Any, ...], list[str]]] = {}
@@ -125,6 +128,7 @@ class ShadowTree:
         self._shadows[id(mod)] = shadow
         self._originals[id(shadow)] = mod
         self._names[id(mod)] = name
+        self.paths[name] = shadow
         order.append(mod)
         for key, child in mod._modules.items():
             if child is not None:
