@@ -112,6 +112,9 @@ def _hf_configs() -> Any:
                                                   ROOT / "tests" / "hf" / "conftest.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    for folder in ("tests", "tests/hf"):  # what pytest puts on the path for it (ckpt_helpers)
+        if str(ROOT / folder) not in sys.path:
+            sys.path.insert(0, str(ROOT / folder))
     spec.loader.exec_module(module)
     return module
 
