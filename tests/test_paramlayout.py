@@ -4,6 +4,7 @@ whole-model probe copies learn (the oracle), without copying the model (issue 22
 from __future__ import annotations
 
 import copy
+import weakref
 from collections import Counter
 from typing import Any
 
@@ -267,3 +268,48 @@ def test_a_rule_changing_no_parameter_is_run_twice(counted: Any) -> None:
     assert_same_layout(m, sm)
     assert {(s.param, s.dim) for s in lay.slices["0.out_channels"]} == {
         ("0.weight", 0), ("0.bias", 0), ("1.weight", 0), ("1.bias", 0), ("2.weight", 1)}
+
+
+def _same_copy(a: Any, b: Any, original: Any, seen: set[int]) -> None:
+    """``a`` (our copy) and ``b`` (deepcopy's) of ``original`` agree: same classes, same
+    state, the memo's stand-ins in the same places, nothing mutable shared with the original."""
+    assert type(a) is type(b)
+    if isinstance(original, torch.Tensor):
+        assert a is b  # both the memo's stand-in
+        return
+    if id(original) in seen:
+        return
+    seen.add(id(original))
+    if isinstance(original, (nn.Module, dict, list, set)) or hasattr(original, "__dict__"):
+        assert a is not original or isinstance(original, type)
+    if isinstance(original, nn.Module) or (hasattr(original, "__dict__")
+                                           and not isinstance(original, type)):
+        a, b, original = vars(a), vars(b), vars(original)
+    if isinstance(original, dict):
+        assert list(a) == list(b)  # a class's __setstate__ may rebuild some entries
+        for k in a:
+            _same_copy(a[k], b[k], original.get(k, b[k]), seen)
+    elif isinstance(original, (list, tuple)):
+        assert len(a) == len(b) == len(original)
+        for x, y, o in zip(a, b, original):
+            _same_copy(x, y, o, seen)
+    elif isinstance(original, weakref.ref):
+        assert a() is b()
+    elif not isinstance(original, set):
+        assert a == b or a is b
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "recurrent", "attention", "concat"])
+def test_a_meta_copy_of_a_module_is_what_deepcopy_gives(name: str) -> None:
+    """The layout's copies of one module (``_copy_module``) are made without ``deepcopy``'s
+    generic machinery: they hold what a deepcopy holds (classes, attributes, containers, the
+    meta stand-ins), share nothing mutable with the model, and run the same rules."""
+    if name in TINY:
+        m = TINY[name][0]()
+    else:
+        m = torchvision.models.get_model(name, weights=None, num_classes=10)
+    memo = {id(t): torch.empty(t.shape, device="meta") for t in (
+        *m.parameters(), *m.buffers())}
+    for _, mod in m.named_modules():
+        ours = paramlayout._copy_module(mod, dict(memo))
+        _same_copy(ours, copy.deepcopy(mod, dict(memo)), mod, set())
