@@ -146,3 +146,69 @@ def test_expert_pruned_checkpoint_keeps_the_chosen_experts(tmp_path: Any) -> Non
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
                                    rtol=0, atol=0)
+
+
+def _runs(model: nn.Module, dtype: torch.dtype) -> bool:
+    """Whether ``model`` in ``dtype`` runs its own experts kernel (``grouped_mm``, the
+    default) on a few tokens."""
+    model = model.to(dtype)
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.randint(0, 100, (1, 8),
+                                          generator=torch.Generator().manual_seed(0)))
+    except RuntimeError as exc:
+        assert "16 bytes" in str(exc)
+        return False
+    finally:
+        model.float()
+    return True
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("ratio", [0.2, 0.3, 0.5])
+def test_plans_keep_sizes_the_grouped_mm_experts_kernel_runs(family: str, ratio: float) -> None:
+    """transformers' default experts kernel (``grouped_mm``) needs 16-byte aligned rows of
+    the fused expert tensors: the expert FFN width and the hidden size take multiples of 8
+    (bfloat16) once pruned. A global plan of a tiny Qwen3-MoE used to keep widths such as 19
+    and a hidden size of 55, and the pruned model failed at its first call."""
+    model = build_moe(family)
+    assert model.config._experts_implementation == "grouped_mm"
+    sm = fxsym.analyze(model)
+    path = EXPERTS.get(family, "mlp.experts")
+    width = group_with(sm, f"model.layers.0.{path}", "gate_up_proj:1")
+    hidden = group_with(sm, "model.embed_tokens", "embedding_dim")
+    experts = group_with(sm, f"model.layers.0.{path}", "gate_up_proj:0")
+    assert width.step == hidden.step == 8 and "grouped_mm" in width.step_reason
+    assert experts.step == 1
+    plan = fxsym.plan(model, sm, ratio=ratio)
+    stepped = [g for g in plan.groups if sm.group(g.name).step > 1]
+    assert stepped and all(g.kept % 8 == 0 or g.kept == g.size for g in stepped)
+    assert set(plan.extra.get("steps", {})) == {g.name for g in stepped if g.kept < g.size}
+    plan.apply(model, sm)
+    assert _runs(model, torch.float32) and _runs(model, torch.bfloat16)
+
+
+def test_explicit_expert_widths_off_the_kernel_step() -> None:
+    """``sizes_for(ffn=20)`` is refused, naming the kernel; ``plan(sizes=)`` rounds up."""
+    from fxsym.search import sizes_for
+
+    model = build_moe("qwen3_moe")
+    sm = fxsym.analyze(model)
+    with pytest.raises(fxsym.PlanError, match=r"multiple of 8 entries .*grouped_mm"):
+        sizes_for(sm, ffn=20)
+    with pytest.raises(fxsym.PlanError, match="grouped_mm"):
+        sizes_for(sm, hidden=60)
+    sizes = sizes_for(sm, ffn=16, hidden=48)
+    assert set(sizes.values()) == {16, 48}
+    width = group_with(sm, "model.layers.0.mlp.experts", "gate_up_proj:1")
+    plan = fxsym.plan(model, sm, sizes={width.name: 20})
+    assert {g.name: g.kept for g in plan.groups}[width.name] == 24
+    assert "grouped_mm" in plan.extra["steps"][width.name]["why"]
+    plan.apply(model, sm)
+    assert _runs(model, torch.bfloat16)
+
+
+def test_a_model_without_fused_experts_has_no_step() -> None:
+    cfg = transformers.AutoConfig.for_model("llama", **dict(_BASE, intermediate_size=30))
+    model = transformers.AutoModelForCausalLM.from_config(cfg).eval()
+    assert all(g.step == 1 for g in fxsym.analyze(model).groups())

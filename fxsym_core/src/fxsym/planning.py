@@ -24,7 +24,10 @@ their mean so groups compare. A ``ratio`` is that fraction of units; ``target_pa
 ``target_macs`` is met by bisection on it: the plan is the smallest cut that reaches the target,
 so it misses it by less than one rounding step. Kept sizes are rounded up to a multiple of
 ``round_to`` (never past the group's size), at least ``min_keep`` and at least the group's
-own ``min_size`` (a router's ``topk`` over the experts needs ``k`` of them); groups listed in
+own ``min_size`` (a router's ``topk`` over the experts needs ``k`` of them), then up to a
+multiple of the group's own ``step`` (what the model's kernels take: transformers'
+``grouped_mm`` experts need 16-byte strides; the groups a plan so shrinks are listed with
+the reason in ``plan.extra["steps"]``), or the whole group; groups listed in
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
@@ -139,6 +142,13 @@ class Plan:
             text += "\n\n" + format_table(
                 [[d.name, d.size, len(d.keep), " ".join(map(str, d.keep))] for d in self.depth],
                 ["depth group", "blocks before", "after", "blocks kept"])
+        rounded: dict[tuple[int, str], list[str]] = {}
+        for name, s in (self.extra.get("steps") or {}).items():
+            rounded.setdefault((s["step"] * s["unit"], s["why"]), []).append(name)
+        for (entries, why), names in rounded.items():
+            more = f" and {len(names) - 2} more" if len(names) > 2 else ""
+            text += (f"\n\nkept at a multiple of {entries} entries ({why}): "
+                     f"{', '.join(names[:2])}{more}")
         return text
 
     def __str__(self) -> str:
@@ -632,10 +642,10 @@ def plan(
     def kept_for(counts: Mapping[str, int]) -> dict[str, int]:
         out = {}
         for c in candidates:
-            size = c.group.size
+            size, step = c.group.size, c.group.step
             least = max(min_keep, c.group.min_size)
-            k = min(size, max(least, math.ceil(counts[c.group.name] / round_to) * round_to))
-            out[c.group.name] = k
+            k = max(least, math.ceil(counts[c.group.name] / round_to) * round_to)
+            out[c.group.name] = min(size, math.ceil(k / step) * step)
         for members in classes:  # blocks of one chunk keep as many units: the most of them,
             inside = [out.get(n) for n in members]  # all if one of them must stay whole
             top = max(lay.sizes[n] if k is None else k for n, k in zip(members, inside))
@@ -692,6 +702,10 @@ def plan(
                                                        for c in candidates}, label, scope)
     if undescribed:
         made = with_extra(made, undescribed=undescribed)
+    stepped = {g.name: {"step": g.step, "unit": g.unit, "why": g.step_reason}
+               for g in groups if g.step > 1 and kept.get(g.name, g.size) < g.size}
+    if stepped:
+        made = with_extra(made, steps=stepped)
     return _with_depth(made, symmap, blocks, dropped, macs)
 
 

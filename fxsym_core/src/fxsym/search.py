@@ -158,7 +158,8 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
     """``{group name: units to keep}`` for the sizes given (entries: channels for ``hidden``
     and ``ffn``, heads for ``heads`` and ``kv_heads``, experts per MoE layer for
     ``experts``); a :class:`~fxsym.errors.PlanError` for a size no group holds or one the
-    groups cannot take (fewer experts than a router picks)."""
+    groups cannot take (fewer experts than a router picks, a size off the group's
+    :attr:`~fxsym.SymGroup.step`)."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     out: dict[str, int] = {}
@@ -171,6 +172,10 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
             if entries % g.unit or not 1 <= entries // g.unit <= g.size:
                 raise PlanError(f"{what} {entries}: group {name} has {g.size} units of "
                                 f"{g.unit}; give a multiple of {g.unit} up to {g.size * g.unit}")
+            if entries // g.unit % g.step and entries // g.unit != g.size:
+                raise PlanError(f"{what} {entries}: group {name} keeps a multiple of "
+                                f"{g.step * g.unit} entries or all {g.size * g.unit} "
+                                f"({g.step_reason})")
             if entries // g.unit < g.min_size:
                 raise PlanError(f"{what} {entries}: a router picks {g.min_size} of group "
                                 f"{name}'s units, so it keeps at least {g.min_size}")
@@ -387,6 +392,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
         scores[depth.name] = torch.zeros(depth.size)
     count = _counter(model, symmap, active)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
+    hidden_step = math.lcm(round_to, *(groups[n].unit * groups[n].step for n in r.hidden))
     ffn_g = [groups[n] for n in r.ffn]
     ffn_now = max((g.size * g.unit for g in ffn_g), default=None)
     found: list[Candidate] = []
@@ -398,7 +404,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
             raise PlanError(f"{n_layers} blocks of {depth.name!r}: it has {depth.size}")
         for hf in fractions if hidden_now else (1.0,):
             hidden = None if hidden_now is None else min(hidden_now, max(
-                round_to, int(hidden_now * hf) // round_to * round_to))
+                hidden_step, int(hidden_now * hf) // hidden_step * hidden_step))
             key = (n_layers, hidden)
             if key in tried:
                 continue
@@ -514,7 +520,7 @@ def _widest_ffn(count: Callable[[Mapping[str, int], Any], int], symmap: SymMap,
     hidden_sizes = sizes_for(symmap, hidden=hidden) if hidden is not None else {}
     if ffn_now is None:
         return None if count(hidden_sizes, layers) > target else 0
-    unit = max(g.unit for g in ffn_groups)
+    unit = math.lcm(*(g.unit * g.step for g in ffn_groups))
     step = math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit
     options = list(range(step, ffn_now + 1, step)) or [ffn_now]
     if ffn_now not in options:

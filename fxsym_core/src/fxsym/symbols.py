@@ -449,6 +449,12 @@ class SymGroup:
     #: dropping some changes what the router picks (that is expert pruning), so dropping is
     #: not zeroing and the value oracle does not check the group
     routed: bool = False
+    #: a kept size other than the whole group is a multiple of ``step`` units: what a plugin
+    #: says the model's own kernels need (``fxsym_group_steps``: transformers' ``grouped_mm``
+    #: experts kernel takes 16-byte strides only); :func:`fxsym.plan` rounds to it and
+    #: :func:`fxsym.search.sizes_for` refuses another size. ``step_reason`` says why
+    step: int = 1
+    step_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ already); it fails, and ``fxsym plugins`` says why, when transformers is not ins
 work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks`,
 :mod:`.inputs` (default example inputs and outputs), :mod:`.attention` and :mod:`.discovery`
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
-(op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.checkpoint` (the
+(op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.kernels` (sizes
+transformers' kernels take), :mod:`.checkpoint` (the
 files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
 ``save_pretrained`` directory read for ``fxsym.prune_checkpoint``).
 """
@@ -33,6 +34,7 @@ from . import (
     diffusers_configs,
     discovery,
     inputs,
+    kernels,
     modules,
     rotary,
 )
@@ -111,6 +113,12 @@ class HuggingFacePlugin:
             configs.update_config(model, sizes, configs.attributes_read(symmap))
         if diffusers_configs.is_diffusers_model(model):
             diffusers_configs.update_config(model, sizes, configs.attributes_read(symmap))
+
+    @fxsym.hookimpl
+    def fxsym_group_steps(self, model: Any, symmap: Any) -> dict[str, tuple[int, str]] | None:
+        if _transformers_imported() and isinstance(model, nn.Module):
+            return kernels.group_steps(model, symmap) or None
+        return None
 
     @fxsym.hookimpl
     def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, str] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from torch import nn
@@ -67,6 +68,7 @@ def analyze(
         _finish(symmap, analyzer)
         _mark_details(analyzer)
         _find_depth(model, gm, symmap, report)
+        _find_steps(model, symmap)
         if not symmap.groups():
             analyzer.explain_no_group()
         symmap.trace_report = report
@@ -85,6 +87,28 @@ def _find_depth(model: nn.Module, gm: Any, symmap: SymMap, report: TraceReport) 
                               {g.id: g.name for g in analysis.groups})
     if depth:
         symmap.attach_analysis(dataclasses.replace(analysis, depth_groups=depth))
+
+
+def _find_steps(model: nn.Module, symmap: SymMap) -> None:
+    """Give each group the step its sizes take (``fxsym_group_steps``): ``entries`` of its dim
+    are ``entries / gcd(entries, unit)`` units; the steps of several plugins combine to their
+    least common multiple, their reasons joined."""
+    analysis = symmap.analysis
+    assert analysis is not None
+    steps: dict[str, tuple[int, list[str]]] = {}
+    units = {g.name: g.unit for g in analysis.groups}
+    for found in call_hook("fxsym_group_steps", model=model, symmap=symmap) or ():
+        for name, (entries, reason) in (found or {}).items():
+            if name not in units or not isinstance(entries, int) or entries < 1:
+                continue
+            step = entries // math.gcd(entries, units[name])
+            now, reasons = steps.get(name, (1, []))
+            steps[name] = (math.lcm(now, step), [*reasons, str(reason)])
+    if any(step > 1 for step, _ in steps.values()):
+        groups = tuple(dataclasses.replace(g, step=steps[g.name][0],
+                                           step_reason="; ".join(steps[g.name][1]))
+                       if steps.get(g.name, (1,))[0] > 1 else g for g in analysis.groups)
+        symmap.attach_analysis(dataclasses.replace(analysis, groups=groups))
 
 
 def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:

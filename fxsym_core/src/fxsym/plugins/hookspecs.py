@@ -153,6 +153,18 @@ def fxsym_undescribed_groups(model: Any, symmap: Any) -> Any:
 
 
 @hookspec
+def fxsym_group_steps(model: Any, symmap: Any) -> Any:
+    """The searchable groups of ``symmap`` whose sizes ``model``'s own kernels take only in
+    steps: ``{group name: (entries, reason)}`` (a kept size must be a multiple of ``entries``
+    entries of the group's dim, or the whole group), or ``None``.
+
+    Called once by :func:`fxsym.analyze`, after the groups are found; it must not change the
+    model. The step becomes :attr:`fxsym.SymGroup.step` (in units; several plugins' steps
+    combine to their least common multiple), which every plan rounds to.
+    """
+
+
+@hookspec
 def fxsym_after_depth(model: Any, group: Any, kept: Any) -> Any:
     """Bring what describes ``model`` up to date after :func:`fxsym.resize` dropped blocks of
     the depth group ``group`` (a :class:`~fxsym.symbols.DepthGroup`); ``kept`` is the list of
