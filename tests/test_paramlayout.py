@@ -16,6 +16,7 @@ from torch import nn
 
 import fxsym
 from fxsym import paramlayout
+from fxsym.resizing import keep_entries
 
 torchvision = pytest.importorskip("torchvision")
 
@@ -313,3 +314,55 @@ def test_a_meta_copy_of_a_module_is_what_deepcopy_gives(name: str) -> None:
     for _, mod in m.named_modules():
         ours = paramlayout._copy_module(mod, dict(memo))
         _same_copy(ours, copy.deepcopy(mod, dict(memo)), mod, set())
+
+
+def test_alike_modules_of_other_sizes_are_run_once_per_symbol(counted: Any) -> None:
+    """Linear layers of four sizes: the first of each symbol takes two trials to show its rule
+    keeps exactly the entries given, the others one trial each (which keeps exactly the
+    entries given, along the same dims)."""
+    m = nn.Sequential(CountedLinear(4, 6), nn.ReLU(), CountedLinear(6, 10), nn.ReLU(),
+                      CountedLinear(10, 12), nn.ReLU(), CountedLinear(12, 3)).eval()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 4),))
+    paramlayout.layout(m, sm)
+    assert counted[CountedLinear].runs == {"out_features": 4, "in_features": 4}
+    assert_same_layout(m, sm)
+
+
+class Flipped(nn.Module):
+    """A linear layer with a per-output scale stored in reverse when ``flip`` is 1: its rule
+    keeps the rows given and, then, the mirrored scales."""
+
+    def __init__(self, n_in: int, n_out: int, flip: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(n_out, n_in))
+        self.scale = nn.Parameter(torch.randn(n_out))
+        self.flip = flip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = self.scale.flip(0) if self.flip else self.scale
+        return nn.functional.linear(x, self.weight) * scale
+
+
+def _flipped_resize(mod: Any, name: str, index: torch.Tensor) -> None:
+    if name == "n_in":
+        keep_entries(mod, "weight", 1, index)
+        return
+    keep_entries(mod, "weight", 0, index)
+    n = mod.scale.shape[0]
+    keep_entries(mod, "scale", 0, (n - 1 - index).flip(0) if mod.flip else index)
+
+
+def test_an_alike_module_whose_rule_keeps_otherwise_is_decoded_in_full() -> None:
+    """The second ``Flipped`` is of the first one's kind (class, rule, what it holds, sizes
+    aside), but its rule keeps other scales than the entries given: its one trial shows it,
+    and it is decoded in full (scale ``i`` is unit ``5 - i``)."""
+    fxsym.SymMap.register(Flipped, resize=_flipped_resize)(_scaled_info)
+    try:
+        m = nn.Sequential(Flipped(4, 6, 0), nn.ReLU(), Flipped(6, 6, 1), nn.ReLU(),
+                          nn.Linear(6, 3)).eval()
+        lay = assert_same_layout(m, fxsym.analyze(m, example_inputs=(torch.randn(2, 4),)))
+    finally:
+        fxsym.SymMap.unregister(Flipped)
+    rows = {(s.param, s.dim): s.unit.tolist() for s in lay.slices["2.n_out"]}
+    assert rows[("2.scale", 0)] == [5, 4, 3, 2, 1, 0]
+    assert rows[("2.weight", 0)] == rows[("4.weight", 1)] == [0, 1, 2, 3, 4, 5]

@@ -21,7 +21,10 @@ for every member of a group, the segments of the dimension it sizes (``dim_index
   every slice. A rule that keeps, in the first two calls, exactly the entries it is given along
   every dim it changes (a projection, a norm; no dim at all: a depthwise conv's
   ``in_channels``) needs no more calls: slice ``i`` is entry ``i``,
-  whose unit the segments say. Modules whose rules and state are alike (the layers of a
+  whose unit the segments say; once a module has shown that, the others of its kind (class,
+  rule, symbol, what they hold, sizes left out: the convs of a CNN) need one call each, which
+  must keep exactly the entries given along the dims a module of the kind was shown to keep
+  (else they are decoded in full). Modules whose rules and state are alike (the layers of a
   transformer) are run once: the result is reused for every module with the same class,
   symbol, segments, parameter shapes and plain attributes.
 
@@ -49,7 +52,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import nn
@@ -154,6 +157,17 @@ _Slot = tuple[str, str, str]
 _Trial = tuple[dict[str, list[torch.Tensor | None]], dict[tuple[str, int], torch.Tensor]]
 
 
+class _Dim(NamedTuple):
+    """A member's dimension (``dim``, its segments) and the group decoded along it; ``key``
+    (the group's size and the segments' layout relative to it) is all its entries and their
+    units depend on."""
+
+    dim: Sequence[Segment]
+    table: GroupIndex
+    group: SymGroup
+    key: Any
+
+
 class _Opaque(Exception):
     """A rule did something the keep observer cannot follow (run it on probes instead)."""
 
@@ -178,6 +192,14 @@ class _Deriver:
         self.memo_base: dict[int, Any] = dict(self.standins)
         self.cache: dict[Any, dict[tuple[str, int], torch.Tensor]] = {}
         self.clones: dict[int, tuple[nn.Module, ModuleTreeState]] = {}
+        #: per module: its slots, its signature and its kind (:func:`_signature`)
+        self.modinfo: dict[int, tuple[list[_Slot], Any, Any]] = {}
+        #: per kind of module and symbol, the sets of dims its rules were shown to keep entry
+        #: for entry (a depthwise conv's ``in_channels`` none, another conv's its columns)
+        self.kinds: dict[Any, set[frozenset[tuple[str, int]]]] = {}
+        #: the entries each trial keeps, and the unit of each entry, per :attr:`_Dim.key`
+        self.indices: dict[Any, torch.Tensor] = {}
+        self.entries: dict[Any, torch.Tensor] = {}
 
     def layout(self) -> Layout:
         symmap, analysis = self.symmap, self.symmap.analysis
@@ -235,17 +257,22 @@ class _Deriver:
         if entry is None or entry.resize is None:
             raise PlanError(f"no resize rule for {type(mod).__name__} ({qualname}.{sname})")
         rule = entry.resize
-        slots = self._slots(mod)
+        found = self.modinfo.get(id(mod))
+        if found is None:
+            slots = self._slots(mod)
+            found = self.modinfo[id(mod)] = (slots, *_signature(mod, slots))
+        slots, signature, kind = found
         root = group.id
         layout_of_dim = tuple((s.units, s.block, None if s.group is None else
                                table.find(s.group) == root) for s in dim)
-        signature = _signature(mod, slots)
         key = (rule, sname, group.size, layout_of_dim, signature)
         rel = self.cache.get(key) if signature is not None else None
         if rel is None:
-            rel = self._decode(mod, sname, dim, table, group, rule, slots, meta=True)
+            at = _Dim(dim, table, group, (group.size, layout_of_dim))
+            alike = None if kind is None else (rule, sname, kind)
+            rel = self._decode(mod, sname, at, rule, slots, meta=True, alike=alike)
             if rel is None:
-                rel = self._decode(mod, sname, dim, table, group, rule, slots, meta=False)
+                rel = self._decode(mod, sname, at, rule, slots, meta=False)
             if rel is None:
                 raise PlanError(f"cannot tell where the units of {group.name} lie in the "
                                 f"parameters of {qualname}: its resize rule ({sname}) does "
@@ -264,8 +291,8 @@ class _Deriver:
                     out.append((sub, pname, name))
         return out
 
-    def _decode(self, mod: nn.Module, sname: str, dim: Sequence[Segment], table: GroupIndex,
-                group: SymGroup, rule: Callable[..., None], slots: Sequence[_Slot], meta: bool
+    def _decode(self, mod: nn.Module, sname: str, at: _Dim, rule: Callable[..., None],
+                slots: Sequence[_Slot], meta: bool, alike: Any = None
                 ) -> dict[tuple[str, int], torch.Tensor] | None:
         """Unit ``u`` is coded ``u + 1``; trial ``k`` keeps the units whose code has bit ``k``
         clear. The code of a slice is the set of trials it did not survive (``None``: the
@@ -275,16 +302,21 @@ class _Deriver:
         every dim it changed, the same dims both times (a projection's rows or columns, a
         norm's scales; none for a depthwise conv's ``in_channels``, whose rows go with
         ``out_channels``), keeps entry ``i`` as slice ``i``: its slices' units are the
-        entries' units, read off the segments without the other trials."""
+        entries' units, read off the segments without the other trials. Once a module of a
+        kind (``alike``: the rule, the symbol, what the module holds, sizes left out) has
+        shown that in two trials, the first trial suffices for the others of its kind: if it
+        keeps exactly the entries given along the dims some module of the kind was shown to
+        keep, the second is taken as said; if not, the module is decoded in full."""
+        group = at.group
         codes: dict[tuple[str, int], torch.Tensor] = {}
         code_of_unit = torch.arange(1, group.size + 1)
         same: frozenset[tuple[str, int]] | None = None  # the dims kept entry for entry so far
         follows = meta  # every trial so far kept exactly the entries given, on the dims `same`
+        shown = self.kinds.setdefault(alike, set()) if meta and alike is not None else set()
         for k in range(group.size.bit_length()):
-            kept = ((code_of_unit >> k) & 1 == 0).nonzero().flatten()
-            index = dim_index(table, dim, {group.id: kept})
+            index = self._index(at, code_of_unit, k)
             try:
-                after, lines = self._trial(mod, sname, index, rule, slots, meta)
+                after, lines = self._trial(mod, sname, index.clone(), rule, slots, meta)
             except _Opaque:
                 return None
             except Exception as exc:
@@ -306,11 +338,13 @@ class _Deriver:
                 exact = frozenset(key for key, line in lines.items() if torch.equal(line, index))
                 follows = len(exact) == len(lines) and same in (None, exact)
                 same = exact
-                if k == 1 and follows:
-                    units = _entry_units(dim, table, group.id)
+                if follows and k == 1:
+                    shown.add(exact)
+                if follows and (k == 1 or exact in shown):
+                    units = self._entries(at)
                     return {(slot, d): torch.cat([units, torch.full(
                         (self.params[_slot_name(slots, slot)].shape[d] - units.numel(),), -1,
-                        dtype=torch.long)]) for slot, d in same}
+                        dtype=torch.long)]) for slot, d in exact}
         out: dict[tuple[str, int], torch.Tensor] = {}
         for key, code in codes.items():
             u = code - 1
@@ -318,6 +352,21 @@ class _Deriver:
                 return None
             out[key] = u
         return out
+
+    def _index(self, at: _Dim, code_of_unit: torch.Tensor, k: int) -> torch.Tensor:
+        """The entries trial ``k`` keeps along ``at``: those of the units whose code has bit
+        ``k`` clear."""
+        index = self.indices.get((at.key, k))
+        if index is None:
+            kept = ((code_of_unit >> k) & 1 == 0).nonzero().flatten()
+            index = self.indices[(at.key, k)] = dim_index(at.table, at.dim, {at.group.id: kept})
+        return index
+
+    def _entries(self, at: _Dim) -> torch.Tensor:
+        units = self.entries.get(at.key)
+        if units is None:
+            units = self.entries[at.key] = _entry_units(at.dim, at.table, at.group.id)
+        return units
 
     def _trial(self, mod: nn.Module, sname: str, index: torch.Tensor,
                rule: Callable[..., None], slots: Sequence[_Slot], meta: bool) -> _Trial:
@@ -502,36 +551,52 @@ def _merge(units: dict[tuple[int, str, int], torch.Tensor], key: tuple[int, str,
 _PLAIN = (int, float, str, bool, type(None))
 
 
-def _signature(mod: nn.Module, slots: Sequence[_Slot]) -> Any:
+def _signature(mod: nn.Module, slots: Sequence[_Slot]) -> tuple[Any, Any]:
     """What a resize rule of ``mod`` can read: per submodule its class and plain attributes
-    (objects held, such as a config, by identity), the shapes of its tensors. ``None`` when a
-    value cannot be keyed (nothing is reused then)."""
+    (objects held, such as a config, by identity), the shapes of its tensors; and the
+    module's *kind*: the same with sizes left out (numbers by their type, tensors by their
+    number of dims). ``(None, None)`` when a value cannot be keyed (nothing is reused then)."""
     parts: list[Any] = []
+    kinds: list[Any] = []
     try:
         for sub, m in mod.named_modules(remove_duplicate=False):
             state: list[tuple[Any, ...]] = []
+            kind: list[tuple[Any, ...]] = []
             for k, v in vars(m).items():
                 if k in ("_parameters", "_buffers", "_modules"):
                     continue
                 if isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(
                         isinstance(x, _PLAIN) for x in v)):
                     state.append((k, v))
+                    kind.append((k, _sizes_left_out(v)))
                 elif isinstance(v, (dict, list, set)):
                     if v:
-                        return None
+                        return None, None
                 else:
                     state.append((k, type(v), id(v)))
-            tensors = tuple((n, tuple(t.shape), t.dtype) for n, t in (
+                    kind.append(state[-1])
+            tensors = [(n, t.shape, t.dtype) for n, t in (
                 *m.named_parameters(recurse=False, remove_duplicate=False),
-                *m.named_buffers(recurse=False, remove_duplicate=False)))
-            parts.append((sub, type(m), tuple(state), tensors))
+                *m.named_buffers(recurse=False, remove_duplicate=False))]
+            parts.append((sub, type(m), tuple(state),
+                          tuple((n, tuple(shape), dtype) for n, shape, dtype in tensors)))
+            kinds.append((sub, type(m), tuple(kind),
+                          tuple((n, len(shape), dtype) for n, shape, dtype in tensors)))
         tied = tuple(name for _, _, name in slots)  # which places share a parameter
         shared = tuple(tied.index(n) for n in tied)
         key = (tuple(parts), shared)
+        alike = (tuple(kinds), shared)
         hash(key)
+        hash(alike)
     except TypeError:
-        return None
-    return key
+        return None, None
+    return key, alike
+
+
+def _sizes_left_out(v: Any) -> Any:
+    if type(v) in (int, float):
+        return type(v)
+    return tuple(map(_sizes_left_out, v)) if isinstance(v, tuple) else v
 
 
 def _probe_dtype(p: torch.Tensor) -> torch.dtype:
