@@ -39,9 +39,9 @@ A resize then sets it to the entries kept, so the module's attributes agree with
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.fx
@@ -78,9 +78,9 @@ _PIN = "pin"
 Probe = tuple[dict[str, tuple[int, ...]], int, Dim] | None
 
 
-@dataclass(frozen=True)
-class _Place:
-    """One way the graph reaches a tensor: through a leaf (``rel`` inside it) or ``get_attr``."""
+class _Place(NamedTuple):
+    """One way the graph reaches a tensor: through a leaf (``rel`` inside it) or ``get_attr``
+    (a named tuple: one is made for every tensor of every leaf)."""
 
     node: torch.fx.Node
     leaf: str | None = None
@@ -402,8 +402,7 @@ def _describe(where: list[_Place]) -> str:
 
 
 def _named_tensors(mod: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    cls = type(mod)
-    if not mod._modules and all(getattr(cls, f) is getattr(nn.Module, f) for f in _WALKS):
+    if not mod._modules and _walks_as_module(type(mod)):
         # a module without children, listed the way nn.Module lists its own tensors
         yield from ((k, p) for k, p in mod._parameters.items() if p is not None)
         yield from ((k, b) for k, b in mod._buffers.items() if b is not None)
@@ -414,6 +413,18 @@ def _named_tensors(mod: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 #: what ``named_parameters``/``named_buffers`` go through
 _WALKS = ("named_parameters", "named_buffers", "_named_members", "named_modules")
+
+
+_PLAIN_WALKS: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def _walks_as_module(cls: type) -> bool:
+    """Whether ``cls`` lists its tensors the way ``nn.Module`` does (it overrides none of
+    :data:`_WALKS`), remembered per class."""
+    known = _PLAIN_WALKS.get(cls)
+    if known is None:
+        known = _PLAIN_WALKS[cls] = all(getattr(cls, f) is getattr(nn.Module, f) for f in _WALKS)
+    return known
 
 
 def _tensor_at(model: Submodules, target: str) -> torch.Tensor | None:
