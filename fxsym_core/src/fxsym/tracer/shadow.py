@@ -67,6 +67,8 @@ _TORCH_TABLES = frozenset({
     "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks",
     "_backward_pre_hooks", "_state_dict_hooks", "_state_dict_pre_hooks",
     "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"})
+#: the tables copied as they are (the forward may fill them; the user's stay as they are)
+_COPIED_TABLES = _TORCH_TABLES - {"_modules", *_FORWARD_HOOKS, *_BACKWARD_HOOKS}
 _ATOMS = frozenset({bool, int, float, str, type(None), torch.Tensor, nn.Parameter,
                     torch.dtype, torch.device})
 _PLAIN = frozenset({dict, OrderedDict, list, set})
@@ -141,20 +143,9 @@ class ShadowTree:
         state.update(source)  # atoms and shared objects as they are; the rest replaced below
         copied: list[str] = []
         for key, value in source.items():
-            if type(value) in _ATOMS:
-                continue
-            if key in _TORCH_TABLES:
-                if key in _FORWARD_HOOKS:
-                    state[key] = self._hooks(mod, shadow, value) if value else OrderedDict()
-                elif key in _BACKWARD_HOOKS:
-                    state[key] = OrderedDict()
-                elif key == "_modules":
-                    state[key] = {k: None if m is None else self._shadows[id(m)]
-                                  for k, m in value.items()}
-                elif key == "_parameters" or key == "_buffers":
-                    state[key] = dict(value)
-                else:
-                    state[key] = value.copy()
+            kind = type(value)
+            if kind in _ATOMS or key in _TORCH_TABLES or (
+                    kind is tuple and all(map(_ATOMS.__contains__, map(type, value)))):
                 continue
             if key in CONFIG_ATTRIBUTES and _is_object(value):
                 new = self._config(value, type(value).__mro__[-2])
@@ -165,6 +156,18 @@ class ShadowTree:
             state[key] = new
             if new is not value:
                 copied.append(key)
+        for key in _COPIED_TABLES.intersection(source):
+            state[key] = source[key].copy()
+        for key in _FORWARD_HOOKS:
+            hooks = source.get(key)
+            if hooks is not None:
+                state[key] = self._hooks(mod, shadow, hooks) if hooks else OrderedDict()
+        for key in _BACKWARD_HOOKS:
+            if key in source:
+                state[key] = OrderedDict()
+        if "_modules" in source:
+            state["_modules"] = {k: None if m is None else self._shadows[id(m)]
+                                 for k, m in source["_modules"].items()}
         self._as_filled[id(shadow)] = (tuple(state), tuple(state.values()), copied)
 
     def _hooks(self, mod: nn.Module, shadow: nn.Module, hooks: dict[int, Any]) -> Any:
