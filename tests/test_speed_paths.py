@@ -450,3 +450,35 @@ def test_graph_module_built_without_torch_fx_attribute_copies(
                 assert mod is model.get_submodule(name)
         assert gm.get_parameter("inner.weight") is model.inner.weight
         assert torch.equal(gm(x), model(x))
+
+
+class _OwnForward(nn.Linear):
+    """A Linear whose forward is its own: its family's SymInfo does not apply."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * 2
+
+
+def test_leaf_rule_of_a_class_looked_up_once_per_trace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the plugins' vote, what decides by class (the SymInfo registration, a registered
+    base whose forward is overridden, torch.fx's rule) is looked up once per class in a trace,
+    not once per module; each module still gets its own report line."""
+    from fxsym.registry import Registry
+
+    asked: list[type] = []
+    original = Registry.shadowed_base
+
+    def spy(self: Registry, cls: type) -> Any:
+        asked.append(cls)
+        return original(self, cls)
+
+    monkeypatch.setattr(Registry, "shadowed_base", spy)
+    fxsym.load_plugins()
+    model = nn.Sequential(nn.Linear(4, 4), _OwnForward(4, 4), _OwnForward(4, 4), nn.Linear(4, 2))
+    gm = fxsym.trace(model, example_inputs=(torch.randn(2, 4),))
+    assert asked.count(_OwnForward) == 1
+    lines = [e.where for e in gm.trace_report.entries if e.kind == "traced-into"]
+    assert lines == ["1", "2"]
+    assert [n.target for n in gm.graph.nodes if n.op == "call_module"] == ["0", "3"]
+    assert torch.equal(gm(torch.ones(2, 4)), model(torch.ones(2, 4)))
+

@@ -180,6 +180,12 @@ class Registry:
         self._proxy_cache.clear()
         self._derived.clear()
 
+    @property
+    def stamp(self) -> tuple[int, int]:
+        """Changes whenever what the lookups answer may change (a user registration, a
+        plugin added, disabled or contributing anew)."""
+        return USER.version, self.plugin_manager.generation
+
     # -- lookups ----------------------------------------------------------------------------
     def sym_info_entry(self, cls: type) -> SymInfoEntry | None:
         """The SymInfo registration that applies to ``cls`` (see the module docstring)."""

@@ -150,6 +150,8 @@ class FxsymTracer(torch.fx.Tracer):
         self._module_keys: dict[int, Any] = {}
         self._leaf_values: dict[Any, Any] = {}
         self._preserving: dict[int, bool] = {}
+        self._class_leaf: dict[type, tuple[bool, type | None]] = {}
+        self._class_stamp: tuple[int, int] | None = None
         self._value_rules: dict[int, ValueFn | None] = {}
         #: value of each int attribute read as a ``get_attr`` node, by target
         self._attribute_values: dict[str, int | tuple[int, ...]] = {}
@@ -207,16 +209,34 @@ class FxsymTracer(torch.fx.Tracer):
                             "torch.nn.utils.parametrize); its family's SymInfo and resize "
                             "rule do not apply, so it is traced into")
             return False
-        entry = self.registry.sym_info_entry(type(m))
-        if entry is not None:
-            return entry.leaf
-        base = self.registry.shadowed_base(type(m))
+        cls = type(m)
+        stamp = self.registry.stamp
+        if stamp != self._class_stamp:  # a plugin disabled meanwhile: ask again
+            self._class_leaf.clear()
+            self._class_stamp = stamp
+        by_class = self._class_leaf.get(cls)
+        if by_class is None:
+            by_class = self._class_leaf[cls] = self._class_decision(m)
+        leaf, base = by_class
         if base is not None:
             self.report.add("traced-into", module_qualified_name,
-                            f"{type(m).__name__} overrides forward of {base.__name__}, whose "
+                            f"{cls.__name__} overrides forward of {base.__name__}, whose "
                             "SymInfo therefore does not apply; traced into it")
-            return False
-        return super().is_leaf_module(m, module_qualified_name)
+        return leaf
+
+    def _class_decision(self, m: nn.Module) -> tuple[bool, type | None]:
+        """What decides for every module of ``m``'s class once the plugins did not and it is
+        not parametrized: its SymInfo registration's ``leaf``, else tracing into it if it
+        overrides the ``forward`` of a registered base (that base), else torch.fx's rule
+        (``torch.nn`` modules are leaves). Asked once per class while the registry stays as
+        it is (:attr:`~fxsym.registry.Registry.stamp`)."""
+        entry = self.registry.sym_info_entry(type(m))
+        if entry is not None:
+            return entry.leaf, None
+        base = self.registry.shadowed_base(type(m))
+        if base is not None:
+            return False, base
+        return super().is_leaf_module(m, ""), None
 
     # -- robust tracing --------------------------------------------------------------------
     def call_module(
