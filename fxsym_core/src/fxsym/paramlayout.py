@@ -136,7 +136,9 @@ def layout(model: nn.Module, symmap: SymMap) -> Layout:
     _check(model, symmap)
     cached = _LAYOUTS.get(symmap)
     if cached is None:
-        cached = _LAYOUTS[symmap] = _Deriver(model, symmap).layout()
+        with warnings.catch_warnings():  # of trial resizes of copies: the real resize says it
+            warnings.simplefilter("ignore")
+            cached = _LAYOUTS[symmap] = _Deriver(model, symmap).layout()
     return cached
 
 
@@ -148,13 +150,11 @@ def _check(model: nn.Module, symmap: SymMap) -> None:
 
 
 # -- the direct derivation ------------------------------------------------------------------
-#: per parameter (first name), per dim: which slices a trial kept (``None``: all of them)
-_Kept = dict[str, list[torch.Tensor | None]]
 #: one parameter a module holds: (submodule path, attribute, the model's name for it)
 _Slot = tuple[str, str, str]
-#: what one trial run left: per changed slot, per dim, the slices that survived (``None``:
-#: all); per changed slot and dim, the slices kept in order (meta copies only)
-_Trial = tuple[dict[str, list[torch.Tensor | None]], dict[tuple[str, int], torch.Tensor]]
+#: what one trial run left: per changed slot and dim, the slices kept in order (a meta copy)
+#: or a mask of those that survived (a probe copy)
+_Trial = dict[tuple[str, int], torch.Tensor]
 
 
 class _Dim(NamedTuple):
@@ -192,8 +192,10 @@ class _Deriver:
         self.memo_base: dict[int, Any] = dict(self.standins)
         self.cache: dict[Any, dict[tuple[str, int], torch.Tensor]] = {}
         self.clones: dict[int, tuple[nn.Module, ModuleTreeState]] = {}
-        #: per module: its slots, its signature and its kind (:func:`_signature`)
-        self.modinfo: dict[int, tuple[list[_Slot], Any, Any]] = {}
+        #: per module: its slots, its signature and its kind (:func:`_signature`), these two
+        #: by their number in ``ids``
+        self.modinfo: dict[int, tuple[list[_Slot], int | None, int | None]] = {}
+        self.ids: dict[Any, int] = {}
         #: per kind of module and symbol, the sets of dims its rules were shown to keep entry
         #: for entry (a depthwise conv's ``in_channels`` none, another conv's its columns)
         self.kinds: dict[Any, set[frozenset[tuple[str, int]]]] = {}
@@ -258,9 +260,12 @@ class _Deriver:
             raise PlanError(f"no resize rule for {type(mod).__name__} ({qualname}.{sname})")
         rule = entry.resize
         found = self.modinfo.get(id(mod))
-        if found is None:
+        if found is None:  # signatures stand for themselves as small ints: hashed once
             slots = self._slots(mod)
-            found = self.modinfo[id(mod)] = (slots, *_signature(mod, slots))
+            signature, kind = _signature(mod, slots)
+            found = self.modinfo[id(mod)] = (
+                slots, None if signature is None else self.ids.setdefault(signature, len(self.ids)),
+                None if kind is None else self.ids.setdefault(kind, len(self.ids)))
         slots, signature, kind = found
         root = group.id
         layout_of_dim = tuple((s.units, s.block, None if s.group is None else
@@ -309,14 +314,14 @@ class _Deriver:
         keep, the second is taken as said; if not, the module is decoded in full."""
         group = at.group
         codes: dict[tuple[str, int], torch.Tensor] = {}
-        code_of_unit = torch.arange(1, group.size + 1)
         same: frozenset[tuple[str, int]] | None = None  # the dims kept entry for entry so far
         follows = meta  # every trial so far kept exactly the entries given, on the dims `same`
         shown = self.kinds.setdefault(alike, set()) if meta and alike is not None else set()
+        trials: list[_Trial] = []
         for k in range(group.size.bit_length()):
-            index = self._index(at, code_of_unit, k)
+            index = self._index(at, k)
             try:
-                after, lines = self._trial(mod, sname, index.clone(), rule, slots, meta)
+                trials.append(self._trial(mod, sname, index.clone(), rule, slots, meta))
             except _Opaque:
                 return None
             except Exception as exc:
@@ -325,26 +330,23 @@ class _Deriver:
                 raise PlanError(f"cannot map the units of {group.name} onto the parameters: a "
                                 f"trial resize of {type(mod).__name__}.{sname} failed: "
                                 f"{exc}") from exc
-            for slot, per_dim in after.items():
-                for d, survived in enumerate(per_dim):
-                    if survived is None:
-                        continue
-                    code = codes.get((slot, d))
-                    if code is None:
-                        code = codes[(slot, d)] = torch.zeros(survived.numel(),
-                                                              dtype=torch.long)
-                    code |= (~survived).long() << k
             if follows and k < 2:
+                lines = trials[-1]
                 exact = frozenset(key for key, line in lines.items() if torch.equal(line, index))
                 follows = len(exact) == len(lines) and same in (None, exact)
                 same = exact
                 if follows and k == 1:
                     shown.add(exact)
                 if follows and (k == 1 or exact in shown):
-                    units = self._entries(at)
-                    return {(slot, d): torch.cat([units, torch.full(
-                        (self.params[_slot_name(slots, slot)].shape[d] - units.numel(),), -1,
-                        dtype=torch.long)]) for slot, d in exact}
+                    return {key: self._padded(at, slots, key) for key in exact}
+        for k, survivors in enumerate(trials):
+            for (slot, d), survived in survivors.items():
+                if meta:  # the entries kept, in order: which of them survived
+                    survived = _mask(survived, self.params[_slot_name(slots, slot)].shape[d])
+                code = codes.get((slot, d))
+                if code is None:
+                    code = codes[(slot, d)] = torch.zeros(survived.numel(), dtype=torch.long)
+                code |= (~survived).long() << k
         out: dict[tuple[str, int], torch.Tensor] = {}
         for key, code in codes.items():
             u = code - 1
@@ -353,26 +355,30 @@ class _Deriver:
             out[key] = u
         return out
 
-    def _index(self, at: _Dim, code_of_unit: torch.Tensor, k: int) -> torch.Tensor:
-        """The entries trial ``k`` keeps along ``at``: those of the units whose code has bit
-        ``k`` clear."""
+    def _index(self, at: _Dim, k: int) -> torch.Tensor:
+        """The entries trial ``k`` keeps along ``at``: those of the units whose code (unit
+        ``u`` is coded ``u + 1``) has bit ``k`` clear."""
         index = self.indices.get((at.key, k))
         if index is None:
+            code_of_unit = torch.arange(1, at.group.size + 1)
             kept = ((code_of_unit >> k) & 1 == 0).nonzero().flatten()
             index = self.indices[(at.key, k)] = dim_index(at.table, at.dim, {at.group.id: kept})
         return index
 
-    def _entries(self, at: _Dim) -> torch.Tensor:
+    def _padded(self, at: _Dim, slots: Sequence[_Slot], key: tuple[str, int]) -> torch.Tensor:
+        """The units of the entries along ``at`` as those of the slices of ``key`` (a slot and
+        dim kept entry for entry; slices past the entries belong to no unit)."""
         units = self.entries.get(at.key)
         if units is None:
             units = self.entries[at.key] = _entry_units(at.dim, at.table, at.group.id)
-        return units
+        extra = self.params[_slot_name(slots, key[0])].shape[key[1]] - units.numel()
+        return torch.cat([units, torch.full((extra,), -1, dtype=torch.long)]) if extra else units
 
     def _trial(self, mod: nn.Module, sname: str, index: torch.Tensor,
                rule: Callable[..., None], slots: Sequence[_Slot], meta: bool) -> _Trial:
         """Run ``rule`` on a copy of ``mod`` keeping ``index``; per changed slot
-        (``"sub/param"``), per dim, which slices survived (``None``: all, unchanged), and (meta
-        copies only) per changed slot and dim, the slices kept in order."""
+        (``"sub/param"``) and dim: on a meta copy, the slices kept, in order; on a probe copy,
+        which slices survived (a bool mask)."""
         if meta:  # one copy per module, put back after each trial as a resize would be
             found = self.clones.get(id(mod))
             if found is None:
@@ -412,15 +418,12 @@ class _Deriver:
             lines[d] = idx if line is None else line.index_select(0, idx)
             origins[id(new)] = (new, lines)
 
-        with warnings.catch_warnings():  # about a throw-away copy: the real resize says it
-            warnings.simplefilter("ignore")
-            if meta:
-                with observe_keeps(observe):
-                    rule(clone, sname, index)
-            else:
+        if meta:
+            with observe_keeps(observe):
                 rule(clone, sname, index)
-        out: dict[str, list[torch.Tensor | None]] = {}
-        kept: dict[tuple[str, int], torch.Tensor] = {}
+        else:
+            rule(clone, sname, index)
+        out: _Trial = {}
         for sub, pname, name in slots:
             p = self.params[name]
             before = self.standins[id(p)] if probes is None else probes.get(id(p))
@@ -434,18 +437,17 @@ class _Deriver:
                 rec = origins.get(id(t))
                 if rec is None:
                     raise _Opaque
-                out[_join(sub, pname)] = [None if line is None else _mask(line, n)
-                                          for line, n in zip(rec[1], p.shape)]
-                kept.update(((_join(sub, pname), d), line) for d, line in enumerate(rec[1])
-                            if line is not None)
+                out.update(((_join(sub, pname), d), line) for d, line in enumerate(rec[1])
+                           if line is not None)
             elif not isinstance(t, torch.Tensor) or t.dim() != p.dim() or (
                     before is None or t.dtype != before.dtype):
                 raise PlanError(f"cannot tell where the units lie in {name}: a resize rule "
                                 "replaced it instead of keeping slices of it")
             else:
                 masks = _survivor_masks(t, tuple(p.shape))
-                out[_join(sub, pname)] = [None if bool(m.all()) else m for m in masks]
-        return out, kept
+                out.update(((_join(sub, pname), d), m) for d, m in enumerate(masks)
+                           if not bool(m.all()))
+        return out
 
 
 def _clone_of(mod: nn.Module, memo_base: Mapping[int, Any]
