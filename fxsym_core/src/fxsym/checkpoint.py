@@ -104,6 +104,9 @@ SHARD = "model-{:05d}-of-{:05d}.safetensors"
 DEFAULT_SHARD_BYTES = 5 * 10**9
 #: the bytes of input rows read at a time while a tensor is written
 CHUNK_BYTES = 2**25
+#: the note of a plan made without the sizes the config describes, which reached no target
+_UNDESCRIBED = ("no sizes the checkpoint's config can describe meet the target ({}); planned "
+                "without them, so the output may be fxsym's own model type")
 
 
 class CheckpointReader(Protocol):
@@ -1013,6 +1016,7 @@ def prune_checkpoint(
     round_to: int = 1,
     min_keep: int = 1,
     exclude: Sequence[str] = (),
+    describable: bool | None = None,
     max_shard_size: int = DEFAULT_SHARD_BYTES,
     progress: bool = False,
     status: Callable[[str], Any] | None = None,
@@ -1038,8 +1042,13 @@ def prune_checkpoint(
     width-only search); the candidates are recorded as ``plan.extra["search"]``
     (:meth:`fxsym.search.SearchResult.rows`). ``ratio``,
     ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
-    :func:`fxsym.plan`'s. ``status(message)`` (a context manager factory, e.g. a spinner) is
-    entered around each step. Raises :class:`~fxsym.errors.CheckpointError` /
+    :func:`fxsym.plan`'s. ``describable`` (default: for a uniform plan) keeps the sizes the
+    checkpoint's config can describe (:func:`fxsym.plan`'s ``describable``: Llama's hidden
+    size a multiple of its heads), so the output loads with the library's own reader; where
+    no such sizes meet the target, the plan is made without and ``plan.extra["notes"]`` says
+    so (the output is then fxsym's own model type). ``status(message)`` (a context manager
+    factory, e.g. a spinner) is entered around each step. Raises
+    :class:`~fxsym.errors.CheckpointError` /
     :class:`~fxsym.errors.CalibrationError` on bad input and
     :class:`~fxsym.errors.PlanError` for a target the model cannot meet (sizes no group can
     take, more layers than it has, a parameter target no candidate reaches: found before the
@@ -1102,10 +1111,22 @@ def prune_checkpoint(
         choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()})
     target = target_active_params if target_active_params is not None else target_params
     depths = None if not isinstance(layers, int) else (layers,)
+    describe = describable if describable is not None else scope == "uniform"
+    notes: list[str] = []
     if searching:
         assert target is not None
-        candidates(model, sm, target_params=target, active=target_active_params is not None,
-                   round_to=round_to, depths=depths)
+        try:
+            candidates(model, sm, target_params=target,
+                       active=target_active_params is not None, round_to=round_to,
+                       depths=depths, describable=describe)
+        except PlanError as refused:
+            if not describe:
+                raise
+            candidates(model, sm, target_params=target,
+                       active=target_active_params is not None, round_to=round_to,
+                       depths=depths)
+            describe = False
+            notes.append(_UNDESCRIBED.format(refused))
     with step("mapping the groups onto the parameters"):
         lay = layout(model, sm)
     extra: dict[str, Any] = {}
@@ -1134,15 +1155,18 @@ def prune_checkpoint(
             model, sm, target_params=target, active=target_active_params is not None,
             round_to=round_to, importance=given, block_scores=depth_scores or {},
             evaluate=lambda p: stream_loss(model, sm, tensors, lay, p, batches),
-            depths=depths, progress=progress)
+            depths=depths, describable=describe, progress=progress)
         chosen = found.plan
         extra["search"] = found.rows()
     else:
         with step("planning"):
-            chosen = plan(model, sm, ratio=ratio, target_params=target_params,
-                          importance=given, scope=scope, round_to=round_to,
-                          min_keep=min_keep, exclude=exclude, layers=layers,
-                          depth_importance=depth_scores, sizes=sized)
+            chosen, note = _describable_plan(
+                describe, model, sm, ratio=ratio, target_params=target_params,
+                importance=given, scope=scope, round_to=round_to, min_keep=min_keep,
+                exclude=exclude, layers=layers, depth_importance=depth_scores, sizes=sized)
+        notes += [note] if note else []
+    if notes:
+        extra["notes"] = notes
     if extra:
         from .planning import with_extra
 
@@ -1166,6 +1190,21 @@ def prune_checkpoint(
             (tmp / name).write_bytes((reader.directory / name).read_bytes())
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return chosen
+
+
+def _describable_plan(describable: bool, model: nn.Module, symmap: Any, **kwargs: Any
+                      ) -> tuple[Plan, str | None]:
+    """:func:`fxsym.plan` keeping the sizes the model's config describes if ``describable``;
+    where that plan cannot be made (no such sizes reach the target), the plan without, and a
+    note saying so."""
+    if not describable:
+        return plan(model, symmap, **kwargs), None
+    try:
+        return plan(model, symmap, describable=True, **kwargs), None
+    except PlanError as refused:
+        why = str(refused)
+    return plan(model, symmap, **kwargs), _UNDESCRIBED.format(why)
+
 
 
 def loading_note(directory: str | os.PathLike[str], output: str | os.PathLike[str]) -> str:

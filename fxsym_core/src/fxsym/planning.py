@@ -60,7 +60,8 @@ from .plugins.calls import call_hook
 from .resizing import resize
 from .symbols import SymGroup, SymMap
 
-__all__ = ["DepthChoice", "GroupChoice", "Plan", "analysis_options", "count_macs", "input_spec",
+__all__ = ["DepthChoice", "GroupChoice", "Plan", "analysis_options", "count_macs", "described",
+           "input_spec",
            "inputs_from_spec",
            "param_shapes", "plan", "strict_loads"]
 
@@ -149,6 +150,8 @@ class Plan:
             more = f" and {len(names) - 2} more" if len(names) > 2 else ""
             text += (f"\n\nkept at a multiple of {entries} entries ({why}): "
                      f"{', '.join(names[:2])}{more}")
+        for note in self.extra.get("notes") or ():
+            text += f"\n\nnote: {note}"
         return text
 
     def __str__(self) -> str:
@@ -594,9 +597,11 @@ def plan(
 
     ``describable=True`` keeps whole the groups the plugins say the model's own description
     could not follow (``fxsym_undescribed_groups``: a diffusers config with one field for
-    sizes a resize cannot change), as ``exclude`` does; the reasons are in
-    ``plan.extra["undescribed"]``. A uniform plan then gives a model its library saves and
-    rebuilds with ``save_pretrained``/``from_pretrained``.
+    sizes a resize cannot change), as ``exclude`` does, and rounds those it describes only in
+    steps to them (a transformers config whose class checks ``hidden_size`` against the
+    heads); the reasons are in ``plan.extra["undescribed"]`` and ``plan.extra["steps"]``. A
+    uniform plan then gives a model its library saves and rebuilds with
+    ``save_pretrained``/``from_pretrained``.
 
     ``sizes`` (``{group name: units to keep}``) is the width amount given group by group
     instead (the groups not named stay whole; :mod:`fxsym.search` derives it from a hidden
@@ -625,8 +630,11 @@ def plan(
     dropped = frozenset(n for n in lay.shapes
                         if renamed(n, symmap.depth_groups(), blocks) is None)
     patterns = _exclude_patterns(exclude, groups)
-    undescribed = _undescribed(model, symmap) if describable else {}
+    undescribed, described_steps = described(model, symmap) if describable else ({}, {})
     patterns += [glob.escape(name) for name in undescribed]
+    steps = {g.name: (math.lcm(g.step, described_steps.get(g.name, (1, ""))[0]), "; ".join(
+        r for r in (g.step_reason, described_steps.get(g.name, (1, ""))[1]) if r))
+        for g in groups}
     label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
     for g in groups:
@@ -642,7 +650,7 @@ def plan(
     def kept_for(counts: Mapping[str, int]) -> dict[str, int]:
         out = {}
         for c in candidates:
-            size, step = c.group.size, c.group.step
+            size, step = c.group.size, steps[c.group.name][0]
             least = max(min_keep, c.group.min_size)
             k = max(least, math.ceil(counts[c.group.name] / round_to) * round_to)
             out[c.group.name] = min(size, math.ceil(k / step) * step)
@@ -702,8 +710,8 @@ def plan(
                                                        for c in candidates}, label, scope)
     if undescribed:
         made = with_extra(made, undescribed=undescribed)
-    stepped = {g.name: {"step": g.step, "unit": g.unit, "why": g.step_reason}
-               for g in groups if g.step > 1 and kept.get(g.name, g.size) < g.size}
+    stepped = {g.name: {"step": steps[g.name][0], "unit": g.unit, "why": steps[g.name][1]}
+               for g in groups if steps[g.name][0] > 1 and kept.get(g.name, g.size) < g.size}
     if stepped:
         made = with_extra(made, steps=stepped)
     return _with_depth(made, symmap, blocks, dropped, macs)
@@ -730,16 +738,27 @@ def _check_amounts(ratio: Any, target_params: Any, target_macs: Any) -> None:
         raise PlanError(f"ratio is the fraction of units to remove, in [0, 1); got {ratio}")
 
 
-def _undescribed(model: nn.Module, symmap: SymMap) -> dict[str, str]:
-    """``{group name: why the model's own description could not follow it}``, from every
-    plugin's ``fxsym_undescribed_groups``."""
-    out: dict[str, str] = {}
-    names = {g.name for g in symmap.groups()}
+def described(model: nn.Module, symmap: SymMap
+                 ) -> tuple[dict[str, str], dict[str, tuple[int, str]]]:
+    """What the model's own description can follow, from every plugin's
+    ``fxsym_undescribed_groups``: ``{group name: why it could not follow the group}``, and
+    ``{group name: (units, why)}`` for the groups it describes only in steps of so many units
+    (entries over the group's unit)."""
+    whole: dict[str, str] = {}
+    steps: dict[str, tuple[int, str]] = {}
+    units = {g.name: g.unit for g in symmap.groups()}
     for found in call_hook("fxsym_undescribed_groups", model=model, symmap=symmap) or ():
-        for name, reason in (found or {}).items():
-            if name in names:
-                out.setdefault(str(name), str(reason))
-    return out
+        for name, said in (found or {}).items():
+            if name not in units:
+                continue
+            if isinstance(said, tuple) and len(said) == 2 and _is_int(said[0]) and said[0] > 0:
+                step = said[0] // math.gcd(said[0], units[name])
+                now, why = steps.get(name, (1, ""))
+                steps[name] = (math.lcm(now, step), "; ".join(w for w in (why, str(said[1]))
+                                                              if w))
+            else:
+                whole.setdefault(str(name), str(said))
+    return whole, steps
 
 
 def _exclude_patterns(exclude: Any, groups: Sequence[SymGroup]) -> list[str]:

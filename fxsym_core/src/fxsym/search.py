@@ -66,7 +66,7 @@ from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
 from .paramlayout import layout
-from .planning import Plan, param_shapes, plan
+from .planning import Plan, described, param_shapes, plan
 from .symbols import SymMap
 
 __all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
@@ -378,12 +378,16 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                active: bool = False, round_to: int = 64,
                block_scores: Mapping[str, Any] | None = None,
                fractions: Sequence[float] = FRACTIONS,
-               depths: Sequence[int] | None = None) -> list[Candidate]:
+               depths: Sequence[int] | None = None,
+               describable: bool = False) -> list[Candidate]:
     """The uniform candidates meeting ``target_params`` (see the module docstring), unscored,
     counted from the parameters' metadata only (a meta model does); ``block_scores`` rank the
     blocks of a depth group where fewer are kept (all equal without); ``depths`` are the
-    numbers of blocks tried instead of ``fractions`` of them (``(depth,)``: width only). A
-    :class:`~fxsym.errors.PlanError` if none does."""
+    numbers of blocks tried instead of ``fractions`` of them (``(depth,)``: width only);
+    ``describable`` keeps sizes the model's own description follows
+    (:func:`fxsym.planning.described`: a hidden size or FFN width it cannot follow stays, one
+    it follows in steps is a multiple of them). A :class:`~fxsym.errors.PlanError` if none
+    does."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     depth = symmap.depth_group(r.layers) if r.layers else None
@@ -391,10 +395,15 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     if depth is not None and scores.get(depth.name) is None:
         scores[depth.name] = torch.zeros(depth.size)
     count = _counter(model, symmap, active)
+    whole, said = described(model, symmap) if describable else ({}, {})
+    step = {g.name: g.unit * math.lcm(g.step, said.get(g.name, (1, ""))[0])
+            for g in symmap.groups()}
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
-    hidden_step = math.lcm(round_to, *(groups[n].unit * groups[n].step for n in r.hidden))
+    hidden_step = math.lcm(round_to, *(step[n] for n in r.hidden))
     ffn_g = [groups[n] for n in r.ffn]
-    ffn_now = max((g.size * g.unit for g in ffn_g), default=None)
+    ffn_now = (max((g.size * g.unit for g in ffn_g), default=None)
+               if not whole.keys() & set(r.ffn) else None)
+    widths = (1.0,) if whole.keys() & set(r.hidden) or not hidden_now else fractions
     found: list[Candidate] = []
     tried: set[tuple[Any, ...]] = set()
     counts = ([0] if depth is None else list(depths) if depths is not None
@@ -402,7 +411,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     for n_layers in counts:
         if depth is not None and not 1 <= n_layers <= depth.size:
             raise PlanError(f"{n_layers} blocks of {depth.name!r}: it has {depth.size}")
-        for hf in fractions if hidden_now else (1.0,):
+        for hf in widths:
             hidden = None if hidden_now is None else min(hidden_now, max(
                 hidden_step, int(hidden_now * hf) // hidden_step * hidden_step))
             key = (n_layers, hidden)
@@ -410,7 +419,8 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                 continue
             tried.add(key)
             blocks = _top(scores.get(r.layers or "", None), n_layers, depth)
-            ffn = _widest_ffn(count, symmap, hidden, ffn_now, ffn_g, round_to, blocks,
+            ffn = _widest_ffn(count, symmap, hidden, ffn_now,
+                              math.lcm(*(step[n] for n in r.ffn)), round_to, blocks,
                               r.layers, target_params)
             if ffn is None:
                 continue
@@ -432,6 +442,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
            block_scores: Mapping[str, Any] | None = None,
            evaluate: Callable[[Plan], float] | None = None,
            depths: Sequence[int] | None = None,
+           describable: bool = False,
            progress: bool = False) -> SearchResult:
     """Search uniform architectures meeting ``target_params`` (see the module docstring);
     nothing of ``model`` is changed.
@@ -440,8 +451,10 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     :func:`~fxsym.depth.block_importance` on ``batches``; ``evaluate(plan)`` scores a
     candidate instead of running a pruned copy of ``model`` on ``batches`` (a checkpoint
     streamed layer by layer: :func:`fxsym.checkpoint.prune_checkpoint`), and then ``batches``
-    may be empty. ``depths`` are the numbers of blocks tried (:func:`candidates`).
-    ``progress`` shows the candidates being scored."""
+    may be empty. ``depths`` are the numbers of blocks tried, ``describable`` keeps sizes the
+    model's own description follows (:func:`candidates`; each plan with
+    :func:`fxsym.plan`'s ``describable``). ``progress`` shows the candidates being
+    scored."""
     from .console import track
 
     batches = list(batches)
@@ -454,7 +467,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
         block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
     found = candidates(model, symmap, target_params=target_params, active=active,
                        round_to=round_to, block_scores=block_scores, fractions=fractions,
-                       depths=depths)
+                       depths=depths, describable=describable)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     ffn_now = max((groups[n].size * groups[n].unit for n in r.ffn), default=None)
     scored = []
@@ -466,7 +479,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
         p = plan(model, symmap, importance=importance, scope="uniform",
                  sizes=sizes_for(symmap, hidden=c.hidden if c.hidden != hidden_now else None,
                                  ffn=c.ffn if c.ffn != ffn_now else None),
-                 layers=_layers_arg(r.layers, blocks))
+                 layers=_layers_arg(r.layers, blocks), describable=describable)
         value = (evaluate(p) if evaluate is not None
                  else _loss_of(model, symmap, p, batches, loss, reference))
         scored.append(Candidate(c.layers, c.hidden, c.ffn, c.params, value, p))
@@ -511,16 +524,16 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool
 
 
 def _widest_ffn(count: Callable[[Mapping[str, int], Any], int], symmap: SymMap,
-                hidden: int | None, ffn_now: int | None, ffn_groups: Sequence[Any],
+                hidden: int | None, ffn_now: int | None, unit: int,
                 round_to: int, blocks: list[int] | None, depth: str | None,
                 target: int) -> int | None:
-    """The widest FFN (a multiple of ``round_to``, all FFN groups alike) meeting ``target``
-    with that hidden size and those blocks, or ``None``."""
+    """The widest FFN (a multiple of ``round_to`` and of ``unit``, the entries every FFN
+    group takes at a time, all FFN groups alike) meeting ``target`` with that hidden size and
+    those blocks, or ``None``."""
     layers = _layers_arg(depth, blocks)
     hidden_sizes = sizes_for(symmap, hidden=hidden) if hidden is not None else {}
     if ffn_now is None:
         return None if count(hidden_sizes, layers) > target else 0
-    unit = math.lcm(*(g.unit * g.step for g in ffn_groups))
     step = math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit
     options = list(range(step, ffn_now + 1, step)) or [ffn_now]
     if ffn_now not in options:

@@ -9,9 +9,9 @@ already); it fails, and ``fxsym plugins`` says why, when transformers is not ins
 work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks`,
 :mod:`.inputs` (default example inputs and outputs), :mod:`.attention` and :mod:`.discovery`
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
-(op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.kernels` (sizes
-transformers' kernels take), :mod:`.checkpoint` (the
-files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
+(op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.describable` (the
+sizes a config can describe), :mod:`.kernels` (sizes transformers' kernels take),
+:mod:`.checkpoint` (the files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
 ``save_pretrained`` directory read for ``fxsym.prune_checkpoint``).
 """
 
@@ -31,6 +31,7 @@ from . import (
     checkpoint,
     configs,
     context,
+    describable,
     diffusers_configs,
     discovery,
     inputs,
@@ -121,9 +122,11 @@ class HuggingFacePlugin:
         return None
 
     @fxsym.hookimpl
-    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, str] | None:
+    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, Any] | None:
         if diffusers_configs.is_diffusers_model(model):
             return diffusers_configs.undescribed_groups(model, symmap)
+        if _transformers_imported() and context.is_transformers_model(model):
+            return describable.undescribed_groups(model, symmap) or None
         return None
 
     @fxsym.hookimpl

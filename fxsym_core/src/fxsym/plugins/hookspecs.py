@@ -144,10 +144,13 @@ def fxsym_after_resize(model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
 def fxsym_undescribed_groups(model: Any, symmap: Any) -> Any:
     """The searchable groups of ``symmap`` that ``model``'s own description (a config its
     library rebuilds it from) could not follow if a resize changed them:
-    ``{group name: reason}``, or ``None``.
+    ``{group name: reason}``, or that it follows only in steps: ``{group name: (entries,
+    reason)}`` (a kept size a multiple of ``entries`` entries, or the whole group); or
+    ``None``.
 
-    :func:`fxsym.plan` with ``describable=True`` keeps them whole (and records the reasons in
-    ``Plan.extra["undescribed"]``), so the pruned model saves with its library's own
+    :func:`fxsym.plan` with ``describable=True`` keeps the first whole (and records the
+    reasons in ``Plan.extra["undescribed"]``) and rounds the second to their step (recorded in
+    ``Plan.extra["steps"]``), so the pruned model saves with its library's own
     ``save_pretrained``. Called before anything is resized; it must not change the model.
     """
 
