@@ -118,6 +118,32 @@ def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout
     return direct
 
 
+def assert_shapes_counted(lay: paramlayout.Layout, seed: int = 0) -> None:
+    """``lay.changed_shapes`` of random choices of sizes (all groups, then each alone) are
+    the reference count: per cut dim, the sum over its slices of the product of the shares
+    each group keeps of the slice."""
+    def reference(kept: dict[str, int]) -> dict[str, tuple[int, ...]]:
+        shapes: dict[str, list[int]] = {}
+        cut: dict[tuple[str, int], torch.Tensor] = {}
+        for group, count in kept.items():
+            for s in lay.slices.get(group, ()) if count != lay.sizes[group] else ():
+                share = cut.setdefault((s.param, s.dim), torch.ones(
+                    lay.shapes[s.param][s.dim], dtype=torch.float64))
+                share.index_copy_(0, s.index, share.index_select(0, s.index) * (
+                    count / lay.sizes[group]))
+        for (param, dim), share in cut.items():
+            shapes.setdefault(param, list(lay.shapes[param]))[dim] = round(float(share.sum()))
+        return {name: tuple(shape) for name, shape in shapes.items()}
+
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(20):
+        kept = {g: int(torch.randint(1, n + 1, (1,), generator=gen))
+                for g, n in lay.sizes.items()}
+        assert lay.changed_shapes(kept) == reference(kept)
+        for g, k in kept.items():
+            assert lay.changed_shapes({g: k}) == reference({g: k})
+
+
 def small_seq() -> nn.Module:
     """A conv, its norm and two linears: the model the loader tests save and load."""
     return nn.Sequential(OrderedDict([

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from fuzz_nets import random_net
-from helpers import assert_same_layout
+from helpers import assert_same_layout, assert_shapes_counted
 from torch import nn
 
 import fxsym
@@ -366,3 +366,13 @@ def test_an_alike_module_whose_rule_keeps_otherwise_is_decoded_in_full() -> None
     rows = {(s.param, s.dim): s.unit.tolist() for s in lay.slices["2.n_out"]}
     assert rows[("2.scale", 0)] == [5, 4, 3, 2, 1, 0]
     assert rows[("2.weight", 0)] == rows[("4.weight", 1)] == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_changed_shapes_count_what_the_shares_of_every_slice_sum_to(name: str) -> None:
+    """Shapes after a choice of sizes, one group alone (counted from the slices per unit) or
+    many (heads x head dims cutting one projection crosswise, a concatenation side by side),
+    are the reference sums of shares, for random choices."""
+    cls, inputs = TINY[name]
+    m = cls().eval()
+    assert_shapes_counted(paramlayout.layout(m, fxsym.analyze(m, example_inputs=inputs())))

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from helpers import assert_same_layout
+from helpers import assert_same_layout, assert_shapes_counted
 
 import fxsym
 
@@ -27,3 +27,10 @@ def test_tied_embeddings_agree(tiny: Callable[..., torch.nn.Module]) -> None:
     m = tiny("llama", tie_word_embeddings=True)
     lay = assert_same_layout(m, fxsym.analyze(m))
     assert "lm_head.weight" not in lay.shapes  # one parameter, under its first name
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "mixtral"])
+def test_changed_shapes_count_heads_and_head_dims_crosswise(
+        family: str, tiny: Callable[..., torch.nn.Module]) -> None:
+    m = tiny(family)
+    assert_shapes_counted(fxsym.paramlayout.layout(m, fxsym.analyze(m)))

@@ -100,21 +100,31 @@ class Layout:
 
     def changed_shapes(self, kept: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         """The parameters :meth:`shapes_after` changes, with their new shapes (in the size of
-        the groups' slices, not of the model)."""
-        shapes: dict[str, list[int]] = {}
-        cut: dict[tuple[str, int], torch.Tensor] = {}
+        the groups' slices, not of the model).
+
+        A dim one group cuts, with as many slices per unit, keeps ``slices / units x kept``
+        of them (counted); a dim several groups cut keeps the sum, over its slices, of the
+        product of the shares each group keeps (``kept / units``) of the slice."""
+        cuts: dict[tuple[str, int], list[tuple[Slices, int, int]]] = {}
         for group, count in kept.items():
             size = self.sizes[group]
             if count == size:
                 continue
             for s in self.slices.get(group, ()):
-                share = cut.get((s.param, s.dim))
-                if share is None:
-                    share = cut[(s.param, s.dim)] = torch.ones(
-                        self.shapes[s.param][s.dim], dtype=torch.float64)
-                share.index_copy_(0, s.index, share.index_select(0, s.index) * (count / size))
-        for (param, dim), share in cut.items():
-            shapes.setdefault(param, list(self.shapes[param]))[dim] = round(float(share.sum()))
+                cuts.setdefault((s.param, s.dim), []).append((s, count, size))
+        shapes: dict[str, list[int]] = {}
+        for (param, dim), parts in cuts.items():
+            length = self.shapes[param][dim]
+            s, count, size = parts[0]
+            n = s.index.numel()
+            if len(parts) == 1 and n % size == 0:
+                left = length - n + n // size * count
+            else:
+                share = torch.ones(length, dtype=torch.float64)
+                for s, count, size in parts:
+                    share.index_copy_(0, s.index, share.index_select(0, s.index) * (count / size))
+                left = round(float(share.sum()))
+            shapes.setdefault(param, list(self.shapes[param]))[dim] = left
         return {name: tuple(shape) for name, shape in shapes.items()}
 
     def param_count(self, kept: Mapping[str, int]) -> int:
