@@ -482,3 +482,26 @@ def test_leaf_rule_of_a_class_looked_up_once_per_trace(monkeypatch: pytest.Monke
     assert [n.target for n in gm.graph.nodes if n.op == "call_module"] == ["0", "3"]
     assert torch.equal(gm(torch.ones(2, 4)), model(torch.ones(2, 4)))
 
+
+def test_split_groups_read_from_a_table_kept_until_the_next_split_or_union() -> None:
+    """``GroupTable.resolve`` reads a split group's units as its blocks (blocks of blocks
+    included) from a table it fills on first use (ShuffleNet resolves tens of thousands of
+    dims of a few split groups: recursing every time was a third of its analysis); a split
+    or a union, which change what the blocks are, empty it."""
+    from fxsym.analysis.groups import GroupTable
+    from fxsym.analysis.layout import Seg
+
+    table = GroupTable()
+    g, other = table.new(8), table.new(2)
+    dim = (Seg(g, 8, 3),)
+    assert table.resolve(dim) == dim
+    a, b = table.split(g, [6, 2])
+    assert table.resolve(dim) == (Seg(a, 6, 3), Seg(b, 2, 3))
+    assert table._blocks
+    a0, a1 = table.split(a, [2, 4])
+    assert not table._blocks
+    assert table.resolve(dim) == (Seg(a0, 2, 3), Seg(a1, 4, 3), Seg(b, 2, 3))
+    assert table.resolve((Seg(g, 4, 6),)) == (Seg(a0, 1, 6), Seg(a1, 2, 6), Seg(b, 1, 6))
+    table.union(other, b)
+    assert not table._blocks
+    assert table.resolve(dim)[-1] == Seg(b, 2, 3) and table.find(b) == table.find(other)

@@ -62,6 +62,9 @@ class GroupTable:
     routed: dict[int, str] = field(default_factory=dict)
     #: per root: the share of its units every resize must keep (a ``topk`` over it needs k)
     least: dict[int, Fraction] = field(default_factory=dict)
+    #: what :meth:`resolve` reads a split group's units as (cleared by a split or a union)
+    _blocks: dict[tuple[int, int], tuple[tuple[int, int], ...]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     def new(self, units: int) -> int:
         gid = len(self.parent)
@@ -81,12 +84,10 @@ class GroupTable:
     def same_size(self, g: int) -> list[int]:
         """The roots whose unit counts must stay equal to ``g``'s root's, itself first."""
         r = self.find(g)
-        out = [r]
-        for m in self._same.get(r, ()):
-            rm = self.find(m)
-            if rm not in out:
-                out.append(rm)
-        return out
+        members = self._same.get(r)
+        if not members:
+            return [r]
+        return list(dict.fromkeys([r, *map(self.find, members)]))
 
     def constrain(self, g: int, units: int) -> None:
         """Make ``g``'s unit count divide ``units`` (coarser units: e.g. whole heads, whole
@@ -118,6 +119,7 @@ class GroupTable:
         if rb < ra:
             ra, rb = rb, ra
         self.parent[rb] = ra
+        self._blocks.clear()
         if rb in self.reasons and ra not in self.reasons:
             self.reasons[ra] = self.reasons[rb]
         self.reasons.pop(rb, None)
@@ -187,6 +189,7 @@ class GroupTable:
                              f"{list(pieces)} units")
         routed = [m for m in self.same_size(r) if m in self.routed]
         cut: list[list[int]] = []
+        self._blocks.clear()
         for m in self.same_size(r):
             kids: list[int] = []
             for i, p in enumerate(pieces):
@@ -254,19 +257,46 @@ class GroupTable:
 
     def resolve(self, dim: Dim) -> Dim:
         """``dim`` with each segment of a split group read as one segment per block."""
-        if not self.children or not any(
-                s.group is not None and self.find(s.group) in self.children for s in dim):
+        children = self.children
+        if not children:
+            return dim
+        find = self.find
+        for s in dim:
+            if s.group is not None and find(s.group) in children:
+                break
+        else:
             return dim
         out: list[Seg] = []
+        self._resolve_into(dim, out)
+        return tuple(out)
+
+    def _resolve_into(self, dim: Dim, out: list[Seg]) -> None:
+        children, find = self.children, self.find
         for s in dim:
-            kids = self.children.get(self.find(s.group)) if s.group is not None else None
-            if kids is None:
+            root = find(s.group) if s.group is not None else None
+            if root not in children:
                 out.append(s)
                 continue
+            out.extend(Seg(c, units, s.block) for c, units in self._blocks_of(root, s.units))
+
+    def _blocks_of(self, root: int, units: int) -> tuple[tuple[int, int], ...]:
+        """The groups that ``units`` units of split group ``root`` are read as, each with its
+        share of them, blocks of blocks included; remembered until a split or a union."""
+        key = (root, units)
+        found = self._blocks.get(key)
+        if found is None:
+            kids = self.children[root]
             total = sum(p for _, p in kids)
+            out: list[tuple[int, int]] = []
             for c, p in kids:
-                out.extend(self.resolve((Seg(c, s.units * p // total, s.block),)))
-        return tuple(out)
+                share = units * p // total
+                r = self.find(c)
+                if r in self.children:
+                    out.extend(self._blocks_of(r, share))
+                else:
+                    out.append((c, share))
+            found = self._blocks[key] = tuple(out)
+        return found
 
     def resolve_layout(self, layout: Any) -> Any:
         """A layout (see :mod:`fxsym.analysis.layout`) with every dim :meth:`resolve`-d."""
