@@ -19,7 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from fxsym.tracer.values import meta_empty, nonempty, plain_float, row_major
+from fxsym.tracer.values import (
+    meta_empty,
+    nonempty,
+    plain_float,
+    row_major,
+    strides_row_major,
+)
 
 
 def _methods(cls: type) -> tuple[Any, ...]:
@@ -62,8 +68,12 @@ def _input(args: tuple[Any, ...], kwargs: dict[str, Any],
 
 
 def _ints(value: Any, n: int, least: int) -> bool:
-    return (type(value) is tuple and len(value) == n
-            and all(type(v) is int and v >= least for v in value))
+    if type(value) is not tuple or len(value) != n:
+        return False
+    for v in value:  # a loop: all() of a generator costs more for two or three items
+        if type(v) is not int or v < least:
+            return False
+    return True
 
 
 # -- Linear -----------------------------------------------------------------------------------
@@ -101,20 +111,23 @@ def conv_value(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     assert isinstance(mod, nn.modules.conv._ConvNd)
     groups, weight, bias = mod.groups, mod.weight, mod.bias
     transposed = isinstance(mod, nn.modules.conv._ConvTransposeNd)
-    kernel = tuple(weight.shape[2:])
+    if type(weight) not in (torch.Tensor, nn.Parameter):
+        return None
+    shape = tuple(weight.shape)  # read once: each read of a Parameter's metadata costs ~1 us
+    kernel = shape[2:]
     channels = x.shape[-n - 1]
-    if (type(groups) is not int or groups < 1 or weight.dim() != n + 2
+    if (type(groups) is not int or groups < 1 or len(shape) != n + 2
             or mod.padding_mode != "zeros"):
         return None
     if transposed:
-        out = weight.shape[1] * groups
-        ok = weight.shape[0] == channels and channels % groups == 0
+        out = shape[1] * groups
+        ok = shape[0] == channels and channels % groups == 0
     else:
-        out = weight.shape[0]
-        ok = weight.shape[1] * groups == channels and out % groups == 0
-    if (not ok or out == 0 or not _weight(weight, x.dtype, tuple(weight.shape))
-            or not row_major(weight)):  # some torch versions follow a channels-last weight
-        return None
+        out = shape[0]
+        ok = shape[1] * groups == channels and out % groups == 0
+    if (not ok or out == 0 or weight.layout != torch.strided or weight.dtype != x.dtype
+            or not strides_row_major(shape, weight.stride())):  # some torch versions follow
+        return None  # a channels-last weight
     if bias is not None and not _weight(bias, x.dtype, (out,)):
         return None
     stride, dilation = mod.stride, mod.dilation

@@ -64,8 +64,14 @@ def plain_float(value: Any) -> bool:
 def row_major(t: torch.Tensor) -> bool:
     """``t`` has the strides ``torch.empty(t.shape)`` gives (row-major, including the strides
     of dims of size 1) and at least one element."""
+    return strides_row_major(t.shape, t.stride())
+
+
+def strides_row_major(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """:func:`row_major` of a tensor of ``shape`` and ``strides`` (read once by a caller that
+    has them)."""
     expected = 1
-    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+    for size, stride in zip(reversed(shape), reversed(strides)):
         if size == 0 or stride != expected:
             return False
         expected *= size
