@@ -55,6 +55,9 @@ from .submodules import Submodules
 
 def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
     """The one dimension the equivalent indices ``elastic_dims`` name for a tensor of ``ndim``."""
+    if len(elastic_dims) == 1:  # the usual case, without building a set
+        for d in elastic_dims:
+            return d % ndim if -ndim <= d < ndim else None
     found = {d % ndim for d in elastic_dims if -ndim <= d < ndim}
     return found.pop() if len(found) == 1 else None
 
@@ -521,18 +524,8 @@ class Analyzer:
         if not tensors:
             return self.boundary(node, f"{type(mod).__name__} got no tensor input")
         x = ctx.tensor_layout(tensors[0])
-        placed = {path[0]: path[-1] for sym in info.symbols.values()
-                  for kind, path in sym.places if kind == "input" and len(path) == 2}
-        where: dict[int, int | str] = {id(a): i for i, a in enumerate(node.args)}
-        where.update((id(a), k) for k, a in node.kwargs.items())
-        for other in tensors[1:]:
-            if other is tensors[0]:  # self-attention passes one value three times
-                continue
-            lay = ctx.tensor_layout(other)
-            last = placed.get(where.get(id(other), -1))
-            free = resolve_dim({last}, len(lay)) if isinstance(last, int) else None
-            self.fix(TensorLayout(d for i, d in enumerate(lay) if i != free),
-                     f"extra input of {type(mod).__name__}", node)
+        if len(tensors) > 1:
+            self._extra_inputs(ctx, mod, info, tensors)
         consumed: set[int] = set()
         incoming: dict[int, tuple[Dim, int | None]] = {}
         for sname, sym in info.symbols.items():
@@ -573,6 +566,24 @@ class Analyzer:
             out = self._outputs(ctx, name, info, incoming, out, ctx.value)
             out = TensorLayout(x[d] if d in batch else o for d, o in enumerate(out))
         return self._places(ctx, name, info, out)
+
+    def _extra_inputs(self, ctx: OpContext, mod: torch.nn.Module, info: Any,
+                      tensors: list[Any]) -> None:
+        """Pin the tensor inputs of a leaf after its first (but the same value again, and
+        the dim a symbol's ``places`` names)."""
+        node = ctx.node
+        placed = {path[0]: path[-1] for sym in info.symbols.values()
+                  for kind, path in sym.places if kind == "input" and len(path) == 2}
+        where: dict[int, int | str] = {id(a): i for i, a in enumerate(node.args)}
+        where.update((id(a), k) for k, a in node.kwargs.items())
+        for other in tensors[1:]:
+            if other is tensors[0]:  # self-attention passes one value three times
+                continue
+            lay = ctx.tensor_layout(other)
+            last = placed.get(where.get(id(other), -1))
+            free = resolve_dim({last}, len(lay)) if isinstance(last, int) else None
+            self.fix(TensorLayout(d for i, d in enumerate(lay) if i != free),
+                     f"extra input of {type(mod).__name__}", node)
 
     def _places(self, ctx: OpContext, name: str, info: Any, out: Layout) -> Layout:
         """Tie the input dims and lay out the output dims a symbol's ``places`` name (one

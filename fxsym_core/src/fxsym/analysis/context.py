@@ -130,15 +130,16 @@ class OpContext:
         return lay
 
     def shape(self, a: Any) -> tuple[int, ...]:
-        v = self.val(a)
+        v = a.meta.get("val") if isinstance(a, torch.fx.Node) else self.val(a)
         if not isinstance(v, torch.Tensor):
             raise Unsupported(f"no shape known for {getattr(a, 'name', a)!r}")
         return tuple(v.shape)
 
     def out_shape(self) -> tuple[int, ...]:
-        if not isinstance(self.value, torch.Tensor):
+        value = self.node.meta.get("val")
+        if not isinstance(value, torch.Tensor):
             raise Unsupported("the node's value is not a tensor")
-        return tuple(self.value.shape)
+        return tuple(value.shape)
 
     # -- writing ---------------------------------------------------------------------------
     def fixed(self, value: Any = _NO_DEFAULT) -> Layout:
