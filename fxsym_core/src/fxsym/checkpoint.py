@@ -1115,16 +1115,14 @@ def prune_checkpoint(
     notes: list[str] = []
     if searching:
         assert target is not None
+        meeting = partial(candidates, model, sm, target_params=target, round_to=round_to,
+                          active=target_active_params is not None, depths=depths)
         try:
-            candidates(model, sm, target_params=target,
-                       active=target_active_params is not None, round_to=round_to,
-                       depths=depths, describable=describe)
+            meeting(describable=describe)
         except PlanError as refused:
             if not describe:
                 raise
-            candidates(model, sm, target_params=target,
-                       active=target_active_params is not None, round_to=round_to,
-                       depths=depths)
+            meeting()
             describe = False
             notes.append(_UNDESCRIBED.format(refused))
     with step("mapping the groups onto the parameters"):
@@ -1204,7 +1202,6 @@ def _describable_plan(describable: bool, model: nn.Module, symmap: Any, **kwargs
     except PlanError as refused:
         why = str(refused)
     return plan(model, symmap, **kwargs), _UNDESCRIBED.format(why)
-
 
 
 def loading_note(directory: str | os.PathLike[str], output: str | os.PathLike[str]) -> str:

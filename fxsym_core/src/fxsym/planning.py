@@ -61,9 +61,7 @@ from .resizing import resize
 from .symbols import SymGroup, SymMap
 
 __all__ = ["DepthChoice", "GroupChoice", "Plan", "analysis_options", "count_macs", "described",
-           "input_spec",
-           "inputs_from_spec",
-           "param_shapes", "plan", "strict_loads"]
+           "input_spec", "inputs_from_spec", "param_shapes", "plan", "strict_loads"]
 
 #: the version of :meth:`Plan.to_json`'s format
 FORMAT = 1
@@ -632,9 +630,10 @@ def plan(
     patterns = _exclude_patterns(exclude, groups)
     undescribed, described_steps = described(model, symmap) if describable else ({}, {})
     patterns += [glob.escape(name) for name in undescribed]
-    steps = {g.name: (math.lcm(g.step, described_steps.get(g.name, (1, ""))[0]), "; ".join(
-        r for r in (g.step_reason, described_steps.get(g.name, (1, ""))[1]) if r))
-        for g in groups}
+    steps: dict[str, tuple[int, str]] = {}
+    for g in groups:
+        more, why = described_steps.get(g.name, (1, ""))
+        steps[g.name] = (math.lcm(g.step, more), "; ".join(r for r in (g.step_reason, why) if r))
     label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
     for g in groups:
@@ -739,7 +738,7 @@ def _check_amounts(ratio: Any, target_params: Any, target_macs: Any) -> None:
 
 
 def described(model: nn.Module, symmap: SymMap
-                 ) -> tuple[dict[str, str], dict[str, tuple[int, str]]]:
+              ) -> tuple[dict[str, str], dict[str, tuple[int, str]]]:
     """What the model's own description can follow, from every plugin's
     ``fxsym_undescribed_groups``: ``{group name: why it could not follow the group}``, and
     ``{group name: (units, why)}`` for the groups it describes only in steps of so many units
