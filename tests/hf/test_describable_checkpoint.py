@@ -102,3 +102,21 @@ def test_the_search_tries_hidden_sizes_the_config_describes(tmp_path: Path,
     assert type(pruned) is type(model) and _params(pruned) == plan.params_after
     with torch.no_grad():
         assert torch.isfinite(pruned(torch.tensor([[1, 5, 9]])).logits).all()
+
+
+def test_the_cli_says_which_sizes_it_rounded(tmp_path: Path, calib: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from fxsym.cli import main
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama")
+    out = tmp_path / "out"
+    code = main(["prune", str(src), "--calib", str(calib), "--calib-tokens", "128",
+                 "--seq-len", "32", "--param-ratio", "0.5", "-o", str(out)])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert ("kept at a multiple of 4 entries (LlamaConfig's own checks take hidden_size only "
+            "in multiples of 4): model.embed_tokens.embedding_dim") in printed.out
+    assert "from_pretrained" in printed.out and "trust_remote_code" not in printed.out
+    assert type(transformers.AutoModelForCausalLM.from_pretrained(out)).__name__ == (
+        "LlamaForCausalLM")
