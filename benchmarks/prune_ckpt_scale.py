@@ -20,6 +20,9 @@ Every step runs in a subprocess of its own; the prune's peak resident memory is 
 the first row is a child that only imports torch, transformers and fxsym (the floor). Target:
 peak under 40 % of the checkpoint for the largest one, flat as the size grows.
 
+``--moe --importance l2`` scores the stored weights instead (no calibration run): each
+parameter read, scored and given back in turn.
+
 With ``--search``, the llama checkpoints are pruned to half their parameters by the
 architecture search (``search=True``: uniform candidates of depth and widths, each scored by
 its next-token loss in a streamed pass over its pruned tensors), on 512 calibration tokens.
@@ -124,7 +127,8 @@ def write_checkpoint(directory: Path, layers: int, moe: bool = False) -> dict[st
     return {"bytes": total}
 
 
-def prune(src: str, out: str, calib: str, moe: str = "") -> dict[str, float]:
+def prune(src: str, out: str, calib: str, moe: str = "", importance: str = "activation"
+          ) -> dict[str, float]:
     import resource
 
     import fxsym
@@ -133,6 +137,9 @@ def prune(src: str, out: str, calib: str, moe: str = "") -> dict[str, float]:
     if moe == "search":
         plan = fxsym.prune_checkpoint(src, out, calibration=calib, calibration_tokens=512,
                                       seq_len=512, param_ratio=0.5, round_to=64, search=True)
+    elif moe and importance == "l2":
+        plan = fxsym.prune_checkpoint(src, out, importance="l2",
+                                      sizes={"experts": MOE["experts"] // 2})
     elif moe:
         plan = fxsym.prune_checkpoint(src, out, calibration=calib, calibration_tokens=1024,
                                       seq_len=512, sizes={"experts": MOE["experts"] // 2})
@@ -188,6 +195,8 @@ def main() -> None:
     parser.add_argument("--tmp", default="/tmp", help="where the checkpoints are written")
     parser.add_argument("--moe", action="store_true",
                         help="Mixtral-shaped checkpoints pruned to half their experts")
+    parser.add_argument("--importance", choices=("activation", "l2"), default="activation",
+                        help="with --moe: l2 scores the stored weights (no calibration run)")
     parser.add_argument("--search", action="store_true",
                         help="the architecture search for half the parameters (512 "
                         "calibration tokens; each candidate scored by a streamed pass)")
@@ -208,7 +217,7 @@ def main() -> None:
             made = child("write", str(src), str(layers), moe)
             written = time.perf_counter() - start
             got = child("prune", str(src), str(out), str(calib),
-                        "search" if args.search else moe)
+                        "search" if args.search else moe, args.importance)
             size_mb = made["bytes"] / 1e6
             out_mb = sum(f.stat().st_size for f in out.glob("*.safetensors")) / 1e6
             peak = got["peak_kb"] / 1024

@@ -313,3 +313,33 @@ def test_the_cli_meets_an_active_parameter_target_on_a_moe_checkpoint(
     assert any(".experts.0.w1.weight" in k for k in stored_tensors(out))
     with torch.no_grad():
         assert torch.isfinite(pruned(torch.tensor([[1, 5, 9, 12]])).logits).all()
+
+
+def test_weight_scores_give_each_parameter_back_before_the_next(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scoring a checkpoint by its weights holds one parameter at a time, and the memory of
+    each (its tensor, the fused experts made from the stored ones, its float64 scores) goes
+    back to the system before the next is read: without that the C library kept it, and
+    the peak of a MoE checkpoint grew with every layer scored (benchmarks/prune_ckpt_scale.py
+    --moe --importance l2). Every read of the scoring follows a trim."""
+    import fxsym.checkpoint as ckpt
+
+    src = tmp_path / "in"
+    checkpoint(src, "mixtral", **MOE["mixtral"])
+    events: list[str] = []
+    trim, one = ckpt._trim, ckpt._Tensors.one
+
+    def trimmed() -> None:
+        events.append("trim")
+        trim()
+
+    def read(self: Any, name: str) -> torch.Tensor:
+        events.append(name)
+        return one(self, name)
+
+    monkeypatch.setattr(ckpt, "_trim", trimmed)
+    monkeypatch.setattr(ckpt._Tensors, "one", read)
+    fxsym.prune_checkpoint(src, tmp_path / "out", importance="l2", sizes={"experts": 3})
+    reads = [i for i, e in enumerate(events) if e != "trim"]
+    assert len(reads) > 10 and any(".experts." in events[i] for i in reads)
+    assert all(events[i - 1] == "trim" for i in reads), events[:12]
