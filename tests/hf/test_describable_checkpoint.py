@@ -120,3 +120,22 @@ def test_the_cli_says_which_sizes_it_rounded(tmp_path: Path, calib: Path,
     assert "from_pretrained" in printed.out and "trust_remote_code" not in printed.out
     assert type(transformers.AutoModelForCausalLM.from_pretrained(out)).__name__ == (
         "LlamaForCausalLM")
+
+
+def test_the_cli_plans_without_the_config_when_told(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``--no-describable`` is ``describable=False`` (hidden 41: fxsym's own type);
+    ``--describable`` keeps the config's sizes for a plan of another scope too."""
+    from fxsym.cli import main
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama")
+    for options in (["--no-describable"], ["--describable", "--scope", "global"]):
+        out = tmp_path / options[0]
+        assert main(["prune", str(src), "--importance", "l2", "--param-ratio", "0.5",
+                     *options, "-o", str(out), "--json"]) == 0
+        plan = json.loads(capsys.readouterr().out)
+        hidden = {g["name"]: g for g in plan["groups"]}["model.embed_tokens.embedding_dim"]
+        assert (len(hidden["keep"]) % 4 == 0) == (options[0] == "--describable"), hidden
+    config = json.loads((tmp_path / "--no-describable" / "config.json").read_text())
+    assert config["model_type"] == "fxsym_pruned"

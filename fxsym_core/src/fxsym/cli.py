@@ -449,7 +449,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
                              target_macs=args.target_macs, importance=criterion,
                              scope=args.scope, round_to=args.round_to, min_keep=args.min_keep,
-                             exclude=args.exclude or (), describable=args.describable)
+                             exclude=args.exclude or (), describable=bool(args.describable))
     with status("resizing"):
         plan.apply(model, sm)
     save(model, args.output, plan, source=source, history=history, keep_others=False)
@@ -471,11 +471,10 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
     if args.target_macs is not None:
         raise CliError("--target-macs is not available for a checkpoint directory; give "
                        "--ratio, --param-ratio or --target-params")
-    if args.norm_groups == "keep" or args.describable:
-        raise CliError(f"{'--describable' if args.describable else '--norm-groups keep'} is "
-                       "not available for a checkpoint directory: it is analyzed in the "
-                       "default mode (a causal language model has no group norm) and written "
-                       "as the architecture its config describes where it can")
+    if args.norm_groups == "keep":
+        raise CliError("--norm-groups keep is not available for a checkpoint directory: it is "
+                       "analyzed in the default mode (a causal language model of transformers "
+                       "has no group norm)")
     if args.importance not in (None, "l1", "l2", "activation"):
         raise CliError(f"--importance {args.importance}: a checkpoint is scored with "
                        "activation (with --calib), l1 or l2")
@@ -491,7 +490,8 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
         search=args.calib is not None and layers is None and not shape,
         layers=layers, sizes=shape or None, scope=args.scope or "uniform",
         round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
-        max_shard_size=_bytes(args.max_shard_size), progress=True, status=status)
+        describable=args.describable, max_shard_size=_bytes(args.max_shard_size),
+        progress=True, status=status)
     if args.json:
         print(plan.to_json())
         return 0
@@ -529,14 +529,11 @@ def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inpu
     batches = _random_batches(inputs, args.batches)
     target = args.target_params or args.target_active_params
     if target and args.layers is None and not shape:
-        if args.describable:
-            raise CliError("--describable is not available with the architecture search "
-                           "(its candidates are uniform sizes by role); give --layers or "
-                           "sizes with it, or --ratio")
         with status("searching uniform architectures (each planned and scored)"):
             result = search(model, sm, target_params=target, batches=batches,
                             active=args.target_active_params is not None,
-                            round_to=max(args.round_to, 1), importance=criterion)
+                            round_to=max(args.round_to, 1), importance=criterion,
+                            describable=bool(args.describable))
         return result.plan, result.table()
     layers = _layers(args.layers)
     with status("planning (depth and sizes)"):
@@ -544,7 +541,7 @@ def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inpu
                          target_macs=args.target_macs, importance=criterion, scope="uniform",
                          round_to=args.round_to, min_keep=args.min_keep,
                          exclude=args.exclude or (), layers=layers,
-                         describable=args.describable,
+                         describable=bool(args.describable),
                          depth_importance=None if layers is None else block_importance(
                              batches), sizes=sizes_for(sm, **shape) if shape else None), None
 
@@ -605,10 +602,12 @@ def add_prune_parser(sub: Any) -> None:
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
                    "for a checkpoint (every layer keeps the same shape, so its config says it)")
     _add_norm_groups(p)
-    p.add_argument("--describable", action="store_true", help="keep whole the groups the "
-                   "plugins say the model's own config could not describe (a diffusers "
-                   "config with one field for sizes a resize cannot change), so a uniform "
-                   "plan saves with the library's save_pretrained")
+    p.add_argument("--describable", action=argparse.BooleanOptionalAction, help="keep the "
+                   "sizes the model's own config can describe (fxsym.plan's describable: "
+                   "a diffusers config's groups it cannot follow stay whole, a transformers "
+                   "config's sizes round to what its checks take), so a uniform plan saves "
+                   "with the library's save_pretrained; default: off, on for a checkpoint "
+                   "directory's uniform plan")
     calib = p.add_argument_group("calibration (a checkpoint directory)")
     calib.add_argument("--calib", metavar="FILE", help="calibration text: plain text, or JSON "
                        "lines with a \"text\" field; tokenised with the checkpoint's tokenizer")
