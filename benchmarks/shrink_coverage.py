@@ -5,8 +5,8 @@ UNets, YOLO, modern timm models.
                                          [--norm-groups keep]
 
 For each model (random weights, built from a config or yaml, nothing downloaded) the script
-analyzes it, takes a perturbed copy (:func:`fxsym.oracles.perturbed`), halves every
-searchable group there with :func:`fxsym.resize` (the sizes
+analyzes it, takes a perturbed copy (:class:`fxsym.oracles.PerturbedCopy`, whose tensors are
+freed when it is done with), halves every searchable group there (the sizes
 :func:`fxsym.oracles.check_shrink` chooses: half the units of each group, at least one, so
 the groups of a same-size class keep equal sizes) and compares the weight shapes of every
 projection before and after. A projection is an ``nn.Conv*d`` (transposed too), an
@@ -52,7 +52,7 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import table, track
 
 import fxsym
-from fxsym.oracles import OracleResult, check_permutation, perturbed, run_model
+from fxsym.oracles import OracleResult, PerturbedCopy, check_permutation, perturbed, run_model
 
 _DECODER: dict[str, Any] = dict(
     hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -202,36 +202,37 @@ def report(spec: str, seeds: tuple[int, ...], norm_groups: str = "follow") -> li
     groups = sm.groups()
     notes: list[str] = []
     # the reference runs on a copy of its own: a run can derive state from the weights that
-    # resize refuses to leave stale, and the copy to shrink is resized as freshly built
-    reference = run_model(perturbed(model, seeds[0]), inputs, sm.output_contract)
-    clone, copy_sm = perturbed(model, seeds[0], sm)
-    before = projections(clone)
+    # resize refuses to leave stale, and the copy to shrink is resized as freshly built (with
+    # its SymMap: a reference cycle, so its tensors are freed when it is done with)
+    reference = [t.shape for t in run_model(perturbed(model, seeds[0]), inputs,
+                                            sm.output_contract)]
     chosen = {g.name: max(1, g.size // 2) for g in groups}  # as check_shrink chooses
     shrunk, experts, runs = "", "", "not checked"
-    try:
-        fxsym.resize(clone, copy_sm, chosen)
-    except Exception as exc:
-        runs = "fail"
-        notes.append(f"resize failed: {type(exc).__name__}: {exc}")
-    else:
-        after = projections(clone)
-        fused = [k for k, (_, e) in before.items() if e is not None]
-        count = sum(after[k][0] < before[k][0] for k in before)
-        shrunk = f"{count / len(before):.2f} ({count}/{len(before)})" if before else "-"
-        if fused:
-            fewer = sum(after[k][1] < before[k][1] for k in fused)  # type: ignore[operator]
-            experts = f"{fewer}/{len(fused)}"
-        if groups:
-            try:
-                out = run_model(clone, inputs, sm.output_contract)
-                same = [t.shape for t in out] == [t.shape for t in reference]
-                runs = "ok" if same else "fail"
-                if not same:
-                    notes.append("output shapes changed")
-            except Exception as exc:
-                runs = "fail"
-                notes.append(f"shrunk model fails: {type(exc).__name__}: {exc}")
-    del clone, copy_sm
+    with PerturbedCopy(model, seeds[0], sm, None) as clone:
+        before = projections(clone.model)
+        try:
+            clone.resize(chosen)
+        except Exception as exc:
+            runs = "fail"
+            notes.append(f"resize failed: {type(exc).__name__}: {exc}")
+        else:
+            after = projections(clone.model)
+            fused = [k for k, (_, e) in before.items() if e is not None]
+            count = sum(after[k][0] < before[k][0] for k in before)
+            shrunk = f"{count / len(before):.2f} ({count}/{len(before)})" if before else "-"
+            if fused:
+                fewer = sum(after[k][1] < before[k][1] for k in fused)  # type: ignore[operator]
+                experts = f"{fewer}/{len(fused)}"
+            if groups:
+                try:
+                    out = run_model(clone.model, inputs, sm.output_contract)
+                    same = [t.shape for t in out] == reference
+                    runs = "ok" if same else "fail"
+                    if not same:
+                        notes.append("output shapes changed")
+                except Exception as exc:
+                    runs = "fail"
+                    notes.append(f"shrunk model fails: {type(exc).__name__}: {exc}")
     try:
         perm = check_permutation(model, sm, inputs, seeds=seeds)
     except Exception as exc:

@@ -32,8 +32,8 @@ The oracles test the SymMap they are given (copied together with the model, so t
 groups are the caller's groups), work on deep copies put in eval mode, and never touch the
 caller's model: not its weights, not its training flag, not its attributes. One copy is alive
 at a time, built directly in the dtype it runs in, and its tensors are freed the moment it is
-done with (:class:`_Copy`): a copy and its SymMap sit in reference cycles, which Python frees
-only when its cyclic collector happens to run.
+done with (:class:`PerturbedCopy`): a copy and its SymMap sit in reference cycles, which
+Python frees only when its cyclic collector happens to run.
 
 Imports from fxsym: analysis, modstate, resizing, symbols.
 """
@@ -237,10 +237,12 @@ def _add_noise(tensor: torch.Tensor, gen: torch.Generator, *, multiplicative: bo
     tensor.copy_(torch.where(finite, new.to(rounded).to(tensor.dtype), tensor))
 
 
-class _Copy:
+class PerturbedCopy:
     """A :func:`perturbed` copy of the model and its SymMap (``model``, ``symmap``) in
     ``dtype`` (default: the model's own), resized by ``choices`` if given, used in a ``with``
-    block; every tensor it held is freed when it is done with.
+    block; every tensor it held is freed when it is done with. The oracles use it, and so
+    does anything else that makes copies of a model to resize and drop
+    (``benchmarks/shrink_coverage.py``).
 
     Dropping the copy is not enough: the copy and its SymMap form reference cycles (the traced
     graph, the symbols), so their tensors would live until Python's cyclic collector runs, and
@@ -267,7 +269,7 @@ class _Copy:
                 self.model.to(dtype)
                 self._held.update(_tensors(self.model))
 
-    def __enter__(self) -> _Copy:
+    def __enter__(self) -> PerturbedCopy:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -369,7 +371,7 @@ def _permuted(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: int,
     ``perms`` applied. The copy is made afresh each time (the perturbation is deterministic)
     and freed after, so at most one copy of the model is alive at once (ViT-H has 2.5 GB of
     weights)."""
-    with _Copy(model, seed, symmap, precision.dtype, perms) as c:
+    with PerturbedCopy(model, seed, symmap, precision.dtype, perms) as c:
         return precision.forward(c.model, example_inputs, symmap.output_contract)
 
 
@@ -404,12 +406,12 @@ def check_shrink(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
     result = OracleResult(checked=len(groups), seeds=(seed,))
     if not groups:
         return result
-    with _Copy(model, seed, symmap, None) as c:
+    with PerturbedCopy(model, seed, symmap, None) as c:
         _shrink(c, groups, example_inputs, symmap.output_contract, result)
     return result
 
 
-def _shrink(c: _Copy, groups: list[SymGroup], example_inputs: Any,
+def _shrink(c: PerturbedCopy, groups: list[SymGroup], example_inputs: Any,
             contract: Contract | None, result: OracleResult) -> None:
     """:func:`check_shrink` on the copy ``c``."""
     clone, sm = c.model, c.symmap
@@ -791,7 +793,7 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
     dropped = {g.id: torch.tensor(units) for g, units in drops}
 
     def zeroed_run() -> list[torch.Tensor]:
-        with _Copy(model, seed, symmap, precision.dtype) as c:
+        with PerturbedCopy(model, seed, symmap, precision.dtype) as c:
             table = c.symmap.analysis.table if c.symmap.analysis else None
             handles = _zero_reads(c.model, plan, dropped, table)
             try:
@@ -804,7 +806,7 @@ def _same_values(model: nn.Module, symmap: SymMap, example_inputs: Any, seed: in
     dtype, tol = precision.dtype, precision.tolerance
     keep = {g.name: [u for u in range(g.size) if u not in set(units)] for g, units in drops}
     try:
-        with _Copy(model, seed, symmap, dtype, keep) as c:
+        with PerturbedCopy(model, seed, symmap, dtype, keep) as c:
             out = precision.forward(c.model, example_inputs, symmap.output_contract)
     except Exception as exc:
         if result is not None:
@@ -1162,7 +1164,7 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
 
     def recorded_run() -> list[torch.Tensor]:
         records.clear()
-        with _Copy(model, seed, symmap, precision.dtype) as full:
+        with PerturbedCopy(model, seed, symmap, precision.dtype) as full:
             modules = dict(full.model.named_modules())
             handles = _zero_reads(full.model, plan, dropped, table)
             copies = _Snapshots()
@@ -1178,7 +1180,7 @@ def _mixing_modules(model: nn.Module, symmap: SymMap, example_inputs: Any, plan:
     precision.run(recorded_run)
     keep = {g.name: [u for u in range(g.size) if u not in set(units)] for g, units in drops}
     try:
-        small = _Copy(model, seed, symmap, precision.dtype, keep)
+        small = PerturbedCopy(model, seed, symmap, precision.dtype, keep)
     except Exception:
         return {}  # the comparison reports it
     with small:
@@ -1313,6 +1315,6 @@ def coverage(symmap: SymMap) -> float:
 
 
 __all__ = ["FLOAT64_COPIES", "NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "SEEDS",
-           "VALUE_TOLERANCE", "OracleResult", "available_memory", "check_permutation",
-           "check_shrink", "check_values", "coverage", "moving_permutation", "perturbed",
-           "run_model"]
+           "VALUE_TOLERANCE", "OracleResult", "PerturbedCopy", "available_memory",
+           "check_permutation", "check_shrink", "check_values", "coverage",
+           "moving_permutation", "perturbed", "run_model"]
