@@ -139,3 +139,30 @@ def test_the_cli_plans_without_the_config_when_told(tmp_path: Path,
         assert (len(hidden["keep"]) % 4 == 0) == (options[0] == "--describable"), hidden
     config = json.loads((tmp_path / "--no-describable" / "config.json").read_text())
     assert config["model_type"] == "fxsym_pruned"
+
+
+class _HiddenUndescribed:
+    """A plugin saying the config cannot follow the hidden size at all."""
+
+    @fxsym.hookimpl
+    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, str]:
+        return {"model.embed_tokens.embedding_dim": "the test's config cannot follow it"}
+
+
+def test_the_search_without_describable_candidates_says_so(tmp_path: Path,
+                                                           calib: Path) -> None:
+    """The hidden size kept whole, no candidate reaches 30 % of the parameters (the widths
+    and depths alone do not); the search runs without the config's sizes and notes it."""
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm)
+    pm.register(_HiddenUndescribed(), name="hidden-undescribed")
+    src = tmp_path / "in"
+    model = checkpoint(src, "llama")
+    target = int(_params(model) * 0.3)
+    with fxsym.use_plugins(pm):
+        plan = fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib,
+                                      target_params=target, search=True,
+                                      calibration_tokens=128, seq_len=32)
+    assert plan.params_after <= target
+    assert "no uniform candidate reaches" in plan.extra["notes"][0]
+    assert any(r["hidden"] < 64 for r in plan.extra["search"])
