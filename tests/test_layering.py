@@ -238,6 +238,12 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fxsym/tracer/tracer.py", "_parameters"): "nn.Module storage, meta copy",
     ("fxsym/tracer/tracer.py", "_buffers"): "nn.Module storage, meta copy",
     ("fxsym/tracer/tracer.py", "_modules"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/tracer.py", "_non_persistent_buffers_set"): "nn.Module storage: a buffer "
+        "the GraphModule holds stays as persistent as where it came from",
+    ("fxsym/tracer/tracer.py", "_tracer_cls"): "torch.fx.Graph's tracer class, which a "
+        "GraphModule keeps to be copied and pickled (no public reader)",
+    ("fxsym/tracer/tracer.py", "_tracer_extras"): "torch.fx.Graph's tracer arguments, kept "
+        "with _tracer_cls",
     ("fxsym/tracer/shadow.py", "_parameters"): "nn.Module storage, shadow sharing tensors",
     ("fxsym/tracer/shadow.py", "_buffers"): "nn.Module storage, shadow sharing tensors",
     ("fxsym/tracer/shadow.py", "_modules"): "nn.Module storage, shadow of the tree",
