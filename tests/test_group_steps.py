@@ -93,3 +93,19 @@ def test_the_summary_says_which_sizes_were_rounded() -> None:
         plan = fxsym.plan(m, sm, ratio=0.5)
     assert ("kept at a multiple of 4 entries (the test kernel reads rows of 4): up.out_features"
             in plan.summary())
+
+
+def test_a_resize_off_the_step_warns() -> None:
+    """``fxsym.resize`` keeps what it is told, but says when the model's kernels will refuse
+    it."""
+    import warnings
+
+    with _aligned():
+        m, sm = _analyzed()
+        width = group_with(sm, "up", "out_features").name
+        with pytest.warns(fxsym.ResizeWarning, match="not a multiple of 4: the test kernel"):
+            fxsym.resize(m, sm, {width: 13})
+        m, sm = _analyzed()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fxsym.resize(m, sm, {width: 16})

@@ -451,8 +451,9 @@ class SymGroup:
     routed: bool = False
     #: a kept size other than the whole group is a multiple of ``step`` units: what a plugin
     #: says the model's own kernels need (``fxsym_group_steps``: transformers' ``grouped_mm``
-    #: experts kernel takes 16-byte strides only); :func:`fxsym.plan` rounds to it and
-    #: :func:`fxsym.search.sizes_for` refuses another size. ``step_reason`` says why
+    #: experts kernel takes 16-byte strides only); :func:`fxsym.plan` rounds to it,
+    #: :func:`fxsym.search.sizes_for` refuses another size and :func:`fxsym.resize` keeps it
+    #: with a :class:`~fxsym.ResizeWarning`. ``step_reason`` says why
     step: int = 1
     step_reason: str = ""
 

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..errors import ResizeError, StaleStateError
+from ..errors import ResizeError, ResizeWarning, StaleStateError
 from ..modstate import CACHE, DERIVED, ModuleTreeState
 from ..plugins.calls import call_each
 from ..registry import Registry, SymInfoEntry
@@ -81,6 +81,10 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             raise ResizeError(f"{name}: a router picks {group.min_size} of its entries by "
                               f"value, so a resize must keep at least {group.min_size} "
                               f"(got {len(plans[group.id])})")
+        kept = len(plans[group.id])
+        if kept % group.step and kept != group.size:
+            warnings.warn(f"{name}: keeping {kept} units, not a multiple of {group.step}: "
+                          f"{group.step_reason}", ResizeWarning, stacklevel=2)
     for name in choices:  # blocks cut by ``chunk`` keep equal sizes
         group = groups[name]
         for other in group.same_size:
