@@ -1045,13 +1045,14 @@ def prune_checkpoint(
     its next-token loss on the calibration text computed layer by layer on its pruned tensors
     (:func:`stream_loss`); a number of ``layers`` with it fixes the candidates' depth (a
     width-only search); the candidates are recorded as ``plan.extra["search"]``
-    (:meth:`fxsym.search.SearchResult.rows`). ``ratio``,
-    ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
-    :func:`fxsym.plan`'s. ``describable`` (default: for a uniform plan) keeps the sizes the
-    checkpoint's config can describe (:func:`fxsym.plan`'s ``describable``: Llama's hidden
-    size a multiple of its heads), so the output loads with the library's own reader; where
-    no such sizes meet the target, the plan is made without and ``plan.extra["notes"]`` says
-    so (the output is then fxsym's own model type). ``status(message)`` (a context manager
+    (:meth:`fxsym.search.SearchResult.rows`). ``ratio``, ``target_params``, ``scope``,
+    ``round_to``, ``min_keep`` and ``exclude`` are :func:`fxsym.plan`'s (the search gives
+    ``exclude`` and ``min_keep`` to every candidate: an excluded group keeps its size in all of
+    them). ``describable`` (default: for a uniform plan) keeps the sizes the checkpoint's
+    config can describe (:func:`fxsym.plan`'s ``describable``: Llama's hidden size a multiple
+    of its heads), so the output loads with the library's own reader; where no such sizes meet
+    the target, the plan is made without and ``plan.extra["notes"]`` says so (the output is
+    then fxsym's own model type). ``status(message)`` (a context manager
     factory, e.g. a spinner) is entered around each step. Raises
     :class:`~fxsym.errors.CheckpointError` /
     :class:`~fxsym.errors.CalibrationError` on bad input and
@@ -1121,7 +1122,8 @@ def prune_checkpoint(
     if searching:
         assert target is not None
         meeting = partial(candidates, model, sm, target_params=target, round_to=round_to,
-                          active=target_active_params is not None, depths=depths)
+                          active=target_active_params is not None, depths=depths,
+                          exclude=exclude, min_keep=min_keep)
         try:
             meeting(describable=describe)
         except PlanError as refused:
@@ -1158,7 +1160,8 @@ def prune_checkpoint(
             model, sm, target_params=target, active=target_active_params is not None,
             round_to=round_to, importance=given, block_scores=depth_scores or {},
             evaluate=lambda p: stream_loss(model, sm, tensors, lay, p, batches),
-            depths=depths, describable=describe, progress=progress)
+            depths=depths, describable=describe, exclude=exclude, min_keep=min_keep,
+            progress=progress)
         chosen = found.plan
         extra["search"] = found.rows()
     else:

@@ -273,6 +273,9 @@ def cmd_passes(args: argparse.Namespace) -> int:
 # -- prune, and loading a saved directory (issue 12) ---------------------------------------
 #: model sources a saved directory may name: rebuilding one runs no code from the directory
 SAFE_SOURCES = ("torchvision", "timm")
+#: ``fxsym prune``'s defaults of the options only some ways of pruning use (left ``None`` by
+#: the parser, so an option given where it is not used is refused, never dropped)
+RANDOM_BATCHES, CALIB_TOKENS, SEQ_LEN, MAX_SHARD = 4, 8192, 512, "5GB"
 
 
 def is_saved_dir(spec: str) -> bool:
@@ -420,11 +423,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
     _check_output(args.output, args.force)
     if is_checkpoint_dir(args.model):
         return _prune_checkpoint(args, shape)
-    if args.calib is not None:
-        raise CliError("--calib is for a checkpoint directory (what save_pretrained writes); "
-                       f"{args.model} is not one")
+    for flag, value in (("--calib", args.calib), ("--calib-tokens", args.calib_tokens),
+                        ("--seq-len", args.seq_len), ("--max-shard-size", args.max_shard_size)):
+        if value is not None:
+            raise CliError(f"{flag} is for a checkpoint directory (what save_pretrained "
+                           f"writes); {args.model} is not one (an in-memory model is "
+                           "calibrated on --batches random batches of --input-shape)")
     args.importance = args.importance or "l2"
-    args.scope = args.scope or "global"
     load_plugins()
     model, inputs, manifest = _load(args.model)
     source, history = args.model, []
@@ -439,10 +444,14 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if args.param_ratio is not None:
         before = sum(p.numel() for p in model.parameters())
         args.target_params = int(before * (1 - args.param_ratio))
+    architecture = bool(shape or args.layers is not None or (
+        sm.depth_groups() and (args.target_params or args.target_active_params)))
+    _refuse_unused(args, sm, shape, architecture)
+    args.scope = args.scope or ("uniform" if architecture else "global")
+    args.batches = RANDOM_BATCHES if args.batches is None else args.batches
     criterion = _criterion(args, inputs)
     searched = None
-    if shape or args.layers is not None or (
-            sm.depth_groups() and (args.target_params or args.target_active_params)):
+    if architecture:
         plan, searched = _plan_architecture(args, model, sm, inputs, criterion, shape)
     else:
         with status("planning (mapping every group onto the parameters, scoring, solving)"):
@@ -461,6 +470,42 @@ def cmd_prune(args: argparse.Namespace) -> int:
               f"{'active ' if args.target_active_params else ''}parameters:\n{searched}\n")
     print(f"{plan.summary()}\n\nsaved to {args.output}")
     return 0
+
+
+def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
+                   architecture: bool) -> None:
+    """An option the in-memory model's way of pruning would not use is an error naming it:
+    the architecture search (a target with a depth group) plans uniform candidates, sizes
+    and depth alone leave nothing to a scope, random batches serve only taylor,
+    activation, ranking ``--layers K`` and the search."""
+    target = args.target_params or args.target_active_params
+    searching = architecture and target and not shape and (
+        args.layers is None or args.target_active_params is not None)
+    if args.target_active_params is not None and not sm.depth_groups():
+        raise CliError("--target-active-params searches uniform architectures of a model with "
+                       "a stack of residual blocks, and this one has none; give "
+                       "--target-params or --ratio")
+    if args.target_active_params is not None and _layers(args.layers) is not None and \
+            not isinstance(_layers(args.layers), int):
+        raise CliError("--target-active-params with --layers takes a number of blocks (a "
+                       "width-only search at that depth), not positions")
+    if searching and args.scope == "global":
+        raise CliError("--scope global: the architecture search (--target-params or "
+                       "--target-active-params on a model with a stack of residual blocks) "
+                       "plans uniform candidates; leave --scope out, or give --ratio or "
+                       "--target-macs for a global plan of widths")
+    amount = any(x is not None for x in (args.ratio, args.target_params, args.target_macs))
+    if args.scope is not None and architecture and not searching and (shape or not amount):
+        raise CliError(f"--scope {args.scope}: "
+                       + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
+                          "kept size" if shape else "--layers alone removes blocks, no "
+                          "units") + "; leave --scope out")
+    ranked = isinstance(_layers(args.layers), int)
+    if args.batches is not None and not (
+            searching or ranked or args.importance in ("taylor", "activation")):
+        raise CliError("--batches: random batches are used by --importance taylor or "
+                       "activation, ranking --layers K and the architecture search; this "
+                       "prune uses none (leave --batches out)")
 
 
 def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
@@ -482,15 +527,19 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
         raise CliError("--target-active-params searches uniform architectures, each scored by "
                        "its loss on calibration text: give --calib FILE")
     layers = _layers(args.layers)
+    _refuse_unused_checkpoint(args, shape, layers)
     plan = prune_checkpoint(
-        args.model, args.output, calibration=args.calib, calibration_tokens=args.calib_tokens,
-        seq_len=args.seq_len, importance=args.importance, ratio=args.ratio,
+        args.model, args.output, calibration=args.calib,
+        calibration_tokens=CALIB_TOKENS if args.calib_tokens is None else args.calib_tokens,
+        seq_len=SEQ_LEN if args.seq_len is None else args.seq_len,
+        importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
         target_active_params=args.target_active_params,
         search=args.calib is not None and layers is None and not shape,
         layers=layers, sizes=shape or None, scope=args.scope or "uniform",
         round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
-        describable=args.describable, max_shard_size=_bytes(args.max_shard_size),
+        describable=args.describable,
+        max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None else args.max_shard_size),
         progress=True, status=status)
     if args.json:
         print(plan.to_json())
@@ -503,6 +552,39 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
               f"{'active ' if args.target_active_params else ''}parameters:\n{table(rows)}\n")
     print(f"{plan.summary()}\n\nsaved to {args.output}\n{loading_note(args.model, args.output)}")
     return 0
+
+
+def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
+                              layers: int | list[int] | None) -> None:
+    """An option a checkpoint directory's way of pruning would not use is an error naming
+    it (see :func:`_refuse_unused` for an in-memory model)."""
+    for flag, value in (("--input-shape", args.input_shape), ("--batches", args.batches)):
+        if value is not None:
+            raise CliError(f"{flag} is for an in-memory model's random inputs; a checkpoint "
+                           "directory is calibrated on text (--calib FILE, --calib-tokens, "
+                           "--seq-len)")
+    for flag, value in (("--calib-tokens", args.calib_tokens), ("--seq-len", args.seq_len)):
+        if value is not None and args.calib is None:
+            raise CliError(f"{flag} sizes the calibration run on --calib text; give "
+                           "--calib FILE, or leave it out")
+    searching = args.target_active_params is not None or (
+        args.calib is not None and layers is None and not shape
+        and (args.target_params is not None or args.param_ratio is not None))
+    if searching and args.scope == "global":
+        raise CliError("--scope global: the architecture search (--calib with a parameter "
+                       "target) plans uniform candidates; leave --scope out, or leave --calib "
+                       "out for a global plan of widths to the target (--importance l1 or l2)")
+    amount = any(x is not None for x in (args.ratio, args.target_params, args.param_ratio))
+    if args.scope is not None and not searching and (shape or not amount):
+        raise CliError(f"--scope {args.scope}: "
+                       + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
+                          "kept size" if shape else "--layers alone removes layers, no "
+                          "units") + "; leave --scope out")
+    if args.calib is not None and args.importance in ("l1", "l2") and not searching and \
+            not isinstance(layers, int):
+        raise CliError(f"--calib: with --importance {args.importance} and no search or "
+                       "--layers count, the calibration text would not be used; leave --calib "
+                       "out, or leave --importance out (activation on the text)")
 
 
 def _bytes(text: str) -> int:
@@ -518,7 +600,8 @@ def _bytes(text: str) -> int:
 def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inputs: Any,
                        criterion: Any, shape: dict[str, int]) -> tuple[Any, str | None]:
     """A plan by depth and sizes (``--layers``, ``--hidden`` ...), or the architecture search
-    for ``--target-params``/``--target-active-params`` (:mod:`fxsym.search`): its plan and
+    for ``--target-params``/``--target-active-params`` (:mod:`fxsym.search`; with
+    ``--target-active-params``, ``--layers K`` fixes the candidates' depth): its plan and
     the table of candidates (``None`` without a search). Calibrated on random batches shaped
     like the example inputs."""
     from . import plan as make_plan
@@ -528,17 +611,19 @@ def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inpu
 
     batches = _random_batches(inputs, args.batches)
     target = args.target_params or args.target_active_params
-    if target and args.layers is None and not shape:
+    layers = _layers(args.layers)
+    if target and not shape and (layers is None or args.target_active_params is not None):
         with status("searching uniform architectures (each planned and scored)"):
             result = search(model, sm, target_params=target, batches=batches,
                             active=args.target_active_params is not None,
                             round_to=max(args.round_to, 1), importance=criterion,
-                            describable=bool(args.describable))
+                            depths=(layers,) if isinstance(layers, int) else None,
+                            describable=bool(args.describable), exclude=args.exclude or (),
+                            min_keep=args.min_keep)
         return result.plan, result.table()
-    layers = _layers(args.layers)
     with status("planning (depth and sizes)"):
         return make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
-                         target_macs=args.target_macs, importance=criterion, scope="uniform",
+                         target_macs=args.target_macs, importance=criterion, scope=args.scope,
                          round_to=args.round_to, min_keep=args.min_keep,
                          exclude=args.exclude or (), layers=layers,
                          describable=bool(args.describable),
@@ -597,8 +682,9 @@ def add_prune_parser(sub: Any) -> None:
     p.add_argument("--importance", choices=["l1", "l2", "bn_scale", "taylor", "activation"],
                    help="how units are ranked (default l2; taylor and activation: on random "
                    "inputs; for a checkpoint, activation on --calib text by default)")
-    p.add_argument("--batches", type=int, default=4,
-                   help="random batches for taylor and activation (default 4)")
+    p.add_argument("--batches", type=int, help="random batches of an in-memory model for "
+                   "taylor and activation, ranking --layers K and the architecture search "
+                   f"(default {RANDOM_BATCHES})")
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
                    "for a checkpoint (every layer keeps the same shape, so its config says it)")
     _add_norm_groups(p)
@@ -611,12 +697,12 @@ def add_prune_parser(sub: Any) -> None:
     calib = p.add_argument_group("calibration (a checkpoint directory)")
     calib.add_argument("--calib", metavar="FILE", help="calibration text: plain text, or JSON "
                        "lines with a \"text\" field; tokenised with the checkpoint's tokenizer")
-    calib.add_argument("--calib-tokens", type=int, default=8192, metavar="N",
-                       help="calibration tokens to use (default 8192)")
-    calib.add_argument("--seq-len", type=int, default=512, metavar="L",
-                       help="tokens per calibration sequence (default 512)")
-    calib.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
-                       help="largest output weight file (default 5GB)")
+    calib.add_argument("--calib-tokens", type=int, metavar="N",
+                       help=f"calibration tokens to use (default {CALIB_TOKENS})")
+    calib.add_argument("--seq-len", type=int, metavar="L",
+                       help=f"tokens per calibration sequence (default {SEQ_LEN})")
+    calib.add_argument("--max-shard-size", metavar="SIZE",
+                       help=f"largest output weight file (default {MAX_SHARD})")
     p.add_argument("--round-to", type=int, default=1, help="kept sizes a multiple of this")
     p.add_argument("--min-keep", type=int, default=1, help="units every group keeps at least")
     p.add_argument("--exclude", action="append", metavar="GROUP",

@@ -61,7 +61,8 @@ from .resizing import resize
 from .symbols import SymGroup, SymMap
 
 __all__ = ["DepthChoice", "GroupChoice", "Plan", "analysis_options", "count_macs", "described",
-           "input_spec", "inputs_from_spec", "param_shapes", "plan", "strict_loads"]
+           "excluded_groups", "input_spec", "inputs_from_spec", "param_shapes", "plan",
+           "strict_loads"]
 
 #: the version of :meth:`Plan.to_json`'s format
 FORMAT = 1
@@ -758,6 +759,16 @@ def described(model: nn.Module, symmap: SymMap
             else:
                 whole.setdefault(str(name), str(said))
     return whole, steps
+
+
+def excluded_groups(symmap: SymMap, exclude: str | Iterable[str]) -> frozenset[str]:
+    """The names of the groups of ``symmap`` that ``exclude`` keeps whole (:func:`plan`'s
+    ``exclude``: names or ``fnmatch`` patterns, one string is one pattern; a pattern matching
+    no group is a :class:`~fxsym.errors.PlanError`)."""
+    groups = symmap.groups()
+    patterns = _exclude_patterns(exclude, groups)
+    return frozenset(g.name for g in groups
+                     if any(fnmatch.fnmatchcase(g.name, p) for p in patterns))
 
 
 def _exclude_patterns(exclude: Any, groups: Sequence[SymGroup]) -> list[str]:

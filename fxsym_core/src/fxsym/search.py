@@ -55,6 +55,7 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -66,7 +67,7 @@ from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
 from .paramlayout import layout
-from .planning import Plan, described, param_shapes, plan
+from .planning import Plan, described, excluded_groups, param_shapes, plan
 from .symbols import SymMap
 
 __all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
@@ -379,15 +380,19 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                block_scores: Mapping[str, Any] | None = None,
                fractions: Sequence[float] = FRACTIONS,
                depths: Sequence[int] | None = None,
-               describable: bool = False) -> list[Candidate]:
+               describable: bool = False, exclude: str | Iterable[str] = (),
+               min_keep: int = 1) -> list[Candidate]:
     """The uniform candidates meeting ``target_params`` (see the module docstring), unscored,
     counted from the parameters' metadata only (a meta model does); ``block_scores`` rank the
     blocks of a depth group where fewer are kept (all equal without); ``depths`` are the
     numbers of blocks tried instead of ``fractions`` of them (``(depth,)``: width only);
     ``describable`` keeps sizes the model's own description follows
     (:func:`fxsym.planning.described`: a hidden size or FFN width it cannot follow stays, one
-    it follows in steps is a multiple of them). A :class:`~fxsym.errors.PlanError` if none
-    does."""
+    it follows in steps is a multiple of them). ``exclude`` (:func:`fxsym.plan`'s: names or
+    ``fnmatch`` patterns) keeps those groups whole in every candidate, counted whole: an
+    excluded hidden size is not searched, excluded FFN groups keep their width while the
+    others are searched; ``min_keep`` is the fewest units a searched hidden size or FFN
+    width keeps. A :class:`~fxsym.errors.PlanError` if no candidate meets the target."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     depth = symmap.depth_group(r.layers) if r.layers else None
@@ -396,14 +401,20 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
         scores[depth.name] = torch.zeros(depth.size)
     count = _counter(model, symmap, active)
     whole, said = described(model, symmap) if describable else ({}, {})
+    kept = excluded_groups(symmap, exclude)
     step = {g.name: g.unit * math.lcm(g.step, said.get(g.name, (1, ""))[0])
             for g in symmap.groups()}
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     hidden_step = math.lcm(round_to, *(step[n] for n in r.hidden))
-    ffn_g = [groups[n] for n in r.ffn]
+    hidden_least = max((min_keep * groups[n].unit for n in r.hidden), default=0)
+    hidden_least = math.ceil(hidden_least / hidden_step) * hidden_step
+    ffn_g = [groups[n] for n in r.ffn if n not in kept]
     ffn_now = (max((g.size * g.unit for g in ffn_g), default=None)
                if not whole.keys() & set(r.ffn) else None)
-    widths = (1.0,) if whole.keys() & set(r.hidden) or not hidden_now else fractions
+    ffn_least = max((min_keep * g.unit for g in ffn_g), default=0)
+    fixed = bool((whole.keys() | kept) & set(r.hidden))
+    widths = (1.0,) if fixed or not hidden_now else fractions
+    sized = partial(_sizes, symmap, kept)
     found: list[Candidate] = []
     tried: set[tuple[Any, ...]] = set()
     counts = ([0] if depth is None else list(depths) if depths is not None
@@ -412,21 +423,21 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
         if depth is not None and not 1 <= n_layers <= depth.size:
             raise PlanError(f"{n_layers} blocks of {depth.name!r}: it has {depth.size}")
         for hf in widths:
-            hidden = None if hidden_now is None else min(hidden_now, max(
-                hidden_step, int(hidden_now * hf) // hidden_step * hidden_step))
+            hidden = hidden_now if hidden_now is None or fixed else min(hidden_now, max(
+                hidden_step, hidden_least, int(hidden_now * hf) // hidden_step * hidden_step))
             key = (n_layers, hidden)
             if key in tried:
                 continue
             tried.add(key)
             blocks = _top(scores.get(r.layers or "", None), n_layers, depth)
-            ffn = _widest_ffn(count, symmap, hidden, ffn_now,
-                              math.lcm(*(step[n] for n in r.ffn)), round_to, blocks,
-                              r.layers, target_params)
+            ffn = _widest_ffn(count, sized, hidden, ffn_now,
+                              math.lcm(*(step[g.name] for g in ffn_g)), round_to, blocks,
+                              r.layers, target_params, ffn_least)
             if ffn is None:
                 continue
             width = None if ffn_now is None else ffn
-            sizes = sizes_for(symmap, hidden=hidden if hidden != hidden_now else None,
-                              ffn=width if width != ffn_now else None)
+            sizes = sized(hidden if hidden != hidden_now else None,
+                          width if width != ffn_now else None)
             params = count(sizes, _layers_arg(r.layers, blocks))
             found.append(Candidate(n_layers or 0, hidden, width, params))
     if not found:
@@ -443,6 +454,8 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
            evaluate: Callable[[Plan], float] | None = None,
            depths: Sequence[int] | None = None,
            describable: bool = False,
+           exclude: str | Iterable[str] = (),
+           min_keep: int = 1,
            progress: bool = False) -> SearchResult:
     """Search uniform architectures meeting ``target_params`` (see the module docstring);
     nothing of ``model`` is changed.
@@ -453,8 +466,9 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     streamed layer by layer: :func:`fxsym.checkpoint.prune_checkpoint`), and then ``batches``
     may be empty. ``depths`` are the numbers of blocks tried, ``describable`` keeps sizes the
     model's own description follows (:func:`candidates`; each plan with
-    :func:`fxsym.plan`'s ``describable``). ``progress`` shows the candidates being
-    scored."""
+    :func:`fxsym.plan`'s ``describable``); ``exclude`` and ``min_keep`` are
+    :func:`fxsym.plan`'s, given to every candidate (:func:`candidates`: an excluded group
+    keeps its size in all of them). ``progress`` shows the candidates being scored."""
     from .console import track
 
     batches = list(batches)
@@ -467,9 +481,12 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
         block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
     found = candidates(model, symmap, target_params=target_params, active=active,
                        round_to=round_to, block_scores=block_scores, fractions=fractions,
-                       depths=depths, describable=describable)
+                       depths=depths, describable=describable, exclude=exclude,
+                       min_keep=min_keep)
+    kept = excluded_groups(symmap, exclude)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
-    ffn_now = max((groups[n].size * groups[n].unit for n in r.ffn), default=None)
+    ffn_now = max((groups[n].size * groups[n].unit for n in r.ffn if n not in kept),
+                  default=None)
     scored = []
     reference = _references(model, batches) if loss is None and evaluate is None else None
     for c in (track(found, description="scoring candidates",
@@ -477,14 +494,22 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
               if progress else found):
         blocks = _top(block_scores.get(r.layers or "", None), c.layers, depth)
         p = plan(model, symmap, importance=importance, scope="uniform",
-                 sizes=sizes_for(symmap, hidden=c.hidden if c.hidden != hidden_now else None,
-                                 ffn=c.ffn if c.ffn != ffn_now else None),
-                 layers=_layers_arg(r.layers, blocks), describable=describable)
+                 sizes=_sizes(symmap, kept, c.hidden if c.hidden != hidden_now else None,
+                              c.ffn if c.ffn != ffn_now else None),
+                 layers=_layers_arg(r.layers, blocks), describable=describable,
+                 exclude=exclude, min_keep=min_keep)
         value = (evaluate(p) if evaluate is not None
                  else _loss_of(model, symmap, p, batches, loss, reference))
         scored.append(Candidate(c.layers, c.hidden, c.ffn, c.params, value, p))
     best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
     return SearchResult(tuple(scored), best)
+
+
+def _sizes(symmap: SymMap, kept: frozenset[str], hidden: int | None, ffn: int | None
+           ) -> dict[str, int]:
+    """:func:`sizes_for` a hidden size and an FFN width, but for the groups kept whole."""
+    return {k: v for k, v in sizes_for(symmap, hidden=hidden, ffn=ffn).items()
+            if k not in kept}
 
 
 def _layers_arg(name: str | None, blocks: list[int] | None) -> Any:
@@ -523,24 +548,26 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool
     return count
 
 
-def _widest_ffn(count: Callable[[Mapping[str, int], Any], int], symmap: SymMap,
+def _widest_ffn(count: Callable[[Mapping[str, int], Any], int],
+                sized: Callable[[int | None, int | None], dict[str, int]],
                 hidden: int | None, ffn_now: int | None, unit: int,
                 round_to: int, blocks: list[int] | None, depth: str | None,
-                target: int) -> int | None:
+                target: int, least: int = 0) -> int | None:
     """The widest FFN (a multiple of ``round_to`` and of ``unit``, the entries every FFN
-    group takes at a time, all FFN groups alike) meeting ``target`` with that hidden size and
-    those blocks, or ``None``."""
+    group takes at a time, all FFN groups alike, at least ``least`` entries) meeting
+    ``target`` with that hidden size and those blocks, or ``None``; ``sized(hidden, ffn)``
+    gives the groups' sizes."""
     layers = _layers_arg(depth, blocks)
-    hidden_sizes = sizes_for(symmap, hidden=hidden) if hidden is not None else {}
+    hidden_sizes = sized(hidden, None) if hidden is not None else {}
     if ffn_now is None:
         return None if count(hidden_sizes, layers) > target else 0
     step = math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit
-    options = list(range(step, ffn_now + 1, step)) or [ffn_now]
+    options = [f for f in range(step, ffn_now + 1, step) if f >= least] or [ffn_now]
     if ffn_now not in options:
         options.append(ffn_now)
 
     def fits(f: int) -> bool:
-        sizes = {**hidden_sizes, **sizes_for(symmap, ffn=f)} if f != ffn_now else hidden_sizes
+        sizes = {**hidden_sizes, **sized(None, f)} if f != ffn_now else hidden_sizes
         return count(sizes, layers) <= target
 
     best = None
