@@ -170,3 +170,17 @@ def test_checkpoint_refusals(tmp_path: Path, calib: Path, args: list[str], says:
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("fxsym: ") and says in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("how, says", [
+    (dict(search=True, ratio=0.5, calibration_tokens=64, seq_len=16), "search=True"),
+    (dict(importance="l2", ratio=0.5), "calibration text with importance 'l2'"),
+    (dict(search=True, target_params=100_000, scope="global"), "scope"),
+], ids=["search-without-target", "calibration-unused", "search-scope"])
+def test_prune_checkpoint_refuses_what_it_would_not_use(tmp_path: Path, calib: Path,
+                                                        how: dict[str, Any], says: str) -> None:
+    src, out = tmp_path / "in", tmp_path / "out"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    with pytest.raises(fxsym.PlanError, match=says):
+        fxsym.prune_checkpoint(src, out, calibration=calib, **how)
+    assert not out.exists()

@@ -1058,7 +1058,9 @@ def prune_checkpoint(
     :class:`~fxsym.errors.CalibrationError` on bad input and
     :class:`~fxsym.errors.PlanError` for a target the model cannot meet (sizes no group can
     take, more layers than it has, a parameter target no candidate reaches: found before the
-    calibration runs), before ``output`` is touched.
+    calibration runs) or an argument nothing would use (``search`` without a parameter
+    target; calibration text that neither the importance, the search nor a number of
+    ``layers`` reads), before ``output`` is touched.
     """
     import contextlib
 
@@ -1072,6 +1074,14 @@ def prune_checkpoint(
         raise CalibrationError("activation importance needs calibration text")
     searching = target_active_params is not None or (
         search and (target_params is not None or param_ratio is not None))
+    if search and not searching:
+        raise PlanError("search=True searches candidates for a parameter count: give "
+                        "target_params, param_ratio or target_active_params, or no search")
+    if calibration is not None and importance != "activation" and not searching and (
+            not isinstance(layers, int)):
+        raise PlanError(f"calibration text with importance {importance!r} is used only by "
+                        "the search and to rank a number of layers, and neither is asked: "
+                        "give no calibration, or importance 'activation'")
     if searching:
         if calibration is None:
             raise CalibrationError("the architecture search scores each candidate by its "
@@ -1082,7 +1092,8 @@ def prune_checkpoint(
                     and (target_params is not None or param_ratio is not None))):
             raise PlanError("the architecture search picks the layers and sizes of uniform "
                             "candidates for one parameter target; give no positions of "
-                            "layers, sizes, ratio or second target with it")
+                            "layers, sizes, ratio, scope other than 'uniform' or second "
+                            "target with it")
     if isinstance(layers, int) and calibration is None:
         raise CalibrationError("keeping a number of layers ranks them on calibration text; "
                                "give calibration text, or the positions of the layers to keep")

@@ -535,7 +535,8 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
         importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
         target_active_params=args.target_active_params,
-        search=args.calib is not None and layers is None and not shape,
+        search=args.calib is not None and layers is None and not shape and (
+            args.target_params is not None or args.param_ratio is not None),
         layers=layers, sizes=shape or None, scope=args.scope or "uniform",
         round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
         describable=args.describable,
