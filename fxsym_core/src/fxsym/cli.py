@@ -479,14 +479,14 @@ def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
     and depth alone leave nothing to a scope, random batches serve only taylor,
     activation, ranking ``--layers K`` and the search."""
     target = args.target_params or args.target_active_params
+    layers = _layers(args.layers)
     searching = architecture and target and not shape and (
-        args.layers is None or args.target_active_params is not None)
+        layers is None or args.target_active_params is not None)
     if args.target_active_params is not None and not sm.depth_groups():
         raise CliError("--target-active-params searches uniform architectures of a model with "
                        "a stack of residual blocks, and this one has none; give "
                        "--target-params or --ratio")
-    if args.target_active_params is not None and _layers(args.layers) is not None and \
-            not isinstance(_layers(args.layers), int):
+    if args.target_active_params is not None and isinstance(layers, list):
         raise CliError("--target-active-params with --layers takes a number of blocks (a "
                        "width-only search at that depth), not positions")
     if searching and args.scope == "global":
@@ -500,9 +500,8 @@ def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
                        + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
                           "kept size" if shape else "--layers alone removes blocks, no "
                           "units") + "; leave --scope out")
-    ranked = isinstance(_layers(args.layers), int)
     if args.batches is not None and not (
-            searching or ranked or args.importance in ("taylor", "activation")):
+            searching or isinstance(layers, int) or args.importance in ("taylor", "activation")):
         raise CliError("--batches: random batches are used by --importance taylor or "
                        "activation, ranking --layers K and the architecture search; this "
                        "prune uses none (leave --batches out)")
@@ -687,7 +686,8 @@ def add_prune_parser(sub: Any) -> None:
                    "taylor and activation, ranking --layers K and the architecture search "
                    f"(default {RANDOM_BATCHES})")
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
-                   "for a checkpoint (every layer keeps the same shape, so its config says it)")
+                   "for a checkpoint (every layer keeps the same shape, so its config says it) "
+                   "and with --layers; the architecture search is uniform only")
     _add_norm_groups(p)
     p.add_argument("--describable", action=argparse.BooleanOptionalAction, help="keep the "
                    "sizes the model's own config can describe (fxsym.plan's describable: "
