@@ -13,6 +13,11 @@ TEXT = ("The quick brown fox jumps over the lazy dog. " * 3 + "Pack my box with 
         "vow. ") * 20
 
 
+def n_params(model: torch.nn.Module) -> int:
+    """How many numbers ``model``'s parameters hold."""
+    return sum(p.numel() for p in model.parameters())
+
+
 def tokenizer(vocab: int = 100) -> Any:
     """A byte-level BPE tokenizer of at most ``vocab`` tokens, trained on :data:`TEXT`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import checkpoint
+from ckpt_helpers import checkpoint, n_params
 
 import fxsym
 from fxsym.checkpoint import open_checkpoint, read_calibration_text
@@ -24,10 +24,6 @@ from fxsym.cli import main
 from fxsym.search import active_params, sizes_for
 
 SHARD = 40_000
-
-
-def _params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def _loss(model: torch.nn.Module, batches: list[Any]) -> float:
@@ -71,7 +67,7 @@ def test_a_parameter_target_searches_candidates_scored_by_streamed_loss(
         tmp_path: Path, calib: Path, family: str, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "in"
     original = checkpoint(src, family, num_hidden_layers=4)
-    target = _params(original) // 2
+    target = n_params(original) // 2
     out = tmp_path / "out"
     code = main(["prune", str(src), "--calib", str(calib), "--calib-tokens", "192",
                  "--seq-len", "32", "--target-params", str(target), "--round-to", "8",
@@ -90,7 +86,7 @@ def test_a_parameter_target_searches_candidates_scored_by_streamed_loss(
     cfg = pruned.config
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == (
         best["layers"], best["hidden"], best["ffn"])
-    assert _params(pruned) == plan.params_after <= target
+    assert n_params(pruned) == plan.params_after <= target
     # the streamed score is the in-memory loss of the same plan on the same tokens
     texts = read_calibration_text(calib)
     batches = open_checkpoint(src).calibration(texts, tokens=192, seq_len=32)
@@ -102,7 +98,7 @@ def test_a_number_of_layers_fixes_the_searched_depth(tmp_path: Path, calib: Path
                                                      keep: int) -> None:
     src = tmp_path / "in"
     original = checkpoint(src, "llama", num_hidden_layers=4)
-    target = _params(original) // 2
+    target = n_params(original) // 2
     plan = fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib, search=True,
                                   target_params=target, layers=keep, calibration_tokens=128,
                                   seq_len=32, round_to=8)
@@ -133,7 +129,7 @@ def test_an_active_parameter_target_on_a_checkpoint(tmp_path: Path, calib: Path)
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     active_after, skipped = active_params(pruned, fxsym.analyze(pruned))
     assert active_after <= target and skipped == {"model.embed_tokens.weight"}
-    assert _params(pruned) == active_after + pruned.model.embed_tokens.weight.numel()
+    assert n_params(pruned) == active_after + pruned.model.embed_tokens.weight.numel()
     ids = torch.tensor([[1, 5, 9, 12, 40]])
     with torch.no_grad():
         assert torch.isfinite(pruned(ids).logits).all()

@@ -15,13 +15,9 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import checkpoint
+from ckpt_helpers import checkpoint, n_params
 
 import fxsym
-
-
-def _params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -32,12 +28,12 @@ def test_half_the_parameters_loads_with_plain_from_pretrained(
     out = tmp_path / "out"
     plan = fxsym.prune_checkpoint(src, out, calibration=calib, param_ratio=0.5,
                                   calibration_tokens=256, seq_len=32)
-    assert plan.params_after <= _params(model) // 2 + 1
+    assert plan.params_after <= n_params(model) // 2 + 1
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == family and "auto_map" not in config
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(pruned) is type(model)
-    assert _params(pruned) == plan.params_after
+    assert n_params(pruned) == plan.params_after
     kept = {g.name: g.kept for g in plan.groups}
     hidden = kept["model.embed_tokens.embedding_dim"]
     assert pruned.config.hidden_size == hidden < 64
@@ -99,7 +95,7 @@ def test_the_search_tries_hidden_sizes_the_config_describes(tmp_path: Path,
     hidden = sorted({r["hidden"] for r in plan.extra["search"]})
     assert all(h % 4 == 0 for h in hidden) and len(hidden) > 2, hidden
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    assert type(pruned) is type(model) and _params(pruned) == plan.params_after
+    assert type(pruned) is type(model) and n_params(pruned) == plan.params_after
     with torch.no_grad():
         assert torch.isfinite(pruned(torch.tensor([[1, 5, 9]])).logits).all()
 
@@ -158,7 +154,7 @@ def test_the_search_without_describable_candidates_says_so(tmp_path: Path,
     pm.register(_HiddenUndescribed(), name="hidden-undescribed")
     src = tmp_path / "in"
     model = checkpoint(src, "llama")
-    target = int(_params(model) * 0.3)
+    target = int(n_params(model) * 0.3)
     with fxsym.use_plugins(pm):
         plan = fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib,
                                       target_params=target, search=True,

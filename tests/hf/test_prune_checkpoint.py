@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import TEXT, checkpoint
+from ckpt_helpers import TEXT, checkpoint, n_params
 
 import fxsym
 from fxsym.checkpoint import read_calibration_text
@@ -23,17 +23,13 @@ from fxsym.cli import main
 SHARD = 40_000  # bytes: several output shards for a tiny model
 
 
-def _params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_a_sharded_checkpoint_pruned_to_a_parameter_target_loads_with_from_pretrained(
         tmp_path: Path, calib: Path, family: str) -> None:
     src = tmp_path / "in"
     model = checkpoint(src, family)
     assert (src / "model.safetensors.index.json").is_file()
-    target = _params(model) // 2
+    target = n_params(model) // 2
     out = tmp_path / "out"
     plan = fxsym.prune_checkpoint(src, out, calibration=calib, target_params=target,
                                   calibration_tokens=256, seq_len=32, round_to=8,
@@ -47,7 +43,7 @@ def test_a_sharded_checkpoint_pruned_to_a_parameter_target_loads_with_from_pretr
     assert not any(f.startswith(".") for f in os.listdir(tmp_path))  # no temporary left
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     assert type(pruned) is type(model)
-    assert _params(pruned) == plan.params_after
+    assert n_params(pruned) == plan.params_after
     sizes = {g.name: g.kept for g in plan.groups}
     assert pruned.config.hidden_size == sizes["model.embed_tokens.embedding_dim"] < 64
     assert pruned.config.intermediate_size < 192
@@ -89,12 +85,12 @@ def test_a_checkpoint_pruned_by_depth_loads_with_from_pretrained(
         assert torch.isfinite(pruned(ids).logits).all()
     # depth and width together, to a parameter target
     both = tmp_path / "both"
-    target = _params(model) // 3
+    target = n_params(model) // 3
     plan = fxsym.prune_checkpoint(src, both, calibration=calib, layers=3, target_params=target,
                                   calibration_tokens=128, seq_len=32, round_to=8)
     pruned = transformers.AutoModelForCausalLM.from_pretrained(both).eval()
     assert pruned.config.num_hidden_layers == 3
-    assert _params(pruned) == plan.params_after <= target
+    assert n_params(pruned) == plan.params_after <= target
     with torch.no_grad():
         assert torch.isfinite(pruned(ids).logits).all()
 
@@ -138,7 +134,7 @@ def test_the_cli_prunes_a_checkpoint_directory(tmp_path: Path, calib: Path,
     assert code == 0, capsys.readouterr().err
     assert f"saved to {out}" in capsys.readouterr().out
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out)
-    assert _params(pruned) <= _params(model) // 2
+    assert n_params(pruned) <= n_params(model) // 2
     assert pruned.config.num_hidden_layers == 2
     code = main(["prune", str(src), "--layers", "2", "-o", str(tmp_path / "x")])
     assert code == 2 and "calibration" in capsys.readouterr().err

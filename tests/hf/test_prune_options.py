@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ckpt_helpers import checkpoint
+from ckpt_helpers import checkpoint, n_params
 
 import fxsym
 from fxsym.cli import main
@@ -35,10 +35,6 @@ def make_llama() -> Any:
     return transformers.AutoModelForCausalLM.from_config(cfg).eval()
 
 
-def _params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
 def _cut(plan: fxsym.Plan) -> set[str]:
     return {c.name for c in plan.groups if c.keep is not None and len(c.keep) < c.size}
 
@@ -48,7 +44,7 @@ def test_the_search_keeps_excluded_groups_whole_in_every_candidate() -> None:
     sm = fxsym.analyze(model)
     r = roles(sm)
     first_ffn = r.ffn[0]
-    target = _params(model) * 6 // 10
+    target = n_params(model) * 6 // 10
     found = candidates(model, sm, target_params=target, round_to=8,
                        exclude=[HIDDEN, first_ffn])
     assert found and {c.hidden for c in found} == {64}
@@ -65,7 +61,7 @@ def test_the_search_keeps_excluded_groups_whole_in_every_candidate() -> None:
 def test_the_search_keeps_min_keep_units() -> None:
     model = make_llama()
     sm = fxsym.analyze(model)
-    result = search(model, sm, target_params=_params(model) * 6 // 10, batches=BATCHES,
+    result = search(model, sm, target_params=n_params(model) * 6 // 10, batches=BATCHES,
                     round_to=8, min_keep=56)
     assert all(c.hidden is not None and c.hidden >= 56 and (c.ffn or 0) >= 56
                for c in result.candidates)
@@ -81,7 +77,7 @@ def _table_hiddens(out: str) -> set[int]:
 
 def test_cli_search_in_memory_honours_exclude(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    target = _params(make_llama()) // 2
+    target = n_params(make_llama()) // 2
     out = tmp_path / "out"
     code = main(["prune", "test_prune_options:make_llama", "--target-params", str(target),
                  "--round-to", "8", "--exclude", HIDDEN, "-o", str(out)])
@@ -95,7 +91,7 @@ def test_cli_search_in_memory_honours_exclude(tmp_path: Path,
 def test_cli_search_of_a_checkpoint_honours_exclude(tmp_path: Path, calib: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     src, out = tmp_path / "in", tmp_path / "out"
-    target = _params(checkpoint(src, "llama", num_hidden_layers=3)) // 2
+    target = n_params(checkpoint(src, "llama", num_hidden_layers=3)) // 2
     code = main(["prune", str(src), "--calib", str(calib), "--calib-tokens", "64",
                  "--seq-len", "16", "--target-params", str(target), "--round-to", "8",
                  "--exclude", HIDDEN, "-o", str(out)])
@@ -105,7 +101,7 @@ def test_cli_search_of_a_checkpoint_honours_exclude(tmp_path: Path, calib: Path,
     assert {row["hidden"] for row in plan.extra["search"]} == {64}
     assert HIDDEN not in _cut(plan)
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out)
-    assert pruned.config.hidden_size == 64 and _params(pruned) <= target
+    assert pruned.config.hidden_size == 64 and n_params(pruned) <= target
 
 
 MODEL = "test_prune_options:make_llama"
@@ -142,7 +138,7 @@ def test_active_target_without_blocks_is_refused(tmp_path: Path,
 def test_active_target_with_a_layer_count_searches_widths_at_that_depth(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Before, ``--layers 2`` made a depth-only plan and the active target was dropped."""
-    target = _params(make_llama()) // 3
+    target = n_params(make_llama()) // 3
     out = tmp_path / "out"
     code = main(["prune", MODEL, "--target-active-params", str(target), "--layers", "2",
                  "--round-to", "8", "-o", str(out)])
