@@ -5,6 +5,7 @@ note in ``plan.extra["steps"]``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -109,3 +110,18 @@ def test_a_resize_off_the_step_warns() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             fxsym.resize(m, sm, {width: 16})
+
+
+def test_fxsym_analyze_shows_the_step_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    from fxsym.cli import main
+
+    with _aligned():
+        assert main(["analyze", "test_group_steps:MLP", "--input-shape", "2,16"]) == 0
+        text = capsys.readouterr().out
+        assert main(["analyze", "test_group_steps:MLP", "--input-shape", "2,16", "--json"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+    assert "step" in text.splitlines()[2]
+    assert "up.out_features keeps multiples of 4 units: the test kernel reads rows of 4" in text
+    steps = {g["name"]: (g["step"], g["step_reason"]) for g in shown["groups"]}
+    assert steps["up.out_features"] == (4, "the test kernel reads rows of 4")
+    assert steps["head.out_features"] == (1, "")

@@ -119,15 +119,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             "groups": [{"name": g.name, "size": g.size, "unit": g.unit,
                         "sortable": g.is_sortable,
                         "routed": g.routed, "min_size": g.min_size,
+                        "step": g.step, "step_reason": g.step_reason,
                         "members": [list(m) for m in g.members]} for g in groups],
             "trace_report": [{"kind": e.kind, "where": e.where, "message": e.message}
                              for e in report],
         }, indent=2))
         return 0
     print(f"{label}: {len(groups)} searchable groups ({elapsed:.2f} s)\n")
+    stepped = [g for g in groups if g.step > 1]
     print_table([[g.name, g.size, g.unit, "yes" if g.is_sortable else "no",
-                  f"yes, keeps >= {g.min_size}" if g.routed else "no", len(g.members)]
-                 for g in groups], ["group", "size", "unit", "sortable", "routed", "members"])
+                  f"yes, keeps >= {g.min_size}" if g.routed else "no",
+                  *([g.step if g.step > 1 else ""] if stepped else []), len(g.members)]
+                 for g in groups], ["group", "size", "unit", "sortable", "routed",
+                                    *(["step"] if stepped else []), "members"])
+    for g in stepped:
+        print(f"  {g.name} keeps multiples of {g.step} units: {g.step_reason}")
     print()
     if report:
         print(f"trace report ({len(report)} entries: fallbacks, constant groups and why):")
