@@ -123,7 +123,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     nonuniform: dict[str, dict[str, int]] = {}
     measured: list[str] = []
     for what, names in FIELDS.items():
-        for field in _fields(before, names):
+        for field in size_fields(before, names):
             found = _found(model, before, what, field, sizes, attention, prober)
             if not found:
                 continue
@@ -145,7 +145,7 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     if not nonuniform:  # the config claims to describe the model: check the claim
         differences = _differences(model, new, read)
         if any(key.endswith(".shape") for key in differences):  # fields of other names?
-            known = {f for names in FIELDS.values() for f in _fields(before, names)}
+            known = {f for names in FIELDS.values() for f in size_fields(before, names)}
             skip = known | set(changed) | _read_fields(read)
             _take_probed(_probed_fields(prober, before, sizes, skip), before, new, changed,
                          nonuniform)
@@ -164,11 +164,11 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
                 changed.append(field)
             differences = _differences(model, new, read)
         nonuniform.update(differences)
-    if not nonuniform and not _valid(new):  # alike everywhere, but not as the class allows
+    if not nonuniform and not config_accepted(new):  # alike everywhere, but not as the class allows
         nonuniform = {field: {"": getattr(new, field)} for field in changed}
     if nonuniform:
         setattr(new, NONUNIFORM, nonuniform)
-        if not _valid(new):
+        if not config_accepted(new):
             for field in changed:
                 if field not in written:
                     setattr(new, field, getattr(before, field))
@@ -201,7 +201,7 @@ def _take_probed(probed: dict[str, dict[str, int]], before: Any, new: Any,
             changed.append(field)
 
 
-def _valid(config: Any) -> bool:
+def config_accepted(config: Any) -> bool:
     """Whether the config class's own checks accept ``config`` (``save_pretrained`` runs
     them)."""
     validate = getattr(config, "validate", None)
@@ -214,7 +214,7 @@ def _valid(config: Any) -> bool:
     return True
 
 
-def _fields(config: Any, names: tuple[str, ...]) -> list[str]:
+def size_fields(config: Any, names: tuple[str, ...]) -> list[str]:
     """The config's own attributes among ``names`` (``attribute_map`` aliases followed),
     once each."""
     aliases: Mapping[str, str] = getattr(config, "attribute_map", {}) or {}
@@ -323,10 +323,10 @@ def _heads_of_pinned_head_dim(config: Any, new: Any, changed: list[str],
     through that holds no head count: the family derives ``head_dim = hidden // heads``),
     the head count that keeps ``head_dim``: the head split of attention traced through pins
     ``head_dim``. Only a candidate: :func:`_differences` checks it."""
-    hidden = _fields(config, FIELDS["hidden_size"])
-    heads = [f for f in _fields(config, FIELDS["num_attention_heads"]) if _scope(f) is None]
+    hidden = size_fields(config, FIELDS["hidden_size"])
+    heads = [f for f in size_fields(config, FIELDS["num_attention_heads"]) if _scope(f) is None]
     if (len(hidden) != 1 or len(heads) != 1 or hidden[0] not in changed
-            or heads[0] in measured or _fields(config, FIELDS["head_dim"])):
+            or heads[0] in measured or size_fields(config, FIELDS["head_dim"])):
         return []
     old_hidden, old_heads = _old_value(config, hidden[0]), _old_value(config, heads[0])
     width = _old_value(new, hidden[0])
@@ -458,13 +458,13 @@ class _Prober:
         ``None`` if ``old`` is not a size or the model cannot be built on meta."""
         if not self._built:
             self._built = True
-            self._base = _meta_shapes(self.model, self.before)
+            self._base = meta_shapes(self.model, self.before)
             self._now = _shapes(self.model)
         if self._base is None or not old:
             return None
         probe = copy.deepcopy(self.before)
         setattr(probe, field, 3 * old)
-        return _meta_shapes(self.model, probe)
+        return meta_shapes(self.model, probe)
 
     def follow(self, field: str, old: int | None) -> dict[str, int] | None:
         """``{where: length now}`` at each dim ``field`` (of value ``old``) sizes: ``where``
@@ -599,7 +599,7 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {name: tuple(t.shape) for name, t in named}
 
 
-def _meta_shapes(model: nn.Module, config: Any) -> dict[str, tuple[int, ...]] | None:
+def meta_shapes(model: nn.Module, config: Any) -> dict[str, tuple[int, ...]] | None:
     """:func:`_shapes` of :func:`meta_build`'s model; ``None`` if it cannot be built."""
     fresh = meta_build(model, config)
     return None if fresh is None else _shapes(fresh)
@@ -622,7 +622,7 @@ def _old_value(config: Any, field: str | None) -> int | None:
 def _derived_mlp(config: Any) -> int | None:
     """Four times the hidden size: the MLP width GPT-2 and its relatives derive from an
     intermediate field left ``None``."""
-    hidden_fields = _fields(config, FIELDS["hidden_size"])
+    hidden_fields = size_fields(config, FIELDS["hidden_size"])
     hidden = _old_value(config, hidden_fields[0] if hidden_fields else None)
     return None if hidden is None else 4 * hidden
 
@@ -633,7 +633,7 @@ def _mlp_sizes(model: nn.Module, config: Any, field: str, sizes: Sizes,
     hidden size to ``field``'s value before the resize (its output features) or that value
     back to the hidden size (its input features); ``None`` stands for four times the hidden
     size, as GPT-2 and its relatives derive it."""
-    hidden_fields = _fields(config, FIELDS["hidden_size"])
+    hidden_fields = size_fields(config, FIELDS["hidden_size"])
     hidden = _old_value(config, hidden_fields[0] if hidden_fields else None)
     if hidden is None:
         return {}
@@ -690,10 +690,10 @@ def _derived_mismatches(config: Any, attention: Mapping[str, tuple[int, int, int
                         ) -> dict[str, dict[str, int]]:
     """``head_dim`` where the config has no field for it and ``hidden // heads`` (what the
     family derives) is not the measured one."""
-    if _fields(config, FIELDS["head_dim"]) or not attention:
+    if size_fields(config, FIELDS["head_dim"]) or not attention:
         return {}
-    hidden = [f for f in _fields(config, FIELDS["hidden_size"])]
-    heads = [f for f in _fields(config, FIELDS["num_attention_heads"])]
+    hidden = [f for f in size_fields(config, FIELDS["hidden_size"])]
+    heads = [f for f in size_fields(config, FIELDS["num_attention_heads"])]
     if not hidden or not heads:
         return {}
     out: dict[str, dict[str, int]] = {}

@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import nn
 
-from .configs import FIELDS, _fields, _meta_shapes, _valid
+from .configs import FIELDS, config_accepted, meta_shapes, size_fields
 
 #: the most values probed below a field's current one to find the smallest accepted
 _SCAN = 4096
@@ -41,18 +41,18 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Any]:
     from fxsym.importance import layout
 
     config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "to_dict") or not _valid(config):
+    if config is None or not hasattr(config, "to_dict") or not config_accepted(config):
         return {}
     steps: dict[str, int | None] = {}
     for names in FIELDS.values():
-        for field in _fields(config, names):
+        for field in size_fields(config, names):
             old = getattr(config, field)
             if isinstance(old, int) and old > 1 and field not in steps:
                 steps[field] = _accepted_step(config, field, old)
     probed = {f: s for f, s in steps.items() if s != 1}
     if not probed:
         return {}
-    base = _meta_shapes(model, config)
+    base = meta_shapes(model, config)
     if base is None:
         return {}
     owners: dict[tuple[str, int], set[str]] = {}
@@ -65,7 +65,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Any]:
         old = getattr(config, field)
         tripled = copy.deepcopy(config)
         setattr(tripled, field, 3 * old)
-        other = _meta_shapes(model, tripled)
+        other = meta_shapes(model, tripled)
         if other is None:
             continue
         groups = {g for p, shape in base.items() if p in other
@@ -92,7 +92,7 @@ def _accepted_step(config: Any, field: str, old: int) -> int | None:
             setattr(probe, field, value)
         except Exception:  # a strict config refusing the value as it is set
             return False
-        return _valid(probe)
+        return config_accepted(probe)
 
     step = next((v for v in range(1, min(old, _SCAN) + 1) if accepted(v)), None)
     if step is None:
