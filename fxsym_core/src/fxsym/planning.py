@@ -58,7 +58,7 @@ from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
 from .paramlayout import Layout, layout
 from .plugins.calls import call_hook
 from .resizing import resize
-from .symbols import SymGroup, SymMap
+from .symbols import SymGroup, SymMap, combine_step
 
 __all__ = ["DepthChoice", "GroupChoice", "Plan", "analysis_options", "count_macs", "described",
            "excluded_groups", "input_spec", "inputs_from_spec", "param_shapes", "plan",
@@ -634,7 +634,7 @@ def plan(
     steps: dict[str, tuple[int, str]] = {}
     for g in groups:
         more, why = described_steps.get(g.name, (1, ""))
-        steps[g.name] = (math.lcm(g.step, more), "; ".join(r for r in (g.step_reason, why) if r))
+        steps[g.name] = combine_step((g.step, g.step_reason), more, 1, why)
     label, scores = _criterion_scores(model, symmap, importance, groups)
     candidates: list[_Candidate] = []
     for g in groups:
@@ -752,10 +752,8 @@ def described(model: nn.Module, symmap: SymMap
             if name not in units:
                 continue
             if isinstance(said, tuple) and len(said) == 2 and _is_int(said[0]) and said[0] > 0:
-                step = said[0] // math.gcd(said[0], units[name])
-                now, why = steps.get(name, (1, ""))
-                steps[name] = (math.lcm(now, step), "; ".join(w for w in (why, str(said[1]))
-                                                              if w))
+                steps[name] = combine_step(steps.get(name, (1, "")), said[0], units[name],
+                                           str(said[1]))
             else:
                 whole.setdefault(str(name), str(said))
     return whole, steps

@@ -28,6 +28,7 @@ Imports from fxsym: nothing (the registry and the tracer's ``TraceReport`` insid
 from __future__ import annotations
 
 import copy
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ __all__ = [
     "Symbol",
     "SymbolKey",
     "attribute_value",
+    "combine_step",
     "set_attribute",
 ]
 
@@ -456,6 +458,15 @@ class SymGroup:
     #: with a :class:`~fxsym.ResizeWarning`. ``step_reason`` says why
     step: int = 1
     step_reason: str = ""
+
+
+def combine_step(now: tuple[int, str], entries: int, unit: int, reason: str
+                 ) -> tuple[int, str]:
+    """A group's ``(step, reason)`` (:attr:`SymGroup.step`, in units of ``unit`` entries) once
+    it must also keep multiples of ``entries`` entries for ``reason``: the least common
+    multiple of the two steps, the reasons joined."""
+    step = entries // math.gcd(entries, unit)
+    return math.lcm(now[0], step), "; ".join(r for r in (now[1], reason) if r)
 
 
 @dataclass(frozen=True)

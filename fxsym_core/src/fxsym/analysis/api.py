@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from torch import nn
 
 from ..errors import AnalysisError
 from ..plugins.calls import call_hook
-from ..symbols import ATTRIBUTE_PREFIX, GroupAnalysis, Symbol, SymbolKey, SymGroup, SymMap
+from ..symbols import (
+    ATTRIBUTE_PREFIX,
+    GroupAnalysis,
+    Symbol,
+    SymbolKey,
+    SymGroup,
+    SymMap,
+    combine_step,
+)
 from ..tracer import trace_deferred
 from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import ReportEntry, TraceReport
@@ -95,18 +102,17 @@ def _find_steps(model: nn.Module, symmap: SymMap) -> None:
     least common multiple, their reasons joined."""
     analysis = symmap.analysis
     assert analysis is not None
-    steps: dict[str, tuple[int, list[str]]] = {}
+    steps: dict[str, tuple[int, str]] = {}
     units = {g.name: g.unit for g in analysis.groups}
     for found in call_hook("fxsym_group_steps", model=model, symmap=symmap) or ():
         for name, (entries, reason) in (found or {}).items():
             if name not in units or not isinstance(entries, int) or entries < 1:
                 continue
-            step = entries // math.gcd(entries, units[name])
-            now, reasons = steps.get(name, (1, []))
-            steps[name] = (math.lcm(now, step), [*reasons, str(reason)])
+            steps[name] = combine_step(steps.get(name, (1, "")), entries, units[name],
+                                       str(reason))
     if any(step > 1 for step, _ in steps.values()):
         groups = tuple(dataclasses.replace(g, step=steps[g.name][0],
-                                           step_reason="; ".join(steps[g.name][1]))
+                                           step_reason=steps[g.name][1])
                        if steps.get(g.name, (1,))[0] > 1 else g for g in analysis.groups)
         symmap.attach_analysis(dataclasses.replace(analysis, groups=groups))
 
