@@ -498,7 +498,8 @@ class _MacModel:
         return self.fixed + sum(w * math.prod(shapes[p]) for p, w in self.weights.items())
 
 
-_MATMULS = {torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm"}
+#: the targets of a product of two tensors (matmul and bmm, as functions, operators and methods)
+MATMULS = frozenset({torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm"})
 
 
 def _mac_model(model: nn.Module, symmap: SymMap) -> _MacModel:
@@ -528,7 +529,7 @@ def _mac_model(model: nn.Module, symmap: SymMap) -> _MacModel:
             positions = out.numel() // max(int(feature), 1)
             for p in params:
                 weights[names[id(p)]] = weights.get(names[id(p)], 0) + positions
-        elif node.op in ("call_function", "call_method") and node.target in _MATMULS:
+        elif node.op in ("call_function", "call_method") and node.target in MATMULS:
             first = _value(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) \
                 else None
             if first is not None and first.dim():

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import copy
 import math
-import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -67,7 +66,7 @@ from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
 from .paramlayout import layout
-from .planning import Plan, described, excluded_groups, param_shapes, plan
+from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan
 from .symbols import SymMap
 
 __all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
@@ -121,8 +120,7 @@ def roles(symmap: SymMap) -> Roles:
 
 
 #: products of two tensors whose leading dims are batch dims (attention's scores and outputs)
-_PRODUCTS = (torch.matmul, torch.bmm, operator.matmul, "matmul", "bmm",
-             nn.functional.scaled_dot_product_attention)
+_PRODUCTS = MATMULS | {nn.functional.scaled_dot_product_attention}
 
 
 def _batch_of_products(symmap: SymMap) -> set[int]:
