@@ -500,12 +500,9 @@ def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
                        "--target-active-params on a model with a stack of residual blocks) "
                        "plans uniform candidates; leave --scope out, or give --ratio or "
                        "--target-macs for a global plan of widths")
-    amount = any(x is not None for x in (args.ratio, args.target_params, args.target_macs))
-    if args.scope is not None and architecture and not searching and (shape or not amount):
-        raise CliError(f"--scope {args.scope}: "
-                       + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
-                          "kept size" if shape else "--layers alone removes blocks, no "
-                          "units") + "; leave --scope out")
+    if architecture and not searching:
+        _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.target_macs),
+                             "blocks")
     if args.batches is not None and not (
             searching or isinstance(layers, int) or args.importance in ("taylor", "activation")):
         raise CliError("--batches: random batches are used by --importance taylor or "
@@ -580,17 +577,25 @@ def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
         raise CliError("--scope global: the architecture search (--calib with a parameter "
                        "target) plans uniform candidates; leave --scope out, or leave --calib "
                        "out for a global plan of widths to the target (--importance l1 or l2)")
-    amount = any(x is not None for x in (args.ratio, args.target_params, args.param_ratio))
-    if args.scope is not None and not searching and (shape or not amount):
-        raise CliError(f"--scope {args.scope}: "
-                       + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
-                          "kept size" if shape else "--layers alone removes layers, no "
-                          "units") + "; leave --scope out")
+    if not searching:
+        _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.param_ratio),
+                             "layers")
     if args.calib is not None and args.importance in ("l1", "l2") and not searching and \
             not isinstance(layers, int):
         raise CliError(f"--calib: with --importance {args.importance} and no search or "
                        "--layers count, the calibration text would not be used; leave --calib "
                        "out, or leave --importance out (activation on the text)")
+
+
+def _refuse_unused_scope(args: argparse.Namespace, shape: dict[str, int],
+                         amounts: tuple[Any, ...], blocks: str) -> None:
+    """``--scope`` is an error where sizes set every kept size or ``--layers`` alone only
+    removes ``blocks`` (no amount of units among ``amounts``)."""
+    if args.scope is not None and (shape or all(x is None for x in amounts)):
+        raise CliError(f"--scope {args.scope}: "
+                       + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
+                          "kept size" if shape else f"--layers alone removes {blocks}, no "
+                          "units") + "; leave --scope out")
 
 
 def _bytes(text: str) -> int:
