@@ -222,3 +222,39 @@ def test_a_tuple_element_python_reads_pins_its_group() -> None:
     assert "up.out_features" not in [g.name for g in sm.groups()]
     assert sm.why_constant(model.up, "out_features")
     assert model.norm.normalized_shape == (8,)
+
+
+class Shrinking(nn.Module):
+    """Swin's ``set_shift_and_window_size``: the forward rebinds an int attribute to a size
+    it computes from the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = 8
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[1] <= self.window:
+            self.window = x.shape[1]
+        return self.proj(x).reshape(x.shape[0], -1, self.window, 4).sum(2)
+
+
+class HoldsShrinking(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Shrinking()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+def test_an_attribute_the_forward_rebinds_is_held_as_the_int_the_trace_read() -> None:
+    model = HoldsShrinking().eval()
+    x = torch.randn(2, 6, 4)
+    sm = fxsym.analyze(model, example_inputs=(x,))
+    assert model.block.window == 8
+    held = sm.graph_module.get_submodule("block").window
+    assert type(held) is int and held == 8
+    clone = copy.deepcopy(sm)
+    assert clone.graph_module.get_submodule("block").window == 8
+    torch.testing.assert_close(sm.graph_module(x), model(x))

@@ -11,7 +11,8 @@ keeps following the input's batch size).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -35,7 +36,39 @@ def value_of(node: torch.fx.Node) -> Any:
 
 
 class ShapeProxy(torch.fx.Proxy):
-    """A Proxy that answers shape, length, truth and dtype questions from its node's value."""
+    """A Proxy that answers shape, length, truth and dtype questions from its node's value.
+
+    A proxy made by :meth:`deferred` has no node until it is first used (an argument, an
+    operand, a question): a module's int attributes are read as sizes this way, and most of
+    them (strides, flags, counts) its forward never reads."""
+
+    _create: Callable[[ShapeProxy], torch.fx.Node] | None = None
+    #: what a deferred proxy's value is read from (``"layer1.0.stride"``)
+    source = ""
+
+    @classmethod
+    def deferred(cls, tracer: torch.fx.proxy.TracerBase,
+                 create: Callable[[ShapeProxy], torch.fx.Node], source: str) -> ShapeProxy:
+        """A proxy whose node ``create(proxy)`` makes when it is first used."""
+        proxy = cls.__new__(cls)
+        proxy.tracer, proxy._create, proxy.source = tracer, create, source
+        return proxy
+
+    #: kept in ``__dict__``, where torch.fx keeps a Proxy's node (its copies read it there)
+    @functools.cached_property
+    def node(self) -> torch.fx.Node:  # type: ignore[override]
+        assert self._create is not None, "a proxy is given its node or made deferred"
+        return self._create(self)
+
+    @property
+    def pending(self) -> bool:
+        """Whether this is a deferred proxy whose node is not made (yet, or again)."""
+        return self._create is not None and "node" not in vars(self)
+
+    def forget(self) -> None:
+        """Drop a deferred proxy's node (it was erased): the next use makes it again."""
+        if self._create is not None:
+            vars(self).pop("node", None)
 
     def _value(self, question: str) -> Any:
         val = value_of(self.node)
@@ -112,3 +145,5 @@ class _Constant:
 
 class ShapeAttribute(ShapeProxy, torch.fx.proxy.Attribute):
     """An attribute of a traced value (``x.shape``); its node is created on first use."""
+
+    node = torch.fx.proxy.Attribute.node

@@ -57,6 +57,7 @@ from torch import nn
 
 from ..modstate import CACHE, DERIVED
 from .configs import CONFIG_ATTRIBUTES
+from .proxy import ShapeProxy
 
 _FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 _BACKWARD_HOOKS = ("_backward_hooks", "_backward_pre_hooks")
@@ -322,7 +323,8 @@ class ShadowTree:
     def written(self) -> dict[str, dict[str, list[str]]]:
         """After the trace: by module qualified name, each attribute the forward set to a
         traced value (not a dict given empty), with the names of the graph nodes of the values
-        it holds (what :mod:`fxsym.analysis.derived` asks whether a resize changes).
+        it holds (what :mod:`fxsym.analysis.derived` asks whether a resize changes; an int
+        attribute's value the forward passed on unused has no node and stays derived).
 
         A shadow whose attributes are the objects it was filled with (the forward rebound
         none, the usual case) is looked into only where it holds copies (a container the
@@ -340,11 +342,10 @@ class ShadowTree:
                 if (key in _TORCH_TABLES or (id(shadow), key) in given
                         or mine.get(key) is value):
                     continue
-                nodes: list[torch.fx.Node] = []
+                nodes: list[str] = []
                 _proxy_nodes(value, nodes)
                 if nodes:
-                    found.setdefault(self._names[id(original)], {})[key] = [
-                        n.name for n in nodes]
+                    found.setdefault(self._names[id(original)], {})[key] = nodes
         return found
 
 
@@ -359,10 +360,14 @@ def original_module(module: nn.Module) -> nn.Module:
     return module if tree is None else tree.original(module)
 
 
-def _proxy_nodes(value: Any, into: list[torch.fx.Node], depth: int = 0) -> None:
-    """Append the node of every Proxy ``value`` holds (in lists, tuples, dicts) to ``into``."""
-    if isinstance(value, torch.fx.Proxy):
-        into.append(value.node)
+def _proxy_nodes(value: Any, into: list[str], depth: int = 0) -> None:
+    """Append the name of the node of every Proxy ``value`` holds (in lists, tuples, dicts)
+    to ``into``; of an int attribute's proxy the forward never used (it has no node), what it
+    reads, which names no node."""
+    if isinstance(value, ShapeProxy) and value.pending:
+        into.append(value.source)
+    elif isinstance(value, torch.fx.Proxy):
+        into.append(value.node.name)
     elif depth < 4 and isinstance(value, (list, tuple)):
         for item in value:
             _proxy_nodes(item, into, depth + 1)

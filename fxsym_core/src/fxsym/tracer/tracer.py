@@ -157,6 +157,9 @@ class FxsymTracer(torch.fx.Tracer):
         self._attribute_values: dict[str, int | tuple[int, ...]] = {}
         #: ids of the modules whose int attributes are proxies at the moment
         self._sizing: set[int] = set()
+        #: the nodes made for int attributes, with their deferred proxies (a rollback that
+        #: erases one makes its proxy forget it)
+        self._attribute_nodes: dict[torch.fx.Node, ShapeProxy | None] = {}
         #: whether a node's value is being computed (the model's code is run, not traced)
         self._evaluating = False
         #: values asked ``__index__`` since the last node (:func:`.questions.drop_index_questions`)
@@ -181,6 +184,7 @@ class FxsymTracer(torch.fx.Tracer):
         self.shadows = None
         self._modules_by_path = None
         self._meta_modules.clear()
+        self._attribute_nodes.clear()
         self._decided = None
 
     # -- leaf policy -----------------------------------------------------------------------
@@ -298,8 +302,14 @@ class FxsymTracer(torch.fx.Tracer):
             node = self.graph._root.prev
             for user in list(node.users):
                 if user.op != "output":
-                    self.graph.erase_node(user)
-            self.graph.erase_node(node)
+                    self._erase(user)
+            self._erase(node)
+
+    def _erase(self, node: torch.fx.Node) -> None:
+        self.graph.erase_node(node)
+        proxy = self._attribute_nodes.pop(node, None)
+        if proxy is not None:  # an attribute first used inside: its node made again later
+            proxy.forget()
 
     # -- root call -------------------------------------------------------------------------
     def create_args_for_root(
@@ -379,23 +389,24 @@ class FxsymTracer(torch.fx.Tracer):
             type(v) is tuple and _int_tuple(v))) and not k.startswith("_")]
         originals = {name: state[name] for name in names}
         proxies: dict[str, Any] = {}
+        entry = _AttributeEntry(self.graph._root.prev, self.module_stack.copy(),
+                                (self.scope.module_path, self.scope.module_type))
         self._sizing.add(id(m))
         try:
-            for name in names:
+            for slot, name in enumerate(names):
                 target = f"{path}.{name}" if path else name
                 value = originals[name]
                 self._attribute_values[target] = value
-                node = self.create_node("get_attr", target, (), {})
-                node.meta[ATTRIBUTE_META] = (path, name)
+                read = self._attribute_read(entry, (slot, 0), "get_attr", target, (),
+                                            (path, name))
                 if type(value) is int:
-                    proxies[name] = self.proxy(node)
+                    proxies[name] = read
                     continue
-                items = []  # a tuple of ints, read element by element (``normalized_shape``)
-                for i in range(len(value)):
-                    item = self.create_node("call_function", operator.getitem, (node, i), {})
-                    item.meta[ATTRIBUTE_META] = (path, f"{name}[{i}]")
-                    items.append(self.proxy(item))
-                proxies[name] = tuple(items)
+                # a tuple of ints, read element by element (``normalized_shape``)
+                proxies[name] = tuple(
+                    self._attribute_read(entry, (slot, i + 1), "call_function",
+                                         operator.getitem, (read, i), (path, f"{name}[{i}]"))
+                    for i in range(len(value)))
             state.update(proxies)
             yield
         finally:
@@ -403,6 +414,45 @@ class FxsymTracer(torch.fx.Tracer):
             for name, proxy in proxies.items():
                 if state.get(name) is proxy:  # the forward may rebind it (the guard restores)
                     state[name] = originals[name]
+
+    def _attribute_read(self, entry: _AttributeEntry, key: tuple[int, int], kind: str,
+                        target: Any, args: tuple[Any, ...], where: tuple[str, str]
+                        ) -> torch.fx.Proxy:
+        """The proxy of an int attribute (``kind``, ``target`` and ``args`` of its node), its
+        node marked ``node.meta[ATTRIBUTE_META] = where``.
+
+        The node is made when the forward first uses the value: most modules hold ints their
+        forward never reads (strides, flags, counts), which then cost no node. It is made as it
+        would have been when the forward began (:class:`_AttributeEntry`), so the graph is the
+        one an eager read gives, less the unused reads. A plugin giving ints a proxy class of
+        its own gets the node at once."""
+
+        def create(proxy: ShapeProxy | None = None) -> torch.fx.Node:
+            node_args = tuple(a.node if isinstance(a, torch.fx.Proxy) else a for a in args)
+            after = entry.anchor
+            for made_key, made in sorted(entry.made.items()):
+                if made_key < key and made in self._attribute_nodes:  # (not erased since)
+                    after = made
+            asked, self.index_questions = self.index_questions, []  # not the model's next node
+            try:
+                with self.graph.inserting_after(after):
+                    node = self.create_node(kind, target, node_args, {})
+            finally:
+                self.index_questions = asked
+            node.meta[ATTRIBUTE_META] = where
+            if entry.stack:
+                node.meta["nn_module_stack"] = entry.stack.copy()
+            else:
+                node.meta.pop("nn_module_stack", None)
+            self.node_name_to_scope[node.name] = entry.scope
+            entry.made[key] = node
+            self._attribute_nodes[node] = proxy
+            return node
+
+        if self.registry.proxy_class(int) is not None:
+            return self.proxy(create())
+        owner, name = where
+        return ShapeProxy.deferred(self, create, f"{owner}.{name}" if owner else name)
 
     # -- values ----------------------------------------------------------------------------
     def create_node(
@@ -764,6 +814,21 @@ def _fresh_copy(recorded: Any, args: tuple[Any, ...]) -> Any:
         return tuple(_fresh_copy(r, args) for r in recorded[1])
     return None
 
+
+class _AttributeEntry:
+    """Where the int attributes of a module read as sizes belong, for one call of its forward:
+    after ``anchor`` (the newest node when the forward began), in the order of the module's
+    attributes (an element of a tuple after the tuple), with the call's module ``stack`` and
+    ``scope`` (path and type); ``made``: the nodes made so far, by place in that order."""
+
+    __slots__ = ("anchor", "made", "scope", "stack")
+
+    def __init__(self, anchor: torch.fx.Node, stack: OrderedDict[str, Any],
+                 scope: tuple[str, Any]) -> None:
+        self.anchor = anchor
+        self.stack = stack
+        self.scope = scope
+        self.made: dict[tuple[int, int], torch.fx.Node] = {}
 
 
 class _UnknownValue(Exception):
@@ -1138,7 +1203,9 @@ def _held(graph: torch.fx.Graph, shadows: ShadowTree) -> dict[str, tuple[Any, nn
     object the GraphModule holds there and the module of the traced tree it is read from.
     That object is the one at that path of the traced (shadow) tree, but for a
     ``call_module`` target, which is the user's module (decisions by identity, a resize and
-    the user see the user's modules; a shadow lives for one trace)."""
+    the user see the user's modules; a shadow lives for one trace), and for an attribute the
+    forward rebound to a traced value (Swin's ``self.window_size = ...``), which is the
+    user's value, the one the trace read."""
     found = dict(shadows.paths)
     held: dict[str, tuple[Any, nn.Module]] = {}
     calls: set[str] = set()
@@ -1152,7 +1219,11 @@ def _held(graph: torch.fx.Graph, shadows: ShadowTree) -> dict[str, tuple[Any, nn
                 parent_path, _, field = target.rpartition(".")
                 owner = _attribute_at(found, parent_path)
                 value = found.get(target)
-                held[target] = (getattr(owner, field) if value is None else value, owner)
+                if value is None:
+                    value = getattr(owner, field)
+                    if isinstance(value, torch.fx.Proxy):  # a size the forward rebound
+                        value = getattr(shadows.original(owner), field)
+                held[target] = (value, owner)
     for target in calls:
         value, owner = held[target]
         held[target] = (shadows.original(value), owner)
