@@ -2,12 +2,12 @@
 
 The tracer computes a node's value without running it where a rule says what it is: a
 family's ``value=`` rule (the nn plugin's for convolutions, ``nn.Linear`` and Swin's window
-attention) and the core's rules for pointwise arithmetic and ``F.adaptive_avg_pool2d``
-(:mod:`fxsym.tracer.values`). Each rule either says ``None`` or gives exactly the metadata
-(shape, dtype, strides, device) that running on the meta device gives; here over many
-generated configurations, including ones where running raises (then the rule must say
-``None``), and over every node of real models. A wrong input still raises the same
-``fxsym.ModelError``.
+attention) and the core's rules for pointwise arithmetic, ``F.adaptive_avg_pool2d``,
+``torch.cat``, ``F.max_pool2d``, ``F.avg_pool2d`` and ``mean`` (:mod:`fxsym.tracer.values`).
+Each rule either says ``None`` or gives exactly the metadata (shape, dtype, strides, device)
+that running on the meta device gives; here over many generated configurations, including
+ones where running raises (then the rule must say ``None``), and over every node of real
+models. A wrong input still raises the same ``fxsym.ModelError``.
 """
 
 from __future__ import annotations
@@ -354,6 +354,68 @@ def test_cat_rule_gives_what_running_gives() -> None:
                         functools.partial(torch.cat, *args, **kwargs),
                         (dim, [(t.shape, t.stride(), t.dtype) for t in tensors]))
     assert tally.checked > 1000 and tally.given > 300, (tally.checked, tally.given)
+
+
+def _pool_size(rng: random.Random) -> Any:
+    return rng.choice([1, 2, 3, 4, 0, -1, (2, 3), (3,), [3, 1], (1, 2, 3), 2.0])
+
+
+@pytest.mark.parametrize("target", [F.max_pool2d, F.avg_pool2d])
+def test_pool2d_rules_give_what_running_gives(target: Any) -> None:
+    rng = random.Random(6)
+    tally = _Tally()
+    for _ in range(1000):
+        shape = tuple(rng.choice([1, 2, 3, 5, 8, 9]) for _ in range(rng.choice([3, 4, 4, 4, 5])))
+        x = torch.empty(shape, dtype=rng.choice((*DTYPES, torch.int64)), device="meta")
+        kernel = _pool_size(rng)
+        extra: dict[str, Any] = {}
+        for name, choices in (("stride", [None, 1, 2, 3, (1, 2), [], 0]),
+                              ("padding", [0, 1, 2, (1, 0), -1]),
+                              ("ceil_mode", [False, True, 1]),
+                              *((("dilation", [1, 2, (2, 1), 0]),
+                                 ("return_indices", [False, True]))
+                                if target is F.max_pool2d else
+                                (("count_include_pad", [True, False]),
+                                 ("divisor_override", [None, 2])))):
+            if rng.random() < 0.6:
+                extra[name] = rng.choice(choices)
+        positional = rng.random() < 0.3 and "stride" in extra and "padding" in extra
+        for inp in _layouts(x, rng):
+            if positional:
+                rest = {k: v for k, v in extra.items() if k not in ("stride", "padding")}
+                args, kwargs = (inp, kernel, extra["stride"], extra["padding"]), rest
+            else:
+                args, kwargs = (inp, kernel), extra
+            tally.check(op_value("call_function", target, args, kwargs),
+                        functools.partial(target, *args, **kwargs),
+                        (shape, inp.stride(), kernel, extra))
+    assert tally.checked > 3000 and tally.given > 100, (tally.checked, tally.given)
+
+
+def test_mean_rule_gives_what_running_gives() -> None:
+    rng = random.Random(7)
+    tally = _Tally()
+    for _ in range(400):
+        ndim = rng.choice([1, 2, 3, 4, 4])
+        shape = tuple(rng.choice([1, 2, 3, 5]) for _ in range(ndim))
+        x = torch.empty(shape, dtype=rng.choice((*DTYPES, torch.int64)), device="meta")
+        dims: Any = rng.choice([rng.randrange(-ndim, ndim),
+                                [rng.randrange(-ndim, ndim) for _ in range(rng.choice([1, 2]))],
+                                tuple(range(ndim)), [ndim], [], None, (0, 0)])
+        keep = rng.choice([None, False, True, 1])
+        for inp in _layouts(x, rng):
+            calls: list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]] = [
+                ("call_method", "mean", (inp, dims), {}),
+                ("call_method", "mean", (inp,), {"dim": dims}),
+                ("call_function", torch.mean, (inp, dims), {})]
+            if keep is not None:
+                calls = [(op, t, a, {**k, "keepdim": keep}) for op, t, a, k in calls]
+                calls.append(("call_method", "mean", (inp, dims, keep), {}))
+            for op, target, args, kwargs in calls:
+                tally.check(op_value(op, target, args, kwargs),
+                            functools.partial(_call, op, target, args, kwargs),
+                            (shape, inp.stride(), dims, keep))
+    assert tally.checked > 3000 and tally.given > 500, (tally.checked, tally.given)
 
 
 # -- through the tracer ---------------------------------------------------------------------------

@@ -9,7 +9,9 @@ run as before, and raises as before when the model is wrong.
 
 * :func:`op_value` is the tracer's own rule for a few common torch ops: pointwise ``add``,
   ``sub``, ``mul`` and true division of floating tensors of one dtype and Python numbers,
-  ``F.adaptive_avg_pool2d`` and ``torch.cat``;
+  ``F.adaptive_avg_pool2d``, ``torch.cat``, ``F.max_pool2d`` and ``F.avg_pool2d`` (torch's
+  meta kernels of the last two are ~0.2 ms of Python shape checks a call) and ``mean`` over
+  given dims (~0.5 ms);
 * :func:`plain_float`, :func:`row_major`, :func:`nonempty` and :func:`meta_empty` are the
   pieces a family's value rule (``register(..., value=rule)``, see
   ``fxsym_register_sym_infos``) is made of.
@@ -245,6 +247,113 @@ def cat_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 _SEQUENCES = (list, tuple, torch.fx.immutable_collections.immutable_list)
 
+#: the parameters of ``F.max_pool2d`` and of ``F.avg_pool2d`` (``torch._C._nn.avg_pool2d``)
+#: after the input, with their defaults
+_MAX_POOL = (("kernel_size", None), ("stride", None), ("padding", 0), ("dilation", 1),
+             ("ceil_mode", False), ("return_indices", False))
+_AVG_POOL = (("kernel_size", None), ("stride", None), ("padding", 0), ("ceil_mode", False),
+             ("count_include_pad", True), ("divisor_override", None))
+
+
+def _bound(args: tuple[Any, ...], kwargs: dict[str, Any],
+           params: tuple[tuple[str, Any], ...]) -> dict[str, Any] | None:
+    """``args[1:]`` and ``kwargs`` bound to ``params`` (names and defaults), or ``None`` if
+    they do not bind (too many, unknown or repeated names, a required one missing)."""
+    if len(args) - 1 > len(params) or not set(kwargs) <= {n for n, _ in params}:
+        return None
+    bound = dict(params)
+    for (name, _), value in zip(params, args[1:]):
+        if name in kwargs:
+            return None
+        bound[name] = value
+    bound.update(kwargs)
+    return None if bound["kernel_size"] is None else bound
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    """An int, or a sequence of one or two ints, as two ints (``None``: anything else)."""
+    if type(value) is int:
+        return value, value
+    if type(value) in _SEQUENCES and len(value) in (1, 2) and all(
+            type(v) is int for v in value):
+        return (value[0], value[-1])
+    return None
+
+
+def _pooled(size: int, kernel: int, stride: int, pad: int, dilation: int,
+            ceil: bool) -> int | None:
+    """The output size of a pooling along one dim, by torch's formula, or ``None`` where torch
+    refuses the arguments (a non-positive kernel, stride or dilation, padding beyond half the
+    kernel, no output)."""
+    if kernel < 1 or stride < 1 or dilation < 1 or not 0 <= pad <= kernel // 2:
+        return None
+    span = size + 2 * pad - dilation * (kernel - 1) - 1
+    out = (span + (stride - 1 if ceil else 0)) // stride + 1
+    if ceil and (out - 1) * stride >= size + pad:  # the last window starts in the padding
+        out -= 1
+    return out if out >= 1 else None
+
+
+def pool2d_value(args: tuple[Any, ...], kwargs: dict[str, Any], *, dilated: bool) -> Any:
+    """``F.max_pool2d`` (``dilated``) or ``F.avg_pool2d`` of a row-major floating 4-d ``x``,
+    without indices: of torch's pooled sizes, row-major."""
+    bound = _bound(args, kwargs, _MAX_POOL if dilated else _AVG_POOL)
+    if not args or bound is None:
+        return None
+    x = args[0]
+    if not (plain_float(x) and x.dim() == 4 and row_major(x)):
+        return None
+    stride = bound["stride"]
+    kernel = _pair(bound["kernel_size"])
+    stride = kernel if stride is None or (type(stride) in _SEQUENCES and not stride) else (
+        _pair(stride))
+    padding = _pair(bound["padding"])
+    dilation = _pair(bound["dilation"]) if dilated else (1, 1)
+    ceil = bound["ceil_mode"]
+    if (kernel is None or stride is None or padding is None or dilation is None
+            or type(ceil) is not bool):
+        return None
+    if dilated and bound["return_indices"] is not False:
+        return None
+    if not dilated and (type(bound["count_include_pad"]) is not bool or bound[
+            "divisor_override"] is not None):
+        return None
+    out: list[int] = []
+    for size, params in zip(x.shape[2:], zip(kernel, stride, padding, dilation)):
+        pooled = _pooled(size, *params, ceil)
+        if pooled is None:
+            return None
+        out.append(pooled)
+    return meta_empty((*x.shape[:2], *out), x.dtype)
+
+
+def mean_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``x.mean(dims)`` (``keepdim`` given or not) of a row-major floating ``x`` over dims
+    given as an int or a sequence of distinct ints: of ``x``'s shape without those dims (of
+    size 1 with ``keepdim``), row-major."""
+    if not args or not set(kwargs) <= {"dim", "keepdim"} or len(args) + len(kwargs) > 3:
+        return None
+    x, *rest = args
+    given = dict(zip(("dim", "keepdim"), rest))
+    if set(given) & set(kwargs):
+        return None
+    given.update(kwargs)
+    dims, keep = given.get("dim"), given.get("keepdim", False)
+    if not (plain_float(x) and row_major(x) and type(keep) is bool and x.dim() > 0):
+        return None
+    if type(dims) is int:
+        dims = (dims,)
+    if type(dims) not in _SEQUENCES or not dims or any(type(d) is not int for d in dims):
+        return None
+    ndim = x.dim()
+    if any(not -ndim <= d < ndim for d in dims):
+        return None
+    reduced = {d % ndim for d in dims}
+    if len(reduced) != len(dims):
+        return None
+    shape = [1 if i in reduced else n for i, n in enumerate(x.shape) if keep or i not in reduced]
+    return meta_empty(shape, x.dtype)
+
 
 def op_value(op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The value of a ``call_function`` or ``call_method`` node computed from its arguments'
@@ -252,6 +361,8 @@ def op_value(op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     if op == "call_method":
         if target in _POINTWISE_METHODS and not kwargs:
             return pointwise_value(args)
+        if target == "mean":
+            return mean_value(args, kwargs)
         return None
     try:
         if target in _POINTWISE_FUNCTIONS:
@@ -265,4 +376,8 @@ def op_value(op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         return adaptive_avg_pool2d_value(args, kwargs)
     if target is torch.cat:
         return cat_value(args, kwargs)
+    if target is F.max_pool2d or target is F.avg_pool2d:
+        return pool2d_value(args, kwargs, dilated=target is F.max_pool2d)
+    if target is torch.mean:
+        return mean_value(args, kwargs)
     return None
