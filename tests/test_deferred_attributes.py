@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from test_attribute_sizes import HeadSplit
 from torch import nn
 
 import fxsym
@@ -94,15 +95,9 @@ def test_a_late_read_sits_where_the_forward_began() -> None:
     sm.graph.lint()
 
 
-class Unflatten(nn.Module):
+class Unflatten(HeadSplit):
     """``torch.unflatten`` by two attributes: torch's argument parser asks ``__index__`` of
     both before the call is recorded, so both nodes are made during those questions."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.heads, self.head_dim = 2, 4
-        self.qkv = nn.Linear(6, self.heads * self.head_dim)
-        self.out = nn.Linear(self.heads * self.head_dim, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.unflatten(self.qkv(x), -1, (self.heads, self.head_dim))
