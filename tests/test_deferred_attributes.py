@@ -151,3 +151,26 @@ def test_a_value_whose_node_a_rollback_erased_is_made_again() -> None:
     assert [n.meta[ATTRIBUTE_META] for n in reads] == [("fails", "k")]
     gm = sm.graph_module
     torch.testing.assert_close(gm(x), model(x))
+
+
+class KeepsACopy(nn.Module):
+    """Sets an attribute to another's value without using it: the value has no node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = 4
+        self.proj = nn.Linear(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen = self.k
+        return self.proj(x)
+
+
+def test_an_unused_value_set_to_an_attribute_stays_derived_and_makes_no_node() -> None:
+    model = KeepsACopy().eval()
+    sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 3),))
+    sm.graph.lint()
+    assert list(sm.graph.nodes)[-1].op == "output"
+    assert not [n for n in sm.graph.nodes if ATTRIBUTE_META in n.meta]
+    assert sm.derived_state == {"": {"seen": "derived"}}
+    assert not hasattr(model, "seen")
