@@ -255,10 +255,14 @@ _AVG_POOL = (("kernel_size", None), ("stride", None), ("padding", 0), ("ceil_mod
              ("count_include_pad", True), ("divisor_override", None))
 
 
+#: the parameters of ``x.mean``/``torch.mean`` after the input
+_MEAN = (("dim", None), ("keepdim", False))
+
+
 def _bound(args: tuple[Any, ...], kwargs: dict[str, Any],
            params: tuple[tuple[str, Any], ...]) -> dict[str, Any] | None:
     """``args[1:]`` and ``kwargs`` bound to ``params`` (names and defaults), or ``None`` if
-    they do not bind (too many, unknown or repeated names, a required one missing)."""
+    they do not bind (too many, unknown or repeated names)."""
     if len(args) - 1 > len(params) or not set(kwargs) <= {n for n, _ in params}:
         return None
     bound = dict(params)
@@ -267,7 +271,7 @@ def _bound(args: tuple[Any, ...], kwargs: dict[str, Any],
             return None
         bound[name] = value
     bound.update(kwargs)
-    return None if bound["kernel_size"] is None else bound
+    return bound
 
 
 def _pair(value: Any) -> tuple[int, int] | None:
@@ -303,10 +307,10 @@ def pool2d_value(args: tuple[Any, ...], kwargs: dict[str, Any], *, dilated: bool
     x = args[0]
     if not (plain_float(x) and x.dim() == 4 and row_major(x)):
         return None
-    stride = bound["stride"]
     kernel = _pair(bound["kernel_size"])
-    stride = kernel if stride is None or (type(stride) in _SEQUENCES and not stride) else (
-        _pair(stride))
+    given = bound["stride"]
+    stride = kernel if given is None or (type(given) in _SEQUENCES and not given) else (
+        _pair(given))
     padding = _pair(bound["padding"])
     dilation = _pair(bound["dilation"]) if dilated else (1, 1)
     ceil = bound["ceil_mode"]
@@ -331,14 +335,10 @@ def mean_value(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``x.mean(dims)`` (``keepdim`` given or not) of a row-major floating ``x`` over dims
     given as an int or a sequence of distinct ints: of ``x``'s shape without those dims (of
     size 1 with ``keepdim``), row-major."""
-    if not args or not set(kwargs) <= {"dim", "keepdim"} or len(args) + len(kwargs) > 3:
+    bound = _bound(args, kwargs, _MEAN)
+    if not args or bound is None:
         return None
-    x, *rest = args
-    given = dict(zip(("dim", "keepdim"), rest))
-    if set(given) & set(kwargs):
-        return None
-    given.update(kwargs)
-    dims, keep = given.get("dim"), given.get("keepdim", False)
+    x, dims, keep = args[0], bound["dim"], bound["keepdim"]
     if not (plain_float(x) and row_major(x) and type(keep) is bool and x.dim() > 0):
         return None
     if type(dims) is int:
