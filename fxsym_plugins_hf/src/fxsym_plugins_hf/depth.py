@@ -13,8 +13,9 @@ never from equal numbers (issue 19 §7):
 
 The result is checked: a model built from the new config on the meta device has as many
 blocks, and each block has the string, bool and ``None`` attributes of the block it
-replaces (``layer_type``, ``sliding_window`` set or not); where not, the plugin raises and the
-resize is undone. Per-module sizes the config records for a non-uniform plan
+replaces (``layer_type``, ``sliding_window`` set or not); where not, the plugin refuses
+(:class:`fxsym.ResizeError`, a refusal that leaves the plugin enabled) and the resize is
+undone. Per-module sizes the config records for a non-uniform plan
 (``config.fxsym_nonuniform``) follow the blocks' new names.
 
 The config is copied, never changed in place (every module holding it gets the copy), and
@@ -28,6 +29,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
+
+from fxsym.errors import ResizeError
 
 from .configs import NONUNIFORM, UNPRUNED, meta_build
 
@@ -45,7 +48,7 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
         vars(model)[UNPRUNED] = copy.deepcopy(config)
     count = _count_field(model, config, group.container, n)
     if count is None:
-        raise ValueError(f"no field of {type(config).__name__} sets the number of blocks of "
+        raise ResizeError(f"no field of {type(config).__name__} sets the number of blocks of "
                          f"{group.container} (built on the meta device with each int field "
                          f"of value {n} lowered, none gave one block fewer)")
     memo: dict[int, Any] = {}
@@ -153,13 +156,13 @@ def _check(model: nn.Module, config: Any, group: Any) -> None:
     ours = model.get_submodule(group.container)
     theirs = built.get_submodule(group.container)
     if _length(built, group.container) != _length(model, group.container):
-        raise ValueError(f"the config gives {group.container} {_length(built, group.container)} "
+        raise ResizeError(f"the config gives {group.container} {_length(built, group.container)} "
                          f"blocks, the model has {_length(model, group.container)}")
     for j, (mine, other) in enumerate(zip(ours.children(), theirs.children(), strict=True)):
         a, b = _flags(mine), _flags(other)
         if a != b:
             diff = sorted(set(a.items()) ^ set(b.items()), key=str)[0]
-            raise ValueError(f"block {j} of {group.container} built from the new config "
+            raise ResizeError(f"block {j} of {group.container} built from the new config "
                              f"differs from the block kept there ({diff[0]}): the config "
                              "cannot describe the kept blocks")
 

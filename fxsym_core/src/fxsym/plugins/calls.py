@@ -13,7 +13,11 @@ others, then ``trylast`` ones, each group latest-registered first.
   the hook: every contribution is attributed to its plugin, and each wrapper wraps each
   plugin's call.
 
-A call that raises one of :data:`~fxsym.plugins.manager.PLUGIN_ERRORS` is blamed on the
+A plugin's planned refusal, an :class:`~fxsym.errors.FxsymError` it raises on purpose (a
+``CheckpointError`` for a directory it will not read, a ``ResizeError`` for a config that
+cannot describe the kept blocks), is an answer, not a failure: it propagates to the caller as
+it is and the plugin stays enabled (:func:`_refusal`). Any other exception of
+:data:`~fxsym.plugins.manager.PLUGIN_ERRORS` a call raises is blamed on the
 implementation deepest in the exception's traceback (:func:`blame`: the plain implementation
 that raised, or the wrapper that raised its own error). That plugin is disabled
 (:meth:`~fxsym.plugins.manager.PluginManager.disable`: blocked, recorded, reported once) and
@@ -32,7 +36,14 @@ from typing import Any
 
 from pluggy import HookImpl
 
+from ..errors import FxsymError
 from .manager import PLUGIN_ERRORS, PluginManager, blame, get_plugin_manager
+
+
+def _refusal(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a plugin's hook, is a refusal the plugin made on purpose
+    (a typed fxsym error), which propagates, rather than the plugin failing."""
+    return isinstance(exc, FxsymError)
 
 
 def call_hook(hook_name: str, pm: PluginManager | None = None, **kwargs: Any) -> Any:
@@ -45,7 +56,7 @@ def call_hook(hook_name: str, pm: PluginManager | None = None, **kwargs: Any) ->
             return caller(**kwargs)
         except PLUGIN_ERRORS as exc:
             impl = blame(exc, caller.get_hookimpls())
-            if impl is None:
+            if impl is None or _refusal(exc):
                 raise
             pm.disable(impl.plugin_name, exc, hook_name)
 
@@ -64,8 +75,9 @@ def call_each(
     ``(plugin_name, result)``.
 
     A failing call disables the plugin :func:`blame` names (the callee, or a wrapper) and the
-    plugins after it are still called; the callee's call is not repeated. The caller finds
-    the names disabled meanwhile with ``pm.is_blocked``.
+    plugins after it are still called (a refusal, :func:`_refusal`, propagates instead); the
+    callee's call is not repeated. The caller finds the names disabled meanwhile with
+    ``pm.is_blocked``.
     """
     caller = getattr(pm.hook, hook_name)
     wrapping = {i.plugin for i in caller.get_hookimpls() if i.hookwrapper or i.wrapper}
@@ -77,6 +89,8 @@ def call_each(
         try:
             result = subset(**kwargs_for(impl.plugin_name))
         except PLUGIN_ERRORS as exc:
+            if _refusal(exc):
+                raise
             culprit = blame(exc, subset.get_hookimpls()) or impl
             pm.disable(culprit.plugin_name, exc, hook_name)
             continue
@@ -118,6 +132,8 @@ class _TraceContexts:
                     exit_fn = type(ctx).__exit__
                     type(ctx).__enter__(ctx)
                 except PLUGIN_ERRORS as exc:
+                    if _refusal(exc):
+                        raise
                     self._pm.disable(name, exc, "fxsym_trace_context")
                     continue
                 stack.push(_guarded_exit(self._pm, name, ctx, exit_fn))
@@ -144,7 +160,9 @@ def _guarded_exit(
         try:
             exit_fn(ctx, exc_type, exc, tb)
         except PLUGIN_ERRORS as err:
-            if err is not exc:  # re-raising the exception it was given is not a failure
+            if _refusal(err) and exc is None:
+                raise
+            if err is not exc and not _refusal(err):  # re-raising what it was given: no failure
                 pm.disable(name, err, "fxsym_trace_context (exit)", raise_strict=exc is None)
         return False
 

@@ -17,7 +17,8 @@ Importing a plugin runs arbitrary code: anything it raises is caught, ``SystemEx
 (a plugin calling ``sys.exit()`` at import must not end the host). Only ``KeyboardInterrupt``
 and ``GeneratorExit`` keep their meaning (:data:`PLUGIN_ERRORS`).
 
-A plugin that fails later, in any hook (see :mod:`fxsym.plugins.calls`), is *disabled*
+A plugin that fails later, in any hook (see :mod:`fxsym.plugins.calls`; a typed
+:class:`~fxsym.errors.FxsymError` it raises is a refusal, not a failure), is *disabled*
 (:meth:`PluginManager.disable`): blocked with pluggy's ``set_blocked`` (which unregisters it
 and bumps :attr:`PluginManager.generation`, so the registry collects the contributions again
 without it), recorded in ``failed`` and reported once. A plugin that fails at import is
