@@ -35,6 +35,7 @@ ORDER = [
     "naming",      # how a class or callable is named
     "console",     # tables and progress: rich at a terminal, plain text otherwise
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
+    "lockstep",    # batches run through a model together, held at the entry of its blocks
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
     "registry",    # user registrations + plugin contributions
     "symbols",     # Symbol, SymInfo, SymMap, SymGroup
@@ -62,6 +63,7 @@ ALLOWED: dict[str, set[str]] = {
     "naming": set(),
     "console": set(),
     "modstate": set(),
+    "lockstep": {"errors"},
     "plugins": {"errors"},
     "registry": {"errors", "naming", "plugins"},
     # the registry only inside functions; the registry and TraceReport for annotations

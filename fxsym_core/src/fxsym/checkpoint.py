@@ -16,17 +16,17 @@ The steps, none of which holds more than one decoder layer's weights:
    Layout` of its groups;
 2. **importance**, one of
 
-   * *activation* (:func:`stream_activations`): the model's repeated blocks (the
-     ``nn.ModuleList`` holding most parameters: a decoder's layers) run one at a time on the
-     calibration tokens. A module outside the blocks (embeddings, final norm, head) gets its
-     tensors when it is called and gives them back when it returns. The inputs of the first
-     block are caught once (a pre-hook stopping the run there); then each block's tensors are
-     read with safetensors' lazy ``safe_open``, the block runs on the hidden states of every
-     batch (its outputs are the next block's inputs) while an
-     :class:`~fxsym.importance.ActivationRecorder` watches its members, and its parameters go
-     back to the meta device; finally the modules after the blocks run on the last hidden
-     states. Per block, ``1 - cos`` between its input and output hidden states (ShortGPT's
-     block importance) is kept too;
+   * *activation* (:func:`stream_activations`): every calibration batch runs the model's own
+     ``forward``, the batches held in lock step at the model's repeated blocks (the
+     ``nn.ModuleList`` holding most parameters: a decoder's layers; :mod:`fxsym.lockstep`):
+     when every batch waits at block ``i``, its tensors are read with safetensors' lazy
+     ``safe_open``, the batches pass it one after another while an
+     :class:`~fxsym.importance.ActivationRecorder` watches its members, and its parameters
+     go back to the meta device. Nothing is replayed: each block receives what the model
+     gives it (per-layer masks, rotary tables, caches), so the run is the in-memory run. A
+     module outside the blocks (embeddings, final norm, head) gets its tensors when it is
+     called and gives them back when it returns. Per block, ``1 - cos`` between its input
+     and output hidden states (ShortGPT's block importance) is kept too;
    * *weights* (``l1``, ``l2``): each parameter read, scored and dropped in turn, its memory
      given back before the next is read (:func:`fxsym.importance.element_scores` with a
      reader);
@@ -34,7 +34,7 @@ The steps, none of which holds more than one decoder layer's weights:
 3. **planning** with those scores (:func:`fxsym.plan`; a number of ``layers`` kept by the
    block importance of the same run), or the architecture search for a parameter target
    (:func:`fxsym.search.search`), each uniform candidate scored by :func:`stream_loss`: the
-   same block-by-block run (:func:`_stream`, shared with the activations) of the meta model
+   same lock-step run (:func:`_stream`, shared with the activations) of the meta model
    pruned by the candidate, each tensor read and cut as the output would hold it; the plan is
    applied to the meta model, whose resized config the plugins write
    (``fxsym_save_files``);
@@ -60,7 +60,7 @@ block or module outside the blocks (an embedding, the head) plus the calibration
 states.
 
 Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins,
-search.
+search (console and lockstep inside functions).
 """
 
 from __future__ import annotations
@@ -476,41 +476,16 @@ class StreamedScores:
     expert_activation: dict[str, list[float]] = field(default_factory=dict)
 
 
-class _Stop(Exception):
-    """Raised by the pre-hook that catches the first block's inputs."""
-
-
-class _Replay(nn.Module):
-    """Stands for a block in the last run: returns the hidden states the real block gave."""
-
-    def __init__(self, outputs: list[Any]) -> None:
-        super().__init__()
-        self.outputs = outputs
-        self.calls = 0
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.outputs[self.calls % len(self.outputs)]
-        self.calls += 1
-        return out
-
-
-def _hidden(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str | int, torch.Tensor]:
-    """Where a block's carried hidden states are: its first positional argument, else its
-    first tensor keyword argument."""
+def _hidden(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor:
+    """A block's carried hidden states: its first positional argument, else its first
+    floating-point tensor keyword argument."""
     if args and isinstance(args[0], torch.Tensor):
-        return 0, args[0]
-    for k, v in kwargs.items():
+        return args[0]
+    for v in kwargs.values():
         if isinstance(v, torch.Tensor) and v.is_floating_point():
-            return k, v
-    raise CheckpointError("cannot tell which argument of the first block carries the hidden "
-                          "states (no tensor argument)")
-
-
-def _with_hidden(args: tuple[Any, ...], kwargs: dict[str, Any], where: str | int,
-                 h: torch.Tensor) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if isinstance(where, int):
-        return (h, *args[1:]), kwargs
-    return args, {**kwargs, where: h}
+            return v
+    raise CheckpointError("cannot tell which argument of a block carries the hidden states "
+                          "(no tensor argument)")
 
 
 def _first(out: Any) -> torch.Tensor:
@@ -527,8 +502,8 @@ def _under(prefix: str) -> Callable[[str], bool]:
 
 class _Watch:
     """What a streamed run (:func:`_stream`) does besides running the model: the hooks
-    attached while block ``i`` runs and while the modules after the blocks run (handles,
-    removed after), each block's input and output hidden states, the model's outputs."""
+    attached while block ``i`` is loaded and for the whole run (handles, removed after), each
+    block's input and output hidden states, the model's outputs."""
 
     def block(self, i: int) -> list[Any]:
         return []
@@ -557,78 +532,52 @@ class _Source(Protocol):
 def _stream(model: nn.Module, loader: _Loader, batches: Sequence[Any], watch: _Watch, *,
             progress: bool = False, description: str = "calibration") -> None:
     """Run ``model`` (parameters on the meta device, read by ``loader`` when needed) on
-    ``batches`` block by block, as the module docstring says, telling ``watch``; its
-    parameters are on the meta device again when this returns."""
-    from .console import track
+    ``batches``, every batch through the model's own ``forward``, held in lock step at the
+    blocks of its block list (:func:`fxsym.lockstep.run_in_lockstep`): a block's tensors are
+    read once, when the batches reach it, and given back when they have all passed it; a
+    module outside the blocks gets its tensors when it is called and gives them back when it
+    returns. ``watch`` is told; ``model``'s parameters are on the meta device again when this
+    returns."""
+    import contextlib
+
+    from .console import steps
     from .importance import run_batch
+    from .lockstep import run_in_lockstep
 
     found = block_list(model)
     if found is None:
         raise CheckpointError("the model holds no list of blocks to stream through")
     prefix, blocks = found
     block_ids = {id(m) for b in blocks for m in b.modules()}
-    caught: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-    def catch(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        caught.append((args, kwargs))
-        raise _Stop
-
     outside = [m for m in model.modules() if id(m) not in block_ids]
-    loading = loader.on_call(outside)
+    attached: list[Any] = []
+
+    def enter(i: int) -> None:
+        step(f"{prefix}.{i}")
+        loader.load(loader.names(blocks[i]))
+        attached.extend(watch.block(i))
+
+    def leave(i: int) -> None:
+        while attached:
+            attached.pop().remove()
+        loader.release(loader.names(blocks[i]))
+
+    def passed(i: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        watch.pair(i, _hidden(args, kwargs), _first(out))
+
+    handles = loader.on_call(outside)
+    model.eval()
     try:
-        model.eval()
-        with torch.no_grad():
-            handle = blocks[0].register_forward_pre_hook(catch, with_kwargs=True)
-            try:
-                for batch in batches:
-                    try:
-                        run_batch(model, batch)
-                    except _Stop:
-                        continue
-                    raise CheckpointError("the model ran without calling its first block")
-            finally:
-                handle.remove()
-            loader.release(list(loader.places))
-            where = _hidden(*caught[0])[0]
-            states = [_hidden(a, k)[1] for a, k in caught]
-            kind: list[Any] = []
-            steps = range(len(blocks))
-            for i in (track(steps, description=description, label=lambda i: f"{prefix}.{i}")
-                      if progress else steps):
-                block = blocks[i]
-                own = loader.names(block)
-                loader.load(own)
-                handles = watch.block(i)
-                try:
-                    nxt = []
-                    for (args, kwargs), h in zip(caught, states):
-                        a, k = _with_hidden(args, kwargs, where, h)
-                        out = block(*a, **k)
-                        kind = [type(out)]
-                        o = _first(out)
-                        watch.pair(i, h, o)
-                        nxt.append(o)
-                    states = nxt
-                finally:
-                    for h_ in handles:
-                        h_.remove()
-                    loader.release(own)
-            replays = [(o,) if kind and kind[0] is tuple else o for o in states]
-            originals = list(blocks)
-            for i in range(len(blocks)):
-                blocks[i] = _Replay(replays)
-            handles = watch.rest()
-            try:
-                for batch in batches:
-                    watch.output(batch, run_batch(model, batch))
-            finally:
-                for h_ in handles:
-                    h_.remove()
-                for i, b in enumerate(originals):
-                    blocks[i] = b
+        handles += watch.rest()
+        with (steps(len(blocks), description=description) if progress
+              else contextlib.nullcontext(lambda label: None)) as step:
+            outputs = run_in_lockstep(partial(run_batch, model), batches, list(blocks),
+                                      enter=enter, leave=leave, on_pass=passed)
+        for batch, out in zip(batches, outputs):
+            watch.output(batch, out)
     finally:
-        for h_ in loading:
-            h_.remove()
+        for h in handles:
+            h.remove()
         loader.release(list(loader.places))
 
 
