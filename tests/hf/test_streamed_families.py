@@ -11,7 +11,9 @@ The families are those whose layers differ: sliding windows on some layers (gemm
 gemma3_text with local and global rotary, qwen2 / qwen3 with ``max_window_layers``, cohere2,
 olmo3, exaone4, gpt_oss, mistral), no-rope layers (smollm3), dense-then-MoE stacks (qwen2_moe's
 ``mlp_only_layers``, qwen3_moe, deepseek_v3's ``first_k_dense_replace``) and hybrid
-attention / state-space stacks (jamba, bamba); llama is the plain reference. The windows are
+attention / state-space / convolution stacks (jamba, bamba, falcon_h1, granitemoehybrid,
+zamba2 with its shared attention block called from several layers, qwen3_next's linear
+attention, lfm2); llama is the plain reference. The windows are
 smaller than the calibration sequences, so a window that is replayed to the wrong layer
 changes the scores (it did: 3-44 % on 3-7 groups of each windowed family before the streamed
 run became the model's own program).
@@ -62,6 +64,18 @@ FAMILIES: dict[str, dict[str, Any]] = {
                   expert_layer_offset=1, num_experts=4, mamba_d_state=8, mamba_dt_rank=8,
                   use_mamba_kernels=False),
     "bamba": dict(MAMBA2, attn_layer_indices=[1, 3]),
+    "falcon_h1": dict(MAMBA2, mamba_d_ssm=128, head_dim=16),
+    "granitemoehybrid": dict(MAMBA2, layer_types=["mamba", "attention"] * 2,
+                             num_local_experts=4, num_experts_per_tok=2),
+    "zamba2": dict(mamba_d_state=8, mamba_headdim=16, n_mamba_heads=8, mamba_ngroups=1,
+                   num_mem_blocks=1, layers_block_type=["mamba", "hybrid"] * 2,
+                   attention_head_dim=16),
+    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"] * 2, head_dim=16,
+                       linear_num_value_heads=4, linear_num_key_heads=2,
+                       linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+                       num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=32),
+    "lfm2": dict(layer_types=["conv", "full_attention"] * 2, block_ff_dim=192),
 }
 
 
