@@ -33,6 +33,7 @@ PACKAGE = Path(fxsym.__file__).parent
 ORDER = [
     "errors",      # the exception and warning classes
     "naming",      # how a class or callable is named
+    "paths",       # what a path is, outputs overlapping inputs, the lock of an output
     "console",     # tables and progress: rich at a terminal, plain text otherwise
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "lockstep",    # batches run through a model together, held at the entry of its blocks
@@ -61,6 +62,7 @@ ORDER = [
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "naming": set(),
+    "paths": {"errors"},
     "console": set(),
     "modstate": set(),
     "lockstep": {"errors"},
@@ -78,8 +80,9 @@ ALLOWED: dict[str, set[str]] = {
                  "resizing", "symbols"},
     "search": {"analysis", "console", "depth", "errors", "importance", "paramlayout", "planning",
                "symbols"},
-    "persist": {"analysis", "depth", "errors", "modstate", "planning", "plugins", "symbols"},
-    "checkpoint": {"analysis", "depth", "errors", "importance", "persist", "planning",
+    "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
+                "symbols"},
+    "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist", "planning",
                    "plugins", "search"},
     "oracles": {"analysis", "modstate", "resizing", "symbols"},
     # the tracer only inside optimize()

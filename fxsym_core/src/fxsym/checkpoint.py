@@ -59,7 +59,7 @@ the plan. The calibration runs in the checkpoint's dtype. Peak memory is about t
 block or module outside the blocks (an embedding, the head) plus the calibration hidden
 states.
 
-Imports from fxsym: analysis, depth, errors, importance, persist, planning, plugins,
+Imports from fxsym: analysis, depth, errors, importance, paths, persist, planning, plugins,
 search (console and lockstep inside functions).
 """
 
@@ -72,7 +72,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol
 
 import torch
 from torch import nn
@@ -81,6 +81,7 @@ from .analysis import analyze
 from .depth import choose_blocks, renamed
 from .errors import CalibrationError, CheckpointError, PlanError
 from .importance import ActivationRecorder, Layout, element_scores, layout
+from .paths import overlap, writing
 from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_directory
 from .planning import Plan, plan
 from .plugins import load_plugins
@@ -951,6 +952,46 @@ def _first_names(model: nn.Module) -> dict[str, str]:
 
 
 # -- the whole thing ----------------------------------------------------------------------
+def check_output(directory: str | os.PathLike[str], output: str | os.PathLike[str]) -> None:
+    """:class:`~fxsym.errors.CheckpointError` unless ``output`` may be written with the
+    checkpoint ``directory`` as input: it must not be that directory, be inside it, hold it, or
+    hold a file it links to (real paths compared, :func:`fxsym.paths.overlap`: the output is
+    replaced whole), nor be a symbolic link or an existing file."""
+    why = overlap(directory, output)
+    if why is not None:
+        raise CheckpointError(f"{why}: the output is replaced whole, so it would destroy the "
+                              "checkpoint it is pruned from; give a directory outside it")
+    out = Path(output)
+    if out.is_symlink():
+        raise CheckpointError(f"{output} is a symbolic link; give the directory itself")
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"{output} exists and is not a directory; give a directory")
+
+
+_P = ParamSpec("_P")
+
+
+def _guarding_output(prune: Callable[_P, Plan]) -> Callable[_P, Plan]:
+    """``prune`` (:func:`prune_checkpoint`) run after :func:`check_output`, holding the lock
+    of its output (:func:`fxsym.paths.writing`) from the first step, so a second prune of the
+    same output is refused before it works, not at its end."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(prune)
+
+    @functools.wraps(prune)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> Plan:
+        bound = signature.bind(*args, **kwargs)
+        directory, output = bound.arguments["directory"], bound.arguments["output"]
+        check_output(directory, output)
+        with writing(output, error=CheckpointError):
+            return prune(*args, **kwargs)
+
+    return run
+
+
+@_guarding_output
 def prune_checkpoint(
     directory: str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -1009,7 +1050,10 @@ def prune_checkpoint(
     take, more layers than it has, a parameter target no candidate reaches: found before the
     calibration runs) or an argument nothing would use (``search`` without a parameter
     target; calibration text that neither the importance, the search nor a number of
-    ``layers`` reads), before ``output`` is touched.
+    ``layers`` reads), before ``output`` is touched. ``output`` is checked first
+    (:func:`check_output`: never the input, inside it or holding it; not a file or a link)
+    and locked for the whole run (:func:`fxsym.paths.writing`: a second prune into it is
+    refused at once, naming the process writing it).
     """
     import contextlib
 

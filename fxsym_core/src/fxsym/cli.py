@@ -402,8 +402,9 @@ def _criterion(args: argparse.Namespace, inputs: Any) -> Any:
 def is_checkpoint_dir(spec: str) -> bool:
     """Whether ``spec`` is a directory to prune as a checkpoint (:func:`fxsym.prune_checkpoint`):
     one holding a ``config.json``, or any directory not written by ``fxsym.save``."""
-    path = Path(spec)
-    return path.is_dir() and ((path / "config.json").is_file() or not is_saved_dir(spec))
+    path = Path(spec)  # fxsym.save's manifest named here: no torch imported before a usage error
+    return path.is_dir() and ((path / "config.json").is_file()
+                              or not (path / "fxsym.json").is_file())
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -426,7 +427,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if args.param_ratio is not None and not 0 <= args.param_ratio < 1:
         raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); got "
                        f"{args.param_ratio}")
-    _check_output(args.output, args.force)
+    _check_output(args.output, args.force, args.model)
     if is_checkpoint_dir(args.model):
         return _prune_checkpoint(args, shape)
     for flag, value in (("--calib", args.calib), ("--calib-tokens", args.calib_tokens),
@@ -654,8 +655,17 @@ def _layers(text: str | None) -> int | list[int] | None:
     return values[0] if len(values) == 1 and "," not in text else values
 
 
-def _check_output(path: str, force: bool) -> None:
-    """``-o DIR`` must be new or empty unless ``--force`` (checked before any work)."""
+def _check_output(path: str, force: bool, model: str) -> None:
+    """``-o DIR`` must be new or empty unless ``--force``, and never the checkpoint directory
+    pruned, inside it or holding it, even with ``--force`` (:func:`fxsym.paths.overlap`:
+    real paths; the output is replaced whole). Checked before any work."""
+    from .paths import overlap
+
+    why = overlap(model, path) if is_checkpoint_dir(model) else None
+    if why is not None:
+        raise CliError(f"-o {why}: the output is replaced whole, so it would destroy the "
+                       "checkpoint it is pruned from (also with --force); give a directory "
+                       "outside it")
     out = Path(path)
     if force or not (out.exists() or out.is_symlink()):
         return

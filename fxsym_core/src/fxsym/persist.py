@@ -32,7 +32,7 @@ directory may come from a stranger: its files must be regular and its JSON stric
 (:func:`read_manifest`), the inputs it records are bounded, and the weights' header must give
 every tensor of the resized model its name, shape and dtype before a tensor is read.
 
-Imports from fxsym: analysis, depth, errors, modstate, planning, plugins, symbols.
+Imports from fxsym: analysis, depth, errors, modstate, paths, planning, plugins, symbols.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import errno
 import functools
 import json
 import os
-import secrets
 import shutil
 import stat
 import sys
@@ -58,6 +57,7 @@ from .analysis import analyze
 from .depth import renamed
 from .errors import PlanError, PlanMismatchError
 from .modstate import ModuleTreeState
+from .paths import fresh_sibling, writing
 from .planning import Plan, analysis_options, inputs_from_spec, strict_loads
 from .plugins import get_plugin_manager
 from .plugins.calls import call_each
@@ -144,8 +144,12 @@ def replace_directory(directory: str | os.PathLike[str], *,
     stops, ``directory`` holds the old contents or the complete new ones. Where the exchange
     is not available (another OS or file system) the old directory is moved aside first and
     moved back if the second rename fails; a crash between the two leaves it beside
-    ``directory`` as ``.NAME.fxsym-*``. A ``directory`` that is a symbolic link is refused
-    (:class:`~fxsym.errors.PlanError`): the link is never followed or replaced."""
+    ``directory`` as ``.NAME.fxsym-*/old``. A ``directory`` that is a symbolic link is refused
+    (:class:`~fxsym.errors.PlanError`): the link is never followed or replaced.
+
+    The block runs holding the lock of ``directory`` (:func:`fxsym.paths.writing`): another
+    process writing it at the same time is refused (:class:`~fxsym.errors.PlanError` naming its
+    pid), and the temporary siblings a killed writer left are removed first."""
     out = Path(os.path.abspath(directory))
     here = os.getcwd()
     if not out.name or here == str(out) or here.startswith(str(out) + os.sep):
@@ -156,29 +160,30 @@ def replace_directory(directory: str | os.PathLike[str], *,
     if out.exists() and not out.is_dir():
         raise PlanError(f"{out} exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_sibling(out)
-    try:
-        if out.exists():  # a private directory stays private
-            os.chmod(tmp, stat.S_IMODE(os.lstat(out).st_mode))
-        if keep is not None:
-            for name in _entries(out):
-                if keep(name):
-                    _carry(out / name, tmp / name)
-        yield tmp
-        _sync(tmp)
+    with writing(out):
+        tmp = fresh_sibling(out)
         try:
-            os.rename(tmp, out)  # a missing or empty directory: replaced in one step
-            replaced = None
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
-                raise
-            replaced = _swap(tmp, out)
-        _sync(out.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if replaced is not None:
-        shutil.rmtree(replaced, ignore_errors=True)
+            if out.exists():  # a private directory stays private
+                os.chmod(tmp, stat.S_IMODE(os.lstat(out).st_mode))
+            if keep is not None:
+                for name in _entries(out):
+                    if keep(name):
+                        _carry(out / name, tmp / name)
+            yield tmp
+            _sync(tmp)
+            try:
+                os.rename(tmp, out)  # a missing or empty directory: replaced in one step
+                replaced = None
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                replaced = _swap(tmp, out)
+            _sync(out.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if replaced is not None:
+            shutil.rmtree(replaced, ignore_errors=True)
 
 
 def _carry(src: Path, dst: Path) -> None:
@@ -206,18 +211,6 @@ def _entries(path: Path) -> list[str]:
         return []
 
 
-def _fresh_sibling(out: Path) -> Path:
-    """A new empty directory beside ``out``, named ``.NAME.fxsym-XXXXXXXX``."""
-    for _ in range(100):
-        tmp = out.parent / f".{out.name}.fxsym-{secrets.token_hex(4)}"
-        try:
-            os.mkdir(tmp, 0o777)
-        except FileExistsError:
-            continue
-        return tmp
-    raise PlanError(f"cannot make a temporary directory beside {out}")
-
-
 def _swap(new: Path, out: Path) -> Path:
     """Put ``new`` in place of the non-empty directory ``out``; return where the old contents
     are now (under ``new``'s name)."""
@@ -227,7 +220,7 @@ def _swap(new: Path, out: Path) -> Path:
     except OSError as exc:
         if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
             raise
-    aside = _fresh_sibling(out)
+    aside = fresh_sibling(out)
     try:
         os.rename(out, aside / "old")
         try:
