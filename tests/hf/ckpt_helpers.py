@@ -12,6 +12,50 @@ TEXT = ("The quick brown fox jumps over the lazy dog. " * 3 + "Pack my box with 
         "liquor jugs. How vexingly quick daft zebras jump! Sphinx of black quartz, judge my "
         "vow. ") * 20
 
+WINDOW = dict(sliding_window=6)
+MAMBA2 = dict(mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=8)
+
+#: model_type -> config overrides making its layers differ (with 4 layers): windows smaller than
+#: the calibration sequences on some layers, no-rope layers, dense-then-MoE and hybrid stacks
+LAYERED: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": WINDOW,
+    "gemma2": WINDOW,
+    "gemma3_text": dict(WINDOW, head_dim=16,
+                        layer_types=["sliding_attention", "full_attention"] * 2),
+    "qwen2": dict(WINDOW, use_sliding_window=True, max_window_layers=2),
+    "qwen3": dict(WINDOW, use_sliding_window=True, max_window_layers=2, head_dim=16),
+    "cohere2": WINDOW,
+    "olmo3": WINDOW,
+    "exaone4": WINDOW,
+    "gpt_oss": dict(WINDOW, head_dim=16, num_local_experts=4, num_experts_per_tok=2),
+    "smollm3": dict(pad_token_id=0),
+    "qwen2_moe": dict(mlp_only_layers=[1], moe_intermediate_size=32, num_experts=4,
+                      num_experts_per_tok=2, shared_expert_intermediate_size=48),
+    "qwen3_moe": dict(mlp_only_layers=[1], head_dim=16, moe_intermediate_size=32, num_experts=4,
+                      num_experts_per_tok=2),
+    "deepseek_v3": dict(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, n_group=1, topk_group=1, num_key_value_heads=4,
+                        q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
+                        qk_nope_head_dim=8, v_head_dim=16),
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
+                  expert_layer_offset=1, num_experts=4, mamba_d_state=8, mamba_dt_rank=8,
+                  use_mamba_kernels=False),
+    "bamba": dict(MAMBA2, attn_layer_indices=[1, 3]),
+    "falcon_h1": dict(MAMBA2, mamba_d_ssm=128, head_dim=16),
+    "granitemoehybrid": dict(MAMBA2, layer_types=["mamba", "attention"] * 2,
+                             num_local_experts=4, num_experts_per_tok=2),
+    "zamba2": dict(mamba_d_state=8, mamba_headdim=16, n_mamba_heads=8, mamba_ngroups=1,
+                   num_mem_blocks=1, layers_block_type=["mamba", "hybrid"] * 2,
+                   attention_head_dim=16),
+    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"] * 2, head_dim=16,
+                       linear_num_value_heads=4, linear_num_key_heads=2,
+                       linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+                       num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=32),
+    "lfm2": dict(layer_types=["conv", "full_attention"] * 2, block_ff_dim=192),
+}
+
 
 def n_params(model: torch.nn.Module) -> int:
     """How many numbers ``model``'s parameters hold."""

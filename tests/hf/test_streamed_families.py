@@ -28,55 +28,12 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import TEXT, checkpoint
+from ckpt_helpers import LAYERED, TEXT, checkpoint
 
 import fxsym
 import fxsym.checkpoint as ckpt
 from fxsym.importance import run_batch
 from fxsym.search import next_token_loss
-
-WINDOW = dict(sliding_window=6)
-MAMBA2 = dict(mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=8)
-
-#: model_type -> config overrides making its layers differ (4 layers each)
-FAMILIES: dict[str, dict[str, Any]] = {
-    "llama": {},
-    "mistral": WINDOW,
-    "gemma2": WINDOW,
-    "gemma3_text": dict(WINDOW, head_dim=16,
-                        layer_types=["sliding_attention", "full_attention"] * 2),
-    "qwen2": dict(WINDOW, use_sliding_window=True, max_window_layers=2),
-    "qwen3": dict(WINDOW, use_sliding_window=True, max_window_layers=2, head_dim=16),
-    "cohere2": WINDOW,
-    "olmo3": WINDOW,
-    "exaone4": WINDOW,
-    "gpt_oss": dict(WINDOW, head_dim=16, num_local_experts=4, num_experts_per_tok=2),
-    "smollm3": dict(pad_token_id=0),
-    "qwen2_moe": dict(mlp_only_layers=[1], moe_intermediate_size=32, num_experts=4,
-                      num_experts_per_tok=2, shared_expert_intermediate_size=48),
-    "qwen3_moe": dict(mlp_only_layers=[1], head_dim=16, moe_intermediate_size=32, num_experts=4,
-                      num_experts_per_tok=2),
-    "deepseek_v3": dict(first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2,
-                        moe_intermediate_size=32, n_group=1, topk_group=1, num_key_value_heads=4,
-                        q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8,
-                        qk_nope_head_dim=8, v_head_dim=16),
-    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2,
-                  expert_layer_offset=1, num_experts=4, mamba_d_state=8, mamba_dt_rank=8,
-                  use_mamba_kernels=False),
-    "bamba": dict(MAMBA2, attn_layer_indices=[1, 3]),
-    "falcon_h1": dict(MAMBA2, mamba_d_ssm=128, head_dim=16),
-    "granitemoehybrid": dict(MAMBA2, layer_types=["mamba", "attention"] * 2,
-                             num_local_experts=4, num_experts_per_tok=2),
-    "zamba2": dict(mamba_d_state=8, mamba_headdim=16, n_mamba_heads=8, mamba_ngroups=1,
-                   num_mem_blocks=1, layers_block_type=["mamba", "hybrid"] * 2,
-                   attention_head_dim=16),
-    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"] * 2, head_dim=16,
-                       linear_num_value_heads=4, linear_num_key_heads=2,
-                       linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
-                       num_experts_per_tok=2, moe_intermediate_size=32,
-                       shared_expert_intermediate_size=32),
-    "lfm2": dict(layer_types=["conv", "full_attention"] * 2, block_ff_dim=192),
-}
 
 
 def _block_importance(model: torch.nn.Module, blocks: torch.nn.ModuleList,
@@ -122,12 +79,12 @@ def _loss(model: torch.nn.Module, plan: fxsym.Plan, batches: list[Any]) -> float
     return sum(losses) / len(losses)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(LAYERED))
 def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> None:
     """Scores, block importance and a width and a depth candidate's loss, streamed and in
     memory, agree to float32 rounding (3 batches of up to 24 tokens, windows of 6)."""
     src = tmp_path / "in"
-    checkpoint(src, family, num_hidden_layers=4, **FAMILIES[family])
+    checkpoint(src, family, num_hidden_layers=4, **LAYERED[family])
     reader = ckpt.open_checkpoint(src)
     batches = reader.calibration([TEXT], tokens=64, seq_len=24)
     assert len(batches) == 3
