@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,73 @@ def test_usage_errors_are_one_line(argv: list[str], says: str,
     err = capsys.readouterr().err
     line = _error_line(err)
     assert line.startswith("fxsym: ") and says in line, err
+
+
+_USAGE_NO_TORCH = """
+import sys
+from fxsym.cli import main
+code = main({argv!r})
+print("exit", code, "torch imported:", "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["torchvision:resnet18"], "give exactly one of --ratio"),
+    (["torchvision:resnet18", "--ratio", "0.5", "--hidden", "8"], "or an amount, not both"),
+    (["torchvision:resnet18", "--param-ratio", "1.5"], "--param-ratio is the fraction"),
+    (["torchvision:resnet18", "--ratio", "0.5", "--calib", "c.txt"], "--calib is for a"),
+    (["torchvision:resnet18", "--target-active-params", "9", "--layers", "0,1"],
+     "not positions"),
+    (["torchvision:resnet18", "--ratio", "0.5", "--layers", "two"], "--layers is a count"),
+    (["ckpt", "--ratio", "0.5", "--importance", "taylor"], "--importance 'taylor'"),
+    (["ckpt", "--layers", "2"], "give --calib FILE"),
+    (["ckpt", "--ratio", "0.5", "--importance", "activation"], "give --calib FILE"),
+    (["ckpt", "--target-params", "9", "--calib", "c.txt", "--scope", "global"],
+     "--scope global"),
+    (["ckpt", "--target-active-params", "9"], "give --calib FILE"),
+    (["ckpt", "--ratio", "0.5", "--calib", "c.txt", "--importance", "l2"], "--calib FILE with"),
+    (["ckpt", "--target-macs", "9"], "--target-macs is not available"),
+    (["ckpt", "--ratio", "0.5", "--max-shard-size", "5XB"], "--max-shard-size must be"),
+    (["ckpt", "--ratio", "0.5", "--calib", "c.txt", "--seq-len", "0"], "must be positive"),
+], ids=["no-amount", "amount-and-sizes", "param-ratio", "calib-in-memory", "search-positions",
+        "layers-text", "ckpt-importance", "ckpt-layer-count", "ckpt-activation",
+        "ckpt-search-scope", "ckpt-active", "ckpt-calib-unused", "ckpt-macs", "ckpt-shard",
+        "ckpt-seq-len"])
+def test_usage_errors_are_answered_before_torch_is_imported(
+        tmp_path: Path, argv: list[str], says: str) -> None:
+    """Before, ``fxsym prune torchvision:resnet18 -o x`` imported torch, the plugins and the
+    model (45 s) to say that no amount was given: every rule of the options alone is checked
+    first (``ckpt`` is a checkpoint directory: a ``config.json``)."""
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    (tmp_path / "c.txt").write_text("some text")
+    argv = ["prune", *argv, "-o", "out"]
+    res = subprocess.run([sys.executable, "-c", _USAGE_NO_TORCH.format(argv=argv)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.stdout.splitlines()[-1] == "exit 2 torch imported: False", res.stderr
+    line = _error_line(res.stderr)
+    assert line.startswith("fxsym: ") and says in line, res.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["prune", "m:f", "--ratoi", "0.5", "-o", "x"],
+     "unknown option --ratoi; did you mean --ratio? (see fxsym prune --help)"),
+    (["prune", "m:f", "--ratio", "0.5", "--param-ration=0.5", "-o", "x"],
+     "unknown option --param-ration; did you mean --param-ratio? (see fxsym prune --help)"),
+    (["analyze", "--jsno"], "unknown option --jsno; did you mean --json? (see fxsym analyze "
+     "--help)"),
+    (["prune", "m:f", "--ratio", "0.5", "--zzzz", "-o", "x"],
+     "unknown option --zzzz (see fxsym prune --help)"),
+    (["prune", "m:f", "stray", "--ratio", "0.5", "-o", "x"],
+     "unexpected argument 'stray' (see fxsym prune --help)"),
+], ids=["ratio", "param-ratio", "analyze", "no-close-match", "stray"])
+def test_an_unknown_option_offers_the_closest_one(argv: list[str], says: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: ``fxsym: unrecognized arguments: --ratoi 0.5 (see fxsym --help)``."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"fxsym: {says}", err
 
 
 def test_an_unimportable_factory_hints_at_pythonpath(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,13 +4,14 @@ The core holds the machinery — symbols, the plugin system, the tracer, the ana
 resize engine and the pass pipeline — and knows no module family by itself: every family
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
-The package is built in rooms that import downward only — errors, naming, modstate, plugins,
-registry, symbols, tracer, analysis, resizing, paramlayout, importance, depth, planning, search,
-persist, checkpoint, oracles, passes, demo, cli — checked by ``tests/test_layering.py``. Each
-room's docstring ends with what it imports. The pruning workflow: ``fxsym.importance`` scores
-units, ``fxsym.plan`` chooses them (a :class:`Plan`; ``fxsym.depth`` the blocks, ``fxsym.search``
-the architecture for a parameter target), ``fxsym.save``/``fxsym.load`` write and replay it,
-``fxsym.prune_checkpoint`` does it all to a checkpoint directory, streamed.
+The package is built in rooms that import downward only — errors, naming, paths, options,
+modstate, lockstep, plugins, registry, symbols, tracer, analysis, resizing, paramlayout,
+importance, depth, planning, search, persist, checkpoint, oracles, passes, demo, cli — checked by
+``tests/test_layering.py``. Each room's docstring ends with what it imports. The pruning
+workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them (a :class:`Plan`;
+``fxsym.depth`` the blocks, ``fxsym.search`` the architecture for a parameter target),
+``fxsym.save``/``fxsym.load`` write and replay it, ``fxsym.prune_checkpoint`` does it all to a
+checkpoint directory, streamed.
 
 Imports from fxsym: errors (every other public name is imported from its room on first use,
 so ``import fxsym`` does not import torch and ``fxsym --help`` is instant; type checkers see

@@ -59,8 +59,8 @@ the plan. The calibration runs in the checkpoint's dtype. Peak memory is about t
 block or module outside the blocks (an embedding, the head) plus the calibration hidden
 states.
 
-Imports from fxsym: analysis, depth, errors, importance, paths, persist, planning, plugins,
-search (console and lockstep inside functions).
+Imports from fxsym: analysis, depth, errors, importance, options, paths, persist,
+planning, plugins, search (console and lockstep inside functions).
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ from .analysis import analyze
 from .depth import choose_blocks, renamed
 from .errors import CalibrationError, CheckpointError, PlanError
 from .importance import ActivationRecorder, Layout, element_scores, layout
+from .options import checkpoint_request
 from .paths import overlap, writing
 from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_directory
 from .planning import Plan, plan
@@ -1059,46 +1060,19 @@ def prune_checkpoint(
 
     step = status or (lambda message: contextlib.nullcontext())
     reader = open_checkpoint(directory)
-    importance = importance or ("activation" if calibration is not None else "l2")
-    if importance not in ("activation", "l1", "l2"):
-        raise PlanError(f"importance {importance!r}: a checkpoint is pruned with 'activation' "
-                        "(with calibration text), 'l1' or 'l2'")
-    if importance == "activation" and calibration is None:
-        raise CalibrationError("activation importance needs calibration text")
-    searching = target_active_params is not None or (
-        search and (target_params is not None or param_ratio is not None))
-    if search and not searching:
-        raise PlanError("search=True searches candidates for a parameter count: give "
-                        "target_params, param_ratio or target_active_params, or no search")
-    if calibration is not None and importance != "activation" and not searching and (
-            not isinstance(layers, int)):
-        raise PlanError(f"calibration text with importance {importance!r} is used only by "
-                        "the search and to rank a number of layers, and neither is asked: "
-                        "give no calibration, or importance 'activation'")
-    if searching:
-        if calibration is None:
-            raise CalibrationError("the architecture search scores each candidate by its "
-                                   "loss on calibration text; give calibration text")
-        if (not isinstance(layers, (int, type(None))) or sizes is not None
-                or ratio is not None or scope != "uniform"
-                or (target_active_params is not None
-                    and (target_params is not None or param_ratio is not None))):
-            raise PlanError("the architecture search picks the layers and sizes of uniform "
-                            "candidates for one parameter target; give no positions of "
-                            "layers, sizes, ratio, scope other than 'uniform' or second "
-                            "target with it")
-    if isinstance(layers, int) and calibration is None:
-        raise CalibrationError("keeping a number of layers ranks them on calibration text; "
-                               "give calibration text, or the positions of the layers to keep")
+    request = checkpoint_request(
+        calibration=calibration is not None, importance=importance, ratio=ratio,
+        target_params=target_params, param_ratio=param_ratio,
+        target_active_params=target_active_params, search=search, layers=layers,
+        sizes=sizes is not None, scope=scope, calibration_tokens=calibration_tokens,
+        seq_len=seq_len)
+    importance, searching = request.importance, request.searching
     texts: Sequence[str] | None = None
     if calibration is not None:
         texts = (read_calibration_text(calibration) if isinstance(calibration, (str, os.PathLike))
                  else list(calibration))
         if not texts or not any(t.strip() for t in texts):
             raise CalibrationError("the calibration text is empty")
-    if calibration_tokens < 1 or seq_len < 1:
-        raise CalibrationError(f"calibration tokens ({calibration_tokens}) and sequence length "
-                               f"({seq_len}) must be positive")
     with step(f"building {directory} on the meta device"):
         model = reader.build()
         stored = reader.stored(model) if hasattr(reader, "stored") else None
@@ -1110,9 +1084,6 @@ def prune_checkpoint(
     if batches is not None and not batches:
         raise CalibrationError("the calibration text gave no tokens")
     if param_ratio is not None:
-        if not 0 <= param_ratio < 1 or target_params is not None:
-            raise PlanError(f"param_ratio is the fraction of parameters to remove, in [0, 1), "
-                            f"instead of target_params; got {param_ratio}")
         target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
     with step("analyzing"):
         sm = analyze(model)

@@ -2,14 +2,19 @@
 
 Every failure, a usage error included, is reported as one line on stderr,
 ``fxsym: <what failed>``, with exit code 2 (130 when interrupted); a traceback is never shown.
+An unknown option is answered with the closest one the command has. Every rule of
+``fxsym prune``'s options that depends on the options alone is checked first
+(:func:`check_prune_options`; the rules it shares with :func:`fxsym.prune_checkpoint` are
+:mod:`fxsym.options`'), before torch is imported: a usage error takes no time.
 
-Imports from fxsym: errors (torch and the other rooms inside each command, so ``fxsym --help``
-and ``fxsym --version`` never import torch: tested in a subprocess).
+Imports from fxsym: errors, options (torch and the other rooms inside each command, so
+``fxsym --help`` and ``fxsym --version`` never import torch: tested in a subprocess).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
@@ -21,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import FxsymError
+from .options import Spelling, check_param_ratio, check_search_layers, checkpoint_request
 
 if TYPE_CHECKING:
     import torch
@@ -407,12 +413,19 @@ def is_checkpoint_dir(spec: str) -> bool:
                               or not (path / "fxsym.json").is_file())
 
 
-def cmd_prune(args: argparse.Namespace) -> int:
-    from . import analyze, load_plugins
-    from . import plan as make_plan
-    from .console import status
-    from .persist import save
+#: ``fxsym prune``'s flags, as the options' rules name them (:mod:`fxsym.options`)
+FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="--layers",
+                 scope="--scope", search="--target-params or --param-ratio with --calib",
+                 no_search="leave --calib out", target_active_params="--target-active-params",
+                 calibration_tokens="--calib-tokens", seq_len="--seq-len",
+                 param_ratio="--param-ratio", target_params="--target-params")
 
+
+def check_prune_options(args: argparse.Namespace
+                        ) -> tuple[dict[str, int], int | list[int] | None, bool]:
+    """Every rule of ``fxsym prune``'s options that depends on the options alone (and on
+    what MODEL and ``-o`` name on disk), checked before torch is imported: the sizes asked
+    (``--hidden`` ...), the ``--layers`` asked and whether MODEL is a checkpoint directory."""
     targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs,
                            args.target_active_params) if x is not None]
     shape = {k: getattr(args, k) for k in ("hidden", "ffn", "heads", "kv_heads", "experts")
@@ -424,18 +437,36 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if targets and shape:
         raise CliError("give sizes (--hidden, --ffn, --heads, --kv-heads, --experts) or an "
                        "amount, not both")
-    if args.param_ratio is not None and not 0 <= args.param_ratio < 1:
-        raise CliError(f"--param-ratio is the fraction of parameters to remove, in [0, 1); got "
-                       f"{args.param_ratio}")
-    _check_output(args.output, args.force, args.model)
-    if is_checkpoint_dir(args.model):
-        return _prune_checkpoint(args, shape)
-    for flag, value in (("--calib", args.calib), ("--calib-tokens", args.calib_tokens),
-                        ("--seq-len", args.seq_len), ("--max-shard-size", args.max_shard_size)):
-        if value is not None:
-            raise CliError(f"{flag} is for a checkpoint directory (what save_pretrained "
-                           f"writes); {args.model} is not one (an in-memory model is "
-                           "calibrated on --batches random batches of --input-shape)")
+    layers = _layers(args.layers)
+    try:
+        check_param_ratio(args.param_ratio, FLAGS)
+        _check_output(args.output, args.force, args.model)
+        if is_checkpoint_dir(args.model):
+            _refuse_unused_checkpoint(args, shape, layers)
+            return shape, layers, True
+        for flag, value in (("--calib", args.calib), ("--calib-tokens", args.calib_tokens),
+                            ("--seq-len", args.seq_len),
+                            ("--max-shard-size", args.max_shard_size)):
+            if value is not None:
+                raise CliError(f"{flag} is for a checkpoint directory (what save_pretrained "
+                               f"writes); {args.model} is not one (an in-memory model is "
+                               "calibrated on --batches random batches of --input-shape)")
+        if args.target_active_params is not None:
+            check_search_layers(layers, FLAGS.target_active_params, FLAGS)
+    except FxsymError as exc:  # a rule of fxsym.options, in the flags' words
+        raise CliError(str(exc)) from exc
+    return shape, layers, False
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    shape, layers, checkpoint = check_prune_options(args)
+    if checkpoint:
+        return _prune_checkpoint(args, shape, layers)
+    from . import analyze, load_plugins
+    from . import plan as make_plan
+    from .console import status
+    from .persist import save
+
     args.importance = args.importance or "l2"
     load_plugins()
     model, inputs, manifest = _load(args.model)
@@ -493,9 +524,6 @@ def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
         raise CliError("--target-active-params searches uniform architectures of a model with "
                        "a stack of residual blocks, and this one has none; give "
                        "--target-params or --ratio")
-    if args.target_active_params is not None and isinstance(layers, list):
-        raise CliError("--target-active-params with --layers takes a number of blocks (a "
-                       "width-only search at that depth), not positions")
     if searching and args.scope == "global":
         raise CliError("--scope global: the architecture search (--target-params or "
                        "--target-active-params on a model with a stack of residual blocks) "
@@ -511,26 +539,13 @@ def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
                        "prune uses none (leave --batches out)")
 
 
-def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
-    """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed."""
+def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
+                      layers: int | list[int] | None) -> int:
+    """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed (its options
+    checked by :func:`check_prune_options`)."""
     from .checkpoint import loading_note, prune_checkpoint
     from .console import status
 
-    if args.target_macs is not None:
-        raise CliError("--target-macs is not available for a checkpoint directory; give "
-                       "--ratio, --param-ratio or --target-params")
-    if args.norm_groups == "keep":
-        raise CliError("--norm-groups keep is not available for a checkpoint directory: it is "
-                       "analyzed in the default mode (a causal language model of transformers "
-                       "has no group norm)")
-    if args.importance not in (None, "l1", "l2", "activation"):
-        raise CliError(f"--importance {args.importance}: a checkpoint is scored with "
-                       "activation (with --calib), l1 or l2")
-    if args.target_active_params is not None and args.calib is None:
-        raise CliError("--target-active-params searches uniform architectures, each scored by "
-                       "its loss on calibration text: give --calib FILE")
-    layers = _layers(args.layers)
-    _refuse_unused_checkpoint(args, shape, layers)
     plan = prune_checkpoint(
         args.model, args.output, calibration=args.calib,
         calibration_tokens=CALIB_TOKENS if args.calib_tokens is None else args.calib_tokens,
@@ -538,8 +553,7 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
         importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
         target_active_params=args.target_active_params,
-        search=args.calib is not None and layers is None and not shape and (
-            args.target_params is not None or args.param_ratio is not None),
+        search=_searching(args, shape, layers),
         layers=layers, sizes=shape or None, scope=args.scope or "uniform",
         round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
         describable=args.describable,
@@ -561,31 +575,44 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int]) -> int:
 def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
                               layers: int | list[int] | None) -> None:
     """An option a checkpoint directory's way of pruning would not use is an error naming
-    it (see :func:`_refuse_unused` for an in-memory model)."""
+    it (see :func:`_refuse_unused` for an in-memory model); the rules it shares with
+    :func:`fxsym.prune_checkpoint` are :func:`fxsym.options.checkpoint_request`'s."""
+    if args.target_macs is not None:
+        raise CliError("--target-macs is not available for a checkpoint directory; give "
+                       "--ratio, --param-ratio or --target-params")
+    if args.norm_groups == "keep":
+        raise CliError("--norm-groups keep is not available for a checkpoint directory: it is "
+                       "analyzed in the default mode (a causal language model of transformers "
+                       "has no group norm)")
     for flag, value in (("--input-shape", args.input_shape), ("--batches", args.batches)):
         if value is not None:
             raise CliError(f"{flag} is for an in-memory model's random inputs; a checkpoint "
                            "directory is calibrated on text (--calib FILE, --calib-tokens, "
                            "--seq-len)")
+    if args.max_shard_size is not None:
+        _bytes(args.max_shard_size)
     for flag, value in (("--calib-tokens", args.calib_tokens), ("--seq-len", args.seq_len)):
         if value is not None and args.calib is None:
             raise CliError(f"{flag} sizes the calibration run on --calib text; give "
                            "--calib FILE, or leave it out")
-    searching = args.target_active_params is not None or (
-        args.calib is not None and layers is None and not shape
-        and (args.target_params is not None or args.param_ratio is not None))
-    if searching and args.scope == "global":
-        raise CliError("--scope global: the architecture search (--calib with a parameter "
-                       "target) plans uniform candidates; leave --scope out, or leave --calib "
-                       "out for a global plan of widths to the target (--importance l1 or l2)")
-    if not searching:
+    request = checkpoint_request(
+        calibration=args.calib is not None, importance=args.importance, ratio=args.ratio,
+        target_params=args.target_params, param_ratio=args.param_ratio,
+        target_active_params=args.target_active_params, search=_searching(args, shape, layers),
+        layers=layers, sizes=bool(shape), scope=args.scope or "uniform",
+        calibration_tokens=CALIB_TOKENS if args.calib_tokens is None else args.calib_tokens,
+        seq_len=SEQ_LEN if args.seq_len is None else args.seq_len, names=FLAGS)
+    if not request.searching:
         _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.param_ratio),
                              "layers")
-    if args.calib is not None and args.importance in ("l1", "l2") and not searching and \
-            not isinstance(layers, int):
-        raise CliError(f"--calib: with --importance {args.importance} and no search or "
-                       "--layers count, the calibration text would not be used; leave --calib "
-                       "out, or leave --importance out (activation on the text)")
+
+
+def _searching(args: argparse.Namespace, shape: dict[str, int],
+               layers: int | list[int] | None) -> bool:
+    """Whether ``fxsym prune CKPT_DIR`` asks for the architecture search of a parameter
+    target (``--target-params`` or ``--param-ratio`` with ``--calib``, no sizes or layers)."""
+    return args.calib is not None and layers is None and not shape and (
+        args.target_params is not None or args.param_ratio is not None)
 
 
 def _refuse_unused_scope(args: argparse.Namespace, shape: dict[str, int],
@@ -674,8 +701,8 @@ def _check_output(path: str, force: bool, model: str) -> None:
                        "--force to replace it whole (everything in it is removed)")
 
 
-def add_prune_parser(sub: Any) -> None:
-    p = sub.add_parser("prune", help="prune a model and save it (safetensors + plan)")
+def add_prune_parser(sub: Any) -> _Parser:
+    p: _Parser = sub.add_parser("prune", help="prune a model and save it (safetensors + plan)")
     p.add_argument("model", help="torchvision:NAME, timm:NAME, package.module:factory, a "
                    "directory written by fxsym prune, or a checkpoint directory (what "
                    "save_pretrained writes: pruned streamed, layer by layer)")
@@ -736,6 +763,7 @@ def add_prune_parser(sub: Any) -> None:
                    help="replace the output directory even if it holds files")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_prune)
+    return p
 
 
 class _Parser(argparse.ArgumentParser):
@@ -746,6 +774,19 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{message} (see {self.prog} --help)")
 
 
+def _unknown(parser: _Parser, extra: list[str]) -> CliError:
+    """The error for what ``parser`` (a command's) did not take: the first unknown option
+    with the closest option it has, else the first unexpected argument."""
+    options = [s for action in parser._actions for s in action.option_strings]
+    flags = [x for x in extra if x.startswith("-") and x != "-"]
+    if not flags:
+        return CliError(f"unexpected argument {extra[0]!r} (see {parser.prog} --help)")
+    flag = flags[0].partition("=")[0]
+    close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return CliError(f"unknown option {flag}{hint} (see {parser.prog} --help)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from . import __version__
 
@@ -754,7 +795,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Which sizes inside a PyTorch model can change, and which change together.")
     parser.add_argument("--version", action="version", version=f"fxsym {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("analyze", help="list a model's searchable groups")
+    commands: dict[str, _Parser] = {}
+    p = commands["analyze"] = sub.add_parser("analyze", help="list a model's searchable groups")
     p.add_argument("model", nargs="?", help="torchvision:NAME, timm:NAME or package.module:factory"
                    " (default: a built-in demo model)")
     p.add_argument("--input-shape", help="shape of one random input tensor, e.g. 1,3,224,224")
@@ -772,16 +814,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "ones are constant, a search box")
     p.add_argument("--dot", metavar="FILE", help="also write the graph for Graphviz (dot -Tsvg)")
     p.set_defaults(func=cmd_analyze)
-    p = sub.add_parser("plugins", help="list plugins and what each contributed")
+    p = commands["plugins"] = sub.add_parser("plugins",
+                                             help="list plugins and what each contributed")
     p.add_argument("--trace", action="store_true", help="also analyze the built-in demo model "
                    "and show each hook call and the plugin that answered (as FXSYM_DEBUG=1 "
                    "does on stderr)")
     p.set_defaults(func=cmd_plugins)
-    p = sub.add_parser("passes", help="list optimize passes and patterns")
+    p = commands["passes"] = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)
-    add_prune_parser(sub)
+    commands["prune"] = add_prune_parser(sub)
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            raise _unknown(commands[args.command], extra)
         return int(args.func(args))
     except KeyboardInterrupt:
         print("fxsym: interrupted", file=sys.stderr)
