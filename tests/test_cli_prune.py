@@ -50,6 +50,29 @@ def test_a_saved_directory_never_names_code_to_run(tmp_path: Path,
     assert "records no torchvision:NAME or timm:NAME model" in capsys.readouterr().err
 
 
+def test_an_in_memory_prune_ends_with_how_to_load_it_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the output ended with ``saved to DIR``: the last line now says how the
+    directory loads, and loading it so works."""
+    import fxsym
+    from fxsym.demo import DemoNet
+
+    out = tmp_path / "demo"
+    assert main(["prune", "fxsym.demo:DemoNet", "--ratio", "0.5", "--input-shape", "1,3,16,16",
+                 "-o", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"fxsym.load(model, {str(out)!r}) on a fresh model built as fxsym.demo:DemoNet" in last
+    model = fxsym.load(DemoNet(), out)
+    assert sum(p.numel() for p in model.parameters()) < sum(
+        p.numel() for p in DemoNet().parameters())
+    r18 = tmp_path / "r18"
+    assert main(["prune", "torchvision:resnet18", "--ratio", "0.5", "--input-shape",
+                 "1,3,32,32", "-o", str(r18)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert (f"fxsym.load(model, {str(r18)!r}) on a fresh torchvision.models.get_model("
+            "'resnet18', weights=None)") in last and f"fxsym analyze {r18}" in last
+
+
 def test_ratio_counts_units_and_param_ratio_counts_parameters(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

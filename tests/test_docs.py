@@ -110,18 +110,18 @@ def test_cli_reference_names_every_option() -> None:
     from fxsym import cli
 
     captured: dict[str, argparse.ArgumentParser] = {}
-    original = argparse.ArgumentParser.parse_args
+    original = argparse.ArgumentParser.parse_known_args  # parse_args calls it too
 
     def grab(self: argparse.ArgumentParser, *a: object, **k: object) -> argparse.Namespace:
         captured.setdefault("parser", self)
         raise SystemExit(0)
 
-    argparse.ArgumentParser.parse_args = grab  # type: ignore[method-assign,assignment]
+    argparse.ArgumentParser.parse_known_args = grab  # type: ignore[method-assign,assignment]
     try:
         with pytest.raises(SystemExit):
             cli.main(["analyze"])
     finally:
-        argparse.ArgumentParser.parse_args = original  # type: ignore[method-assign]
+        argparse.ArgumentParser.parse_known_args = original  # type: ignore[method-assign]
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     parser = captured["parser"]
     subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]

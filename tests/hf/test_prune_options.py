@@ -181,3 +181,19 @@ def test_prune_checkpoint_refuses_what_it_would_not_use(tmp_path: Path, calib: P
     with pytest.raises(fxsym.PlanError, match=says):
         fxsym.prune_checkpoint(src, out, calibration=calib, **how)
     assert not out.exists()
+
+
+def test_an_in_memory_prune_of_a_transformers_model_ends_with_from_pretrained(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before, the output ended with ``saved to DIR``: the last line now says the directory
+    is a checkpoint ``from_pretrained`` loads, and it does, computing what the pruned model
+    computed."""
+    out = tmp_path / "out"
+    assert main(["prune", MODEL, "--hidden", "32", "-o", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"AutoModelForCausalLM.from_pretrained({str(out)!r})" in last, last
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert pruned.config.hidden_size == 32
+    expected = fxsym.load(make_llama(), out)
+    ids = BATCHES[0]["input_ids"]
+    torch.testing.assert_close(pruned(ids).logits, expected(ids).logits)

@@ -506,8 +506,29 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if searched:
         print(f"candidates for {args.target_params or args.target_active_params:,} "
               f"{'active ' if args.target_active_params else ''}parameters:\n{searched}\n")
-    print(f"{plan.summary()}\n\nsaved to {args.output}")
+    print(f"{plan.summary()}\n\nsaved to {args.output}\n{saved_note(source, args.output)}")
     return 0
+
+
+def saved_note(source: str | None, output: str) -> str:
+    """How the directory ``fxsym prune`` wrote for an in-memory model loads back: as a
+    checkpoint where a plugin reads it as one (a Hugging Face model's ``config.json``: the
+    reader's :meth:`~fxsym.checkpoint.CheckpointReader.how_to_load`), else with
+    :func:`fxsym.load` on a fresh model built as ``source`` says."""
+    from .checkpoint import open_checkpoint
+
+    try:
+        return open_checkpoint(output).how_to_load(Path(output))
+    except FxsymError:
+        pass
+    lib, _, name = (source or "").partition(":")
+    build = {"torchvision": f"torchvision.models.get_model({name!r}, weights=None)",
+             "timm": f"timm.create_model({name!r})"}.get(lib, f"model built as {source} "
+                                                          "builds it")
+    again = (f"; fxsym analyze {output} and fxsym prune {output} read it too"
+             if lib in SAFE_SOURCES else "")
+    return (f"load it with fxsym.load(model, {output!r}) on a fresh {build} (the plan is "
+            f"replayed on it, then the weights are loaded){again}")
 
 
 def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
