@@ -189,16 +189,17 @@ def test_plans_keep_sizes_the_grouped_mm_experts_kernel_runs(family: str, ratio:
 
 
 def test_explicit_expert_widths_off_the_kernel_step() -> None:
-    """``sizes_for(ffn=20)`` is refused, naming the kernel; ``plan(sizes=)`` rounds up."""
+    """``sizes_for(expert_ffn=20)`` is refused, naming the kernel; ``plan(sizes=)`` rounds
+    up."""
     from fxsym.search import sizes_for
 
     model = build_moe("qwen3_moe")
     sm = fxsym.analyze(model)
     with pytest.raises(fxsym.PlanError, match=r"multiple of 8 entries .*grouped_mm"):
-        sizes_for(sm, ffn=20)
+        sizes_for(sm, expert_ffn=20)
     with pytest.raises(fxsym.PlanError, match="grouped_mm"):
         sizes_for(sm, hidden=60)
-    sizes = sizes_for(sm, ffn=16, hidden=48)
+    sizes = sizes_for(sm, expert_ffn=16, hidden=48)
     assert set(sizes.values()) == {16, 48}
     width = group_with(sm, "model.layers.0.mlp.experts", "gate_up_proj:1")
     plan = fxsym.plan(model, sm, sizes={width.name: 20})

@@ -78,7 +78,7 @@ def test_a_streamed_moe_prune_is_what_save_pretrained_writes_of_the_in_memory_on
     original = checkpoint(src, family, **MOE[family])
     assert any(".experts.0." in k for k in stored_tensors(src))  # one tensor per expert
     out = tmp_path / "out"
-    sizes = {"experts": 3, "hidden": 48, "ffn": 16}
+    sizes = {"experts": 3, "hidden": 48, "expert_ffn": 16}
     streamed = fxsym.prune_checkpoint(src, out, importance="l2", sizes=sizes, layers=layers,
                                       max_shard_size=SHARD)
     model, got = assert_streamed_is_in_memory(src, out, streamed, tmp_path, sizes, layers)

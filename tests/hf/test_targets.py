@@ -86,14 +86,18 @@ def test_active_parameters_leave_out_the_lookup_table() -> None:
 
 
 def test_experts_are_a_role_of_their_own(tmp_path: Path) -> None:
-    """A MoE's routed groups (the experts per layer) are not FFN widths: ``ffn`` sizes the
-    expert FFN width, ``experts`` the number of experts, and the config follows both."""
+    """A MoE's routed groups (the experts per layer) are not FFN widths: ``expert_ffn`` sizes
+    the expert FFN width, ``experts`` the number of experts, and the config follows both;
+    ``ffn`` (a dense FFN width, which this model has none of) names the role it has."""
     model = _build("qwen3_moe", moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
                    decoder_sparse_step=1, head_dim=8)
     sm = fxsym.analyze(model)
     r = roles(sm)
-    assert len(r.experts) == 4 and not set(r.experts) & set(r.ffn)
-    sizes = sizes_for(sm, ffn=16, experts=2)
+    assert len(r.experts) == 4 and not set(r.experts) & set(r.expert_ffn)
+    assert len(r.expert_ffn) == 4 and not r.ffn and not r.shared_ffn
+    with pytest.raises(fxsym.PlanError, match=r"dense FFN width; .* --expert-ffn"):
+        sizes_for(sm, ffn=16)
+    sizes = sizes_for(sm, expert_ffn=16, experts=2)
     fxsym.plan(model, sm, sizes=sizes).apply(model, sm)
     assert (model.config.moe_intermediate_size, model.config.num_experts) == (16, 2)
     assert model.model.layers[0].mlp.experts.gate_up_proj.shape == (2, 32, 64)
@@ -196,9 +200,9 @@ def test_the_ffn_role_holds_the_mlp_and_expert_widths_only(model_type: str) -> N
     """OLMoE normalises its queries and keys over every head (``q_norm`` over ``q_proj``'s
     output): its attention is traced through, so its key/value-head groups are rooted at
     ``q_proj.out_features``, not at an attention leaf's ``heads``. They are attention (their
-    units are a batch dim of the product of queries and keys), not FFN widths: ``ffn`` holds
-    exactly the expert FFN widths and the shared experts' MLP widths, and ``sizes_for(ffn=)``
-    leaves the attention whole."""
+    units are a batch dim of the product of queries and keys), not FFN widths: the expert
+    FFN widths (``expert_ffn``) and the shared experts' MLP widths (``shared_ffn``) are
+    exactly the MLP groups, and sizing them leaves the attention whole."""
     extra = dict(moe_intermediate_size=32, shared_expert_intermediate_size=24,
                  decoder_sparse_step=1) if model_type == "qwen2_moe" else {}
     model = _build(model_type, num_hidden_layers=2, num_attention_heads=4,
@@ -209,10 +213,12 @@ def test_the_ffn_role_holds_the_mlp_and_expert_widths_only(model_type: str) -> N
     mlp = {g.name for g in sm.groups() if not g.routed and g.name not in r.hidden
            and all(".mlp." in q for q, _ in g.members)}
     assert len(mlp) == (4 if model_type == "qwen2_moe" else 2)
-    assert set(r.ffn) == mlp
+    assert set(r.expert_ffn) | set(r.shared_ffn) == mlp and not r.ffn
+    assert len(r.shared_ffn) == (2 if model_type == "qwen2_moe" else 0)
     attention = {g.name for g in sm.groups()
                  if all(".self_attn" in q for q, _ in g.members)}
-    assert len(attention) >= 2 and not attention & set(r.ffn)
+    assert len(attention) >= 2 and not attention & mlp
     assert attention <= set(r.heads) | set(r.queries) | set(r.attention)
-    sizes = sizes_for(sm, ffn=16)
+    sizes = sizes_for(sm, expert_ffn=16,
+                      shared_ffn=16 if model_type == "qwen2_moe" else None)
     assert set(sizes) == mlp

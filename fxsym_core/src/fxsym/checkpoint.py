@@ -87,7 +87,7 @@ from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_dir
 from .planning import Plan, plan
 from .plugins import load_plugins
 from .plugins.calls import call_hook
-from .search import candidates, next_token_loss, sizes_for
+from .search import candidates, next_token_loss, sizes_for, target_record
 from .search import search as architecture_search
 
 __all__ = [
@@ -1085,6 +1085,10 @@ def prune_checkpoint(
         raise CalibrationError("the calibration text gave no tokens")
     if param_ratio is not None:
         target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
+    whole = sum(p.numel() for p in model.parameters())
+    if target_params is not None and target_params > whole:
+        raise PlanError(f"target_params {target_params:,} is above the checkpoint's {whole:,} "
+                        f"parameters: nothing to prune; give a target under {whole:,}")
     with step("analyzing"):
         sm = analyze(model)
     sized = None if sizes is None else sizes_for(sm, **sizes)
@@ -1146,6 +1150,8 @@ def prune_checkpoint(
                 importance=given, scope=scope, round_to=round_to, min_keep=min_keep,
                 exclude=exclude, layers=layers, depth_importance=depth_scores, sizes=sized)
         notes += [note] if note else []
+        if target is not None:
+            extra["target"] = target_record(target, False, chosen.params_after)
     if notes:
         extra["notes"] = notes
     if extra:

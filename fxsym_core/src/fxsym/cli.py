@@ -413,6 +413,9 @@ def is_checkpoint_dir(spec: str) -> bool:
                               or not (path / "fxsym.json").is_file())
 
 
+#: the flags giving sizes by role
+_SIZE_FLAGS = "--hidden, --ffn, --expert-ffn, --shared-ffn, --heads, --kv-heads, --experts"
+
 #: ``fxsym prune``'s flags, as the options' rules name them (:mod:`fxsym.options`)
 FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="--layers",
                  scope="--scope", search="--target-params or --param-ratio with --calib",
@@ -428,15 +431,15 @@ def check_prune_options(args: argparse.Namespace
     (``--hidden`` ...), the ``--layers`` asked and whether MODEL is a checkpoint directory."""
     targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs,
                            args.target_active_params) if x is not None]
-    shape = {k: getattr(args, k) for k in ("hidden", "ffn", "heads", "kv_heads", "experts")
+    shape = {k: getattr(args, k) for k in ("hidden", "ffn", "expert_ffn", "shared_ffn",
+                                           "heads", "kv_heads", "experts")
              if getattr(args, k) is not None}
     if len(targets) > 1 or not (targets or shape or args.layers is not None):
         raise CliError("give exactly one of --ratio, --param-ratio, --target-params, "
                        "--target-active-params and --target-macs, or sizes (--hidden, --ffn, "
                        "--heads, --kv-heads, --layers)")
     if targets and shape:
-        raise CliError("give sizes (--hidden, --ffn, --heads, --kv-heads, --experts) or an "
-                       "amount, not both")
+        raise CliError(f"give sizes ({_SIZE_FLAGS}) or an amount, not both")
     layers = _layers(args.layers)
     try:
         check_param_ratio(args.param_ratio, FLAGS)
@@ -504,9 +507,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(plan.to_json())
         return 0
     if searched:
-        print(f"candidates for {args.target_params or args.target_active_params:,} "
-              f"{'active ' if args.target_active_params else ''}parameters:\n{searched}\n")
-    print(f"{plan.summary()}\n\nsaved to {args.output}\n{saved_note(source, args.output)}")
+        print(f"candidates for {_target_text(args, plan)}:\n{searched}\n")
+    print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
+          f"{saved_note(source, args.output)}")
     return 0
 
 
@@ -529,6 +532,28 @@ def saved_note(source: str | None, output: str) -> str:
              if lib in SAFE_SOURCES else "")
     return (f"load it with fxsym.load(model, {output!r}) on a fresh {build} (the plan is "
             f"replayed on it, then the weights are loaded){again}")
+
+
+def _target_text(args: argparse.Namespace, plan: Any) -> str:
+    """The parameter target as given: ``117,792 parameters (--param-ratio 0.5 of 235,584)``."""
+    target = plan.extra.get("target") or {}
+    count = target.get("params", args.target_params or args.target_active_params)
+    text = f"{count:,} {'active ' if target.get('active') else ''}parameters"
+    if args.param_ratio is not None:
+        text += f" (--param-ratio {args.param_ratio} of {plan.params_before:,})"
+    return text
+
+
+def _reached_text(args: argparse.Namespace, plan: Any) -> str:
+    """What a plan for a parameter target reached, beside the target it was given (empty
+    without a target)."""
+    target = plan.extra.get("target")
+    if not target:
+        return ""
+    removed = 100 * (plan.params_before - plan.params_after) / max(plan.params_before, 1)
+    return (f"\n\ntarget: {_target_text(args, plan)}; reached {target['reached']:,}"
+            f"{' active' if target.get('active') else ''} parameters ({removed:.1f}% of the "
+            f"model's parameters removed)")
 
 
 def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
@@ -587,9 +612,9 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     if rows:
         from .search import table
 
-        print(f"candidates for {args.target_params or args.target_active_params or 0:,} "
-              f"{'active ' if args.target_active_params else ''}parameters:\n{table(rows)}\n")
-    print(f"{plan.summary()}\n\nsaved to {args.output}\n{loading_note(args.model, args.output)}")
+        print(f"candidates for {_target_text(args, plan)}:\n{table(rows)}\n")
+    print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
+          f"{loading_note(args.model, args.output)}")
     return 0
 
 
@@ -642,9 +667,9 @@ def _refuse_unused_scope(args: argparse.Namespace, shape: dict[str, int],
     removes ``blocks`` (no amount of units among ``amounts``)."""
     if args.scope is not None and (shape or all(x is None for x in amounts)):
         raise CliError(f"--scope {args.scope}: "
-                       + ("sizes (--hidden, --ffn, --heads, --kv-heads, --experts) set every "
-                          "kept size" if shape else f"--layers alone removes {blocks}, no "
-                          "units") + "; leave --scope out")
+                       + (f"sizes ({_SIZE_FLAGS}) set every kept size" if shape
+                          else f"--layers alone removes {blocks}, no units")
+                       + "; leave --scope out")
 
 
 def _bytes(text: str) -> int:
@@ -743,7 +768,12 @@ def add_prune_parser(sub: Any) -> _Parser:
                        "most influential, 1 - cos of each block's input and output) or "
                        "positions")
     sizes.add_argument("--hidden", type=int, help="hidden size (the residual stream's width)")
-    sizes.add_argument("--ffn", type=int, help="FFN width of every block")
+    sizes.add_argument("--ffn", type=int, help="dense FFN width of every block (an MLP "
+                       "outside routed experts)")
+    sizes.add_argument("--expert-ffn", type=int, help="FFN width of every routed expert "
+                       "(a MoE's moe_intermediate_size)")
+    sizes.add_argument("--shared-ffn", type=int, help="FFN width of every shared expert "
+                       "(the MLP beside routed experts that every token uses)")
     sizes.add_argument("--heads", type=int, help="attention (query) heads of every block")
     sizes.add_argument("--kv-heads", type=int, help="key/value heads of every block")
     sizes.add_argument("--experts", type=int, help="MoE experts per layer (at least the "

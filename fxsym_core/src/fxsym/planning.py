@@ -625,6 +625,10 @@ def plan(
             raise PlanError(f"{argument} must be an int of at least 1, got {value!r}")
     lay = layout(model, symmap)
     macs = _mac_model(model, symmap)
+    if target_params is not None and target_params > lay.param_count({}):
+        raise PlanError(f"target_params {target_params:,} is above the model's "
+                        f"{lay.param_count({}):,} parameters: nothing to prune; give a target "
+                        f"under {lay.param_count({}):,}")
     groups = symmap.groups()
     blocks = _blocks_kept(model, symmap, layers, depth_importance)
     dropped = frozenset(n for n in lay.shapes

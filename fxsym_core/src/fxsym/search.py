@@ -10,19 +10,28 @@ groups by what the groups hold, not by config field names:
   heads per key/value head); one whose units are a batch dim of both operands of a product
   of two tensors (``q @ k.transpose(-1, -2)``, ``scaled_dot_product_attention``: the heads of
   an attention traced through, such as OLMoE's, which normalises queries and keys over every
-  head) an *attention* group, which no size flag names; any other a *ffn* group (an MLP's
-  width, an expert FFN width);
+  head) an *attention* group, which no size flag names. Of the others, a group whose modules
+  hold no other group but the hidden size and the experts is an FFN-like width of one of three
+  roles: *expert_ffn* where it shares a module with a routed group (a fused expert tensor),
+  *shared_ffn* where its block holds routed experts it does not share (a shared expert, used
+  by every token), *ffn* in a block without experts (a dense MLP). Any other (a rank between
+  two sized groups, such as MLA's ``q_lora_rank``) is *other*: no size names it;
 * *layers*: the depth group's blocks.
 
 So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28`` (:func:`sizes_for`) keeps
-3072 stream channels, 9216 units in every FFN group, 8 key/value heads and 24 / 8 queries per
-key/value head in every attention, and 28 blocks. A size no group holds is an error.
+3072 stream channels, 9216 units in every dense FFN group, 8 key/value heads and 24 / 8 queries
+per key/value head in every attention, and 28 blocks (``--expert-ffn``, ``--shared-ffn``: the
+other FFN-like roles). A size no group holds is an error.
 
 **Search** (:func:`search`): for a parameter target, a small space of *uniform* candidates
 (every group of a role keeps the same size): a few depths (all blocks, then 7/8, 3/4, 5/8
 and 1/2 of them) times a few hidden sizes (the same fractions, rounded down to a multiple of
-``round_to``), each with the widest FFN (a multiple of ``round_to``) that meets the target;
-heads stay whole. Each candidate is planned (blocks by block importance, units by
+``round_to``), each with the widest FFN-like widths that meet the target (one fraction for
+every FFN-like role, each role's width that fraction of its own, rounded down to its step and
+``round_to``); heads stay whole. A candidate lands as close under the target as the steps
+allow (one further under is not offered, see :func:`candidates`); a target above the model's
+(active) parameters is an error; the kept plan records the target and the count reached
+(``extra["target"]``). Each candidate is planned (blocks by block importance, units by
 ``importance``), applied to a copy and scored by its loss on the calibration batches: the
 next-token cross-entropy where the model returns ``logits`` for ``input_ids``, else the mean
 squared error to the unpruned model's output. The table lists every candidate; the plan of
@@ -53,7 +62,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -66,11 +75,12 @@ from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
 from .paramlayout import layout
-from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan
+from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan, with_extra
 from .symbols import SymMap
 
-__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
-           "expert_shares", "next_token_loss", "roles", "search", "sizes_for", "table"]
+__all__ = ["WIDTHS", "Candidate", "Roles", "SearchResult", "active_params", "candidates",
+           "expert_shares", "next_token_loss", "roles", "search", "sizes_for", "table",
+           "target_record"]
 
 #: the fractions of blocks and of the hidden size the search tries
 FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)
@@ -81,6 +91,7 @@ class Roles:
     """The groups holding each architecture size (see the module docstring)."""
 
     hidden: tuple[str, ...] = ()
+    #: the widths of dense FFNs (an MLP in a block without routed experts)
     ffn: tuple[str, ...] = ()
     heads: tuple[str, ...] = ()
     queries: tuple[str, ...] = ()
@@ -89,6 +100,23 @@ class Roles:
     experts: tuple[str, ...] = ()
     #: the other groups of attention traced through (heads not counted by a ``heads`` symbol)
     attention: tuple[str, ...] = ()
+    #: the FFN widths of routed experts (a module shared with a routed group)
+    expert_ffn: tuple[str, ...] = ()
+    #: the widths of the FFNs beside routed experts, used by every token (shared experts)
+    shared_ffn: tuple[str, ...] = ()
+    #: the other groups inside one block (a rank between two sized groups, such as MLA's
+    #: ``q_lora_rank``): no size flag names them and the search keeps them
+    other: tuple[str, ...] = ()
+
+    def widths(self) -> dict[str, tuple[str, ...]]:
+        """``{role: groups}`` of the FFN-like widths the search sizes, each from its own
+        range: ``ffn``, ``expert_ffn``, ``shared_ffn`` (the roles the model has)."""
+        return {k: v for k, v in (("ffn", self.ffn), ("expert_ffn", self.expert_ffn),
+                                  ("shared_ffn", self.shared_ffn)) if v}
+
+
+#: the roles of FFN-like widths, in the order the search and its table give them
+WIDTHS = ("ffn", "expert_ffn", "shared_ffn")
 
 
 def roles(symmap: SymMap) -> Roles:
@@ -96,27 +124,43 @@ def roles(symmap: SymMap) -> Roles:
     depth = symmap.depth_groups()
     hidden = tuple(dict.fromkeys(d.stream_group for d in depth if d.stream_group))
     blocks = [b for d in depth for b in d.blocks]
-    ffn: list[str] = []
-    heads: list[str] = []
-    queries: list[str] = []
-    experts: list[str] = []
-    attention: list[str] = []
+    found: dict[str, list[str]] = {k: [] for k in (
+        "ffn", "heads", "queries", "experts", "attention", "expert_ffn", "shared_ffn", "other")}
     batched = _batch_of_products(symmap)
-    for g in symmap.groups():
+    groups = symmap.groups()
+    routed = {g.name for g in groups if g.routed}
+    held: dict[str, set[str]] = {}  # module -> the groups holding one of its symbols
+    for g in groups:
+        for q, _ in g.members:
+            held.setdefault(q, set()).add(g.name)
+
+    def home(g: Any) -> str | None:
+        homes = {next((b for b in blocks if q == b or q.startswith(b + ".")), None)
+                 for q, _ in g.members}
+        return next(iter(homes)) if len(homes) == 1 else None
+
+    routed_homes = {home(g) for g in groups if g.routed} - {None}
+    for g in groups:
         if g.name in hidden:
             continue
         if g.routed:
-            experts.append(g.name)
+            found["experts"].append(g.name)
             continue
-        homes = {next((b for b in blocks if q == b or q.startswith(b + ".")), None)
-                 for q, _ in g.members}
-        if len(homes) != 1 or None in homes:
+        block = home(g)
+        if block is None:
             continue
         root = g.members[0][1]
-        (heads if root == "heads" else queries if root == "queries_per_kv"
-         else attention if g.id in batched else ffn).append(g.name)
-    return Roles(hidden, tuple(ffn), tuple(heads), tuple(queries),
-                 depth[0].name if len(depth) == 1 else None, tuple(experts), tuple(attention))
+        beside = set().union(*(held[q] for q, _ in g.members)) - {g.name}
+        role = ("heads" if root == "heads" else "queries" if root == "queries_per_kv"
+                else "attention" if g.id in batched
+                else "other" if beside - routed - set(hidden)
+                else "expert_ffn" if beside & routed
+                else "shared_ffn" if block in routed_homes else "ffn")
+        found[role].append(g.name)
+    return Roles(hidden, tuple(found["ffn"]), tuple(found["heads"]), tuple(found["queries"]),
+                 depth[0].name if len(depth) == 1 else None, tuple(found["experts"]),
+                 tuple(found["attention"]), tuple(found["expert_ffn"]),
+                 tuple(found["shared_ffn"]), tuple(found["other"]))
 
 
 #: products of two tensors whose leading dims are batch dims (attention's scores and outputs)
@@ -151,21 +195,33 @@ def _batch_roots(analysis: Any, layout: Any) -> set[int]:
             if seg.group is not None}
 
 
+#: what each FFN-like role is, for messages
+_WIDTH_WHAT = {"ffn": "a dense FFN width", "expert_ffn": "an expert FFN width",
+               "shared_ffn": "a shared-expert FFN width"}
+
+
 def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = None,
               heads: int | None = None, kv_heads: int | None = None,
-              experts: int | None = None) -> dict[str, int]:
-    """``{group name: units to keep}`` for the sizes given (entries: channels for ``hidden``
-    and ``ffn``, heads for ``heads`` and ``kv_heads``, experts per MoE layer for
+              experts: int | None = None, expert_ffn: int | None = None,
+              shared_ffn: int | None = None) -> dict[str, int]:
+    """``{group name: units to keep}`` for the sizes given (entries: channels for ``hidden``,
+    ``ffn`` (dense FFNs), ``expert_ffn`` (routed experts' FFNs) and ``shared_ffn`` (shared
+    experts' FFNs), heads for ``heads`` and ``kv_heads``, experts per MoE layer for
     ``experts``); a :class:`~fxsym.errors.PlanError` for a size no group holds or one the
     groups cannot take (fewer experts than a router picks, a size off the group's
     :attr:`~fxsym.SymGroup.step`)."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     out: dict[str, int] = {}
+    flags = {k: "--" + k.replace("_", "-") for k in WIDTHS}
 
     def put(names: Sequence[str], entries: int, what: str) -> None:
         if not names:
-            raise PlanError(f"no group of the model holds {what}")
+            has = [f"{_WIDTH_WHAT[k]} ({k}, {flags[k]})" for k in r.widths()
+                   if _WIDTH_WHAT[k] != what]
+            raise PlanError(f"no group of the model holds {what}" + (
+                f"; its FFN widths are {' and '.join(has)}" if has and what in
+                _WIDTH_WHAT.values() else ""))
         for name in names:
             g = groups[name]
             if entries % g.unit or not 1 <= entries // g.unit <= g.size:
@@ -182,8 +238,10 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
 
     if hidden is not None:
         put(r.hidden, hidden, "the hidden size (a residual stream)")
-    if ffn is not None:
-        put(r.ffn, ffn, "an FFN width")
+    for role, entries in (("ffn", ffn), ("expert_ffn", expert_ffn),
+                          ("shared_ffn", shared_ffn)):
+        if entries is not None:
+            put(getattr(r, role), entries, _WIDTH_WHAT[role])
     if experts is not None:
         put(r.experts, experts, "experts per layer")
     if r.queries:  # grouped queries: heads groups count key/value heads
@@ -331,7 +389,8 @@ def _param_nodes(model: nn.Module, graph: fx.Graph) -> dict[str, list[fx.Node]]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One uniform architecture the search tried."""
+    """One uniform architecture the search tried: its depth, hidden size and the width of
+    each FFN-like role (``None``: the model has no such role or the search keeps it)."""
 
     layers: int
     hidden: int | None
@@ -339,6 +398,12 @@ class Candidate:
     params: int
     loss: float = math.nan
     plan: Plan | None = field(default=None, repr=False, compare=False)
+    expert_ffn: int | None = None
+    shared_ffn: int | None = None
+
+    def widths(self) -> dict[str, int]:
+        """``{role: entries}`` of the FFN-like widths the candidate sets."""
+        return {k: v for k in WIDTHS if (v := getattr(self, k)) is not None}
 
 
 @dataclass(frozen=True)
@@ -356,7 +421,8 @@ class SearchResult:
     def rows(self) -> list[dict[str, Any]]:
         """The candidates as JSON data (what :func:`fxsym.prune_checkpoint` records in the
         plan's ``extra["search"]``), the kept one marked ``kept``."""
-        return [{"layers": c.layers, "hidden": c.hidden, "ffn": c.ffn, "params": c.params,
+        return [{"layers": c.layers, "hidden": c.hidden, "ffn": c.ffn,
+                 "expert_ffn": c.expert_ffn, "shared_ffn": c.shared_ffn, "params": c.params,
                  "loss": None if math.isnan(c.loss) else c.loss, "kept": c is self.best}
                 for c in self.candidates]
 
@@ -366,11 +432,43 @@ class SearchResult:
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Candidates (:meth:`SearchResult.rows`) as a table, the kept one marked."""
-    return format_table([[r["layers"], r["hidden"], r["ffn"], f"{r['params']:,}",
+    """Candidates (:meth:`SearchResult.rows`) as a table, the kept one marked: a column for
+    each FFN-like role some candidate sets (``ffn`` where none does)."""
+    shown = [k for k in WIDTHS if any(r.get(k) is not None for r in rows)] or ["ffn"]
+    return format_table([[r["layers"], r["hidden"], *(r.get(k) for k in shown),
+                          f"{r['params']:,}",
                           "nan" if r["loss"] is None else f"{r['loss']:.4f}",
                           "<- kept" if r["kept"] else ""] for r in rows],
-                        ["layers", "hidden", "ffn", "params", "calib loss", ""])
+                        ["layers", "hidden", *(k.replace("_", " ") for k in shown),
+                         "params", "calib loss", ""])
+
+
+@dataclass(frozen=True)
+class _Range:
+    """What the search may give one FFN-like role: its width now, the step of entries every
+    group of it takes at a time, and the fewest entries it keeps."""
+
+    now: int
+    step: int
+    least: int
+
+
+def _ranges(symmap: SymMap, r: Roles, kept: frozenset[str], whole: Mapping[str, str],
+            step: Mapping[str, int], round_to: int, min_keep: int) -> dict[str, _Range]:
+    """The range of each FFN-like role the search sizes: one with no group left to it
+    (every group excluded) or with a group the model's description cannot follow is kept."""
+    groups = {g.name: g for g in symmap.groups()}
+    out: dict[str, _Range] = {}
+    for role, names in r.widths().items():
+        own = [groups[n] for n in names if n not in kept]
+        if not own or whole.keys() & set(names):
+            continue
+        unit = math.lcm(*(step[g.name] for g in own))
+        out[role] = _Range(
+            max(g.size * g.unit for g in own),
+            math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit,
+            max(min_keep * g.unit for g in own))
+    return out
 
 
 def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
@@ -390,7 +488,14 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     ``fnmatch`` patterns) keeps those groups whole in every candidate, counted whole: an
     excluded hidden size is not searched, excluded FFN groups keep their width while the
     others are searched; ``min_keep`` is the fewest units a searched hidden size or FFN
-    width keeps. A :class:`~fxsym.errors.PlanError` if no candidate meets the target."""
+    width keeps. A :class:`~fxsym.errors.PlanError` if the target is above the model's
+    (active) parameters or no candidate meets it.
+
+    Each candidate lands as close under the target as the steps allow: its FFN-like widths
+    (dense, expert and shared-expert FFNs, each a fraction of its own width, one fraction for
+    all) are the widest that fit; a candidate whose widths are whole and whose hidden size
+    could grow a step and still fit is not offered (it lies further under the target than
+    its steps require), unless no candidate is that close."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     depth = symmap.depth_group(r.layers) if r.layers else None
@@ -398,6 +503,11 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     if depth is not None and scores.get(depth.name) is None:
         scores[depth.name] = torch.zeros(depth.size)
     count = _counter(model, symmap, active)
+    whole_model = count({}, None)
+    if target_params > whole_model:
+        raise PlanError(f"the target of {target_params:,} {'active ' if active else ''}"
+                        f"parameters is above the model's {whole_model:,}: nothing to prune; "
+                        f"give a target under {whole_model:,}")
     whole, said = described(model, symmap) if describable else ({}, {})
     kept = excluded_groups(symmap, exclude)
     step = {g.name: g.unit * math.lcm(g.step, said.get(g.name, (1, ""))[0])
@@ -406,14 +516,11 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     hidden_step = math.lcm(round_to, *(step[n] for n in r.hidden))
     hidden_least = max((min_keep * groups[n].unit for n in r.hidden), default=0)
     hidden_least = math.ceil(hidden_least / hidden_step) * hidden_step
-    ffn_g = [groups[n] for n in r.ffn if n not in kept]
-    ffn_now = (max((g.size * g.unit for g in ffn_g), default=None)
-               if not whole.keys() & set(r.ffn) else None)
-    ffn_least = max((min_keep * g.unit for g in ffn_g), default=0)
+    ranges = _ranges(symmap, r, kept, whole, step, round_to, min_keep)
     fixed = bool((whole.keys() | kept) & set(r.hidden))
     widths = (1.0,) if fixed or not hidden_now else fractions
     sized = partial(_sizes, symmap, kept)
-    found: list[Candidate] = []
+    found: list[tuple[Candidate, bool]] = []
     tried: set[tuple[Any, ...]] = set()
     counts = ([0] if depth is None else list(depths) if depths is not None
               else [max(1, round(depth.size * lf)) for lf in fractions])
@@ -428,20 +535,25 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                 continue
             tried.add(key)
             blocks = _top(scores.get(r.layers or "", None), n_layers, depth)
-            ffn = _widest_ffn(count, sized, hidden, ffn_now,
-                              math.lcm(*(step[g.name] for g in ffn_g)), round_to, blocks,
-                              r.layers, target_params, ffn_least)
-            if ffn is None:
+            layers = _layers_arg(r.layers, blocks)
+            chosen = _widest(count, sized, hidden, ranges, layers, target_params)
+            if chosen is None:
                 continue
-            width = None if ffn_now is None else ffn
             sizes = sized(hidden if hidden != hidden_now else None,
-                          width if width != ffn_now else None)
-            params = count(sizes, _layers_arg(r.layers, blocks))
-            found.append(Candidate(n_layers or 0, hidden, width, params))
+                          {k: w for k, w in chosen.items() if w != ranges[k].now})
+            params = count(sizes, layers)
+            binding = any(w < ranges[k].now for k, w in chosen.items()) or (
+                hidden is not None and hidden_now is not None and hidden < hidden_now and
+                count(sized(min(hidden_now, hidden + hidden_step), {}), layers)
+                > target_params)
+            found.append((Candidate(n_layers or 0, hidden, chosen.get("ffn"), params,
+                                    expert_ffn=chosen.get("expert_ffn"),
+                                    shared_ffn=chosen.get("shared_ffn")), binding))
     if not found:
         raise PlanError(f"no uniform candidate reaches {target_params:,} "
                         f"{'active ' if active else ''}parameters")
-    return found
+    close = [c for c, binding in found if binding]
+    return close or [c for c, _ in found]
 
 
 def search(model: nn.Module, symmap: SymMap, *, target_params: int,
@@ -483,30 +595,45 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
                        min_keep=min_keep)
     kept = excluded_groups(symmap, exclude)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
-    ffn_now = max((groups[n].size * groups[n].unit for n in r.ffn if n not in kept),
-                  default=None)
+    now = {k: max((groups[n].size * groups[n].unit for n in names if n not in kept),
+                  default=None) for k, names in r.widths().items()}
     scored = []
     reference = _references(model, batches) if loss is None and evaluate is None else None
-    for c in (track(found, description="scoring candidates",
-                    label=lambda c: f"layers {c.layers}, hidden {c.hidden}, ffn {c.ffn}")
+
+    def label(c: Candidate) -> str:
+        return ", ".join([f"layers {c.layers}", f"hidden {c.hidden}",
+                          *(f"{k.replace('_', ' ')} {w}" for k, w in c.widths().items())]
+                         or ["ffn None"])
+
+    for c in (track(found, description="scoring candidates", label=label)
               if progress else found):
         blocks = _top(block_scores.get(r.layers or "", None), c.layers, depth)
         p = plan(model, symmap, importance=importance, scope="uniform",
                  sizes=_sizes(symmap, kept, c.hidden if c.hidden != hidden_now else None,
-                              c.ffn if c.ffn != ffn_now else None),
+                              {k: w for k, w in c.widths().items() if w != now.get(k)}),
                  layers=_layers_arg(r.layers, blocks), describable=describable,
                  exclude=exclude, min_keep=min_keep)
         value = (evaluate(p) if evaluate is not None
                  else _loss_of(model, symmap, p, batches, loss, reference))
-        scored.append(Candidate(c.layers, c.hidden, c.ffn, c.params, value, p))
+        scored.append(replace(c, loss=value, plan=p))
     best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
-    return SearchResult(tuple(scored), best)
+    assert best.plan is not None
+    marked = replace(best, plan=with_extra(best.plan, target=target_record(
+        target_params, active, best.params)))
+    return SearchResult(tuple(marked if c is best else c for c in scored), marked)
 
 
-def _sizes(symmap: SymMap, kept: frozenset[str], hidden: int | None, ffn: int | None
-           ) -> dict[str, int]:
-    """:func:`sizes_for` a hidden size and an FFN width, but for the groups kept whole."""
-    return {k: v for k, v in sizes_for(symmap, hidden=hidden, ffn=ffn).items()
+def target_record(target: int, active: bool, reached: int) -> dict[str, Any]:
+    """What a plan made for a parameter target records of it (``plan.extra["target"]``): the
+    target given, whether it counts active parameters, and the count the plan reached."""
+    return {"params": target, "active": active, "reached": reached}
+
+
+def _sizes(symmap: SymMap, kept: frozenset[str], hidden: int | None,
+           widths: Mapping[str, int]) -> dict[str, int]:
+    """:func:`sizes_for` a hidden size and FFN-like widths (``{role: entries}``), but for
+    the groups kept whole."""
+    return {k: v for k, v in sizes_for(symmap, hidden=hidden, **widths).items()
             if k not in kept}
 
 
@@ -546,27 +673,35 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool
     return count
 
 
-def _widest_ffn(count: Callable[[Mapping[str, int], Any], int],
-                sized: Callable[[int | None, int | None], dict[str, int]],
-                hidden: int | None, ffn_now: int | None, unit: int,
-                round_to: int, blocks: list[int] | None, depth: str | None,
-                target: int, least: int = 0) -> int | None:
-    """The widest FFN (a multiple of ``round_to`` and of ``unit``, the entries every FFN
-    group takes at a time, all FFN groups alike, at least ``least`` entries) meeting
-    ``target`` with that hidden size and those blocks, or ``None``; ``sized(hidden, ffn)``
-    gives the groups' sizes."""
-    layers = _layers_arg(depth, blocks)
-    hidden_sizes = sized(hidden, None) if hidden is not None else {}
-    if ffn_now is None:
-        return None if count(hidden_sizes, layers) > target else 0
-    step = math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit
-    options = [f for f in range(step, ffn_now + 1, step) if f >= least] or [ffn_now]
-    if ffn_now not in options:
-        options.append(ffn_now)
+def _widest(count: Callable[[Mapping[str, int], Any], int],
+            sized: Callable[[int | None, Mapping[str, int]], dict[str, int]],
+            hidden: int | None, ranges: Mapping[str, _Range], layers: Any,
+            target: int) -> dict[str, int] | None:
+    """The widest FFN-like widths (``{role: entries}``) meeting ``target`` with that hidden
+    size and those blocks, or ``None``: one fraction for every role, each role's width that
+    fraction of its own, rounded down to its step, at least its least (and one step);
+    ``sized(hidden, widths)`` gives the groups' sizes."""
+    hidden_sizes = sized(hidden, {}) if hidden is not None else {}
+    if not ranges:
+        return None if count(hidden_sizes, layers) > target else {}
 
-    def fits(f: int) -> bool:
-        sizes = {**hidden_sizes, **sized(None, f)} if f != ffn_now else hidden_sizes
-        return count(sizes, layers) <= target
+    def width(rg: _Range, f: float) -> int:
+        if f >= 1:
+            return rg.now
+        w = int(f * rg.now + 1e-9) // rg.step * rg.step
+        least = max(rg.step, math.ceil(rg.least / rg.step) * rg.step)
+        return min(rg.now, max(w, least))
+
+    def at(f: float) -> dict[str, int]:
+        return {k: width(rg, f) for k, rg in ranges.items()}
+
+    options = sorted({min(1.0, n * rg.step / rg.now) for rg in ranges.values()
+                      for n in range(1, rg.now // rg.step + 1)} | {1.0})
+
+    def fits(f: float) -> bool:
+        w = at(f)
+        return count(sized(hidden, {k: v for k, v in w.items() if v != ranges[k].now}),
+                     layers) <= target
 
     best = None
     lo, hi = 0, len(options) - 1
@@ -576,7 +711,7 @@ def _widest_ffn(count: Callable[[Mapping[str, int], Any], int],
             best, lo = options[mid], mid + 1
         else:
             hi = mid - 1
-    return best
+    return None if best is None else at(best)
 
 
 def _references(model: nn.Module, batches: Sequence[Any]) -> list[Any]:
