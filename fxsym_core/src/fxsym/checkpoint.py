@@ -1028,7 +1028,8 @@ def prune_checkpoint(
     text needed) or the layers at those positions (:func:`fxsym.plan`'s ``layers``); the
     tensors of the layers kept are renamed as the layers are renumbered. ``sizes`` gives
     architecture sizes by role instead of an amount (``{"hidden": 48, "experts": 3}``; roles
-    ``hidden``, ``ffn``, ``heads``, ``kv_heads``, ``experts``: :func:`fxsym.search.sizes_for`),
+    ``hidden``, ``ffn``, ``expert_ffn``, ``shared_ffn``, ``heads``, ``kv_heads``, ``experts``:
+    :func:`fxsym.search.sizes_for`),
     each group keeping its units of highest importance. With ``search`` (and
     ``target_params`` or ``param_ratio``) or ``target_active_params`` (parameters a token
     uses: :func:`fxsym.search.active_params`), the plan is the best of a few uniform
