@@ -7,14 +7,18 @@ killed one, leave no mess.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from ckpt_helpers import checkpoint
 
 import fxsym
@@ -45,8 +49,10 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _cli_refuses(args: list[str], capsys: pytest.CaptureFixture[str], *says: str) -> str:
     capsys.readouterr()
     assert main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("fxsym: ") and err.count("\n") == 1, err
+    err = capsys.readouterr().err  # the steps' status lines, then the one error line
+    lines = err.splitlines()
+    assert lines[-1].startswith("fxsym: ") and err.count("fxsym:") == 1, err
+    assert "unexpected error" not in err, err
     for s in says:
         assert s in err, err
     return err
@@ -143,3 +149,188 @@ def test_two_writers_of_one_output_cannot_both_win(
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- what the files hold, checked against the config before any read --------------------
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tensors whose bytes safetensors reads from now on (``get_tensor``, or indexing a
+    ``get_slice``; the header's shapes and dtypes are not reads)."""
+    import safetensors
+
+    real = safetensors.safe_open
+    got: list[str] = []
+
+    class Slice:
+        def __init__(self, part: Any, name: str) -> None:
+            self.part, self.name = part, name
+
+        def __getitem__(self, key: Any) -> Any:
+            got.append(self.name)
+            return self.part[key]
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.part, attr)
+
+    class Handle:
+        def __init__(self, path: str, **kwargs: Any) -> None:
+            self.handle = real(path, **kwargs)
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.handle.__exit__(*exc)
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.handle, attr)
+
+        def get_tensor(self, name: str) -> Any:
+            got.append(name)
+            return self.handle.get_tensor(name)
+
+        def get_slice(self, name: str) -> Slice:
+            return Slice(self.handle.get_slice(name), name)
+
+    monkeypatch.setattr(safetensors, "safe_open", Handle)
+    return got
+
+
+def _shard_of(src: Path, name: str) -> Path:
+    index = json.loads((src / "model.safetensors.index.json").read_text())
+    return src / index["weight_map"][name]
+
+
+def _rewrite(shard: Path, change: dict[str, tuple[str, list[int]] | torch.Tensor]) -> None:
+    """Write ``shard`` again with the tensors of ``change`` replaced: a tensor, or a dtype
+    code and a shape whose bytes are a hole (a sparse file: the header agrees with the
+    offsets, the disk holds nothing)."""
+    from safetensors import safe_open
+
+    with safe_open(str(shard), framework="pt") as f:
+        tensors: dict[str, Any] = {k: f.get_tensor(k).clone() for k in f.keys()}
+    tensors.update(change)
+    sizes = {"F32": 4, "I32": 4, "BOOL": 1, "BF16": 2, "F16": 2}
+    header: dict[str, Any] = {}
+    offset = 0
+    for k, t in tensors.items():
+        if isinstance(t, torch.Tensor):
+            code = {torch.float32: "F32", torch.int32: "I32", torch.bool: "BOOL"}[t.dtype]
+            shape, size = list(t.shape), t.numel() * t.element_size()
+        else:
+            code, shape = t
+            size = math.prod(shape) * sizes[code]
+        header[k] = {"dtype": code, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(shard, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for t in tensors.values():
+            if isinstance(t, torch.Tensor):
+                f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        f.truncate(8 + len(text) + offset)
+
+
+def _refused(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+             *says: str) -> None:
+    """The API and the CLI refuse ``src`` with ``says``, having read no tensor; the input
+    and the output are as they were."""
+    out = tmp_path / "out"
+    before = _tree(tmp_path)
+    reads.clear()  # those of the test's own rewriting
+    with pytest.raises(fxsym.CheckpointError) as info:
+        fxsym.prune_checkpoint(src, out, ratio=0.5)
+    for s in says:
+        assert s in str(info.value), info.value
+    assert not reads, reads
+    _cli_refuses(["prune", str(src), "--ratio", "0.5", "-o", str(out)], capsys, *says)
+    assert not reads, reads
+    assert _tree(tmp_path) == before
+
+
+def test_a_header_shape_the_config_does_not_give_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str]) -> None:
+    """A [2**22, 64] embedding (1 GiB of float32, its offsets right, the file sparse) where
+    the config gives [300, 64]. Before: read whole (6 GB peak at full size), then
+    'unexpected error: IndexError'."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    name = "model.embed_tokens.weight"
+    _rewrite(_shard_of(src, name), {name: ("F32", [2**22, 64])})
+    _refused(src, tmp_path, capsys, reads, name, "(4194304, 64)", "(300, 64)", "config")
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool])
+def test_weights_of_another_kind_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+        dtype: torch.dtype) -> None:
+    """Before: I32 or BOOL weights were cast to the model's float and pruned."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    name = "model.layers.0.mlp.gate_proj.weight"
+    _rewrite(_shard_of(src, name), {name: torch.ones(192, 64, dtype=dtype)})
+    code = {torch.int32: "I32", torch.bool: "BOOL"}[dtype]
+    _refused(src, tmp_path, capsys, reads, name, f"stored as {code}", "never cast")
+
+
+@pytest.mark.parametrize("what", ["fifo", "device", "link-to-fifo"])
+def test_a_shard_that_is_a_fifo_or_a_device_is_refused_as_such_unopened(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+        what: str) -> None:
+    """Before: 'which is not in ...' (misleading); a FIFO opened would block for ever."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    shard = _shard_of(src, "model.layers.0.mlp.gate_proj.weight")
+    shard.unlink()
+    if what == "fifo":
+        os.mkfifo(shard)
+    elif what == "device":
+        shard.symlink_to("/dev/zero")
+    else:
+        os.mkfifo(tmp_path / "pipe")
+        shard.symlink_to(tmp_path / "pipe")
+    says = {"fifo": "is a FIFO", "device": "a link to a character device, /dev/zero",
+            "link-to-fifo": "a link to a FIFO"}[what]
+    _refused(src, tmp_path, capsys, reads, shard.name, says)
+
+
+@pytest.mark.parametrize("lie", ["more-layers", "fewer-layers", "smaller-ffn", "wider-hidden"])
+def test_a_config_that_lies_about_sizes_or_layers_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+        lie: str) -> None:
+    """config.json gives other layers or sizes than the weights hold. Before: found (if at
+    all) only when a tensor was read, or at the end of the write."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    config = json.loads((src / "config.json").read_text())
+    config.update({"more-layers": {"num_hidden_layers": 3},
+                   "fewer-layers": {"num_hidden_layers": 1},
+                   "smaller-ffn": {"intermediate_size": 96},
+                   "wider-hidden": {"hidden_size": 128, "head_dim": 16}}[lie])
+    (src / "config.json").write_text(json.dumps(config))
+    says = {"more-layers": "no weight file holds model.layers.2.",
+            "fewer-layers": "the weights hold model.layers.1.",
+            "smaller-ffn": "(96, 64)", "wider-hidden": "(300, 128)"}[lie]
+    _refused(src, tmp_path, capsys, reads, says, "config")
+
+
+@pytest.mark.parametrize("index", ["extra", "missing"])
+def test_an_index_with_extra_or_missing_tensors_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+        index: str) -> None:
+    """The index names a tensor its shard does not hold (extra), or leaves out one a shard
+    holds (missing)."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    path = src / "model.safetensors.index.json"
+    data = json.loads(path.read_text())
+    name = "model.layers.1.mlp.up_proj.weight"
+    if index == "extra":
+        data["weight_map"]["model.layers.1.mlp.extra.weight"] = data["weight_map"][name]
+        says = "does not hold model.layers.1.mlp.extra.weight"
+    else:
+        del data["weight_map"][name]
+        says = f"holds {name}, which the index puts nowhere"
+    path.write_text(json.dumps(data))
+    _refused(src, tmp_path, capsys, reads, says)

@@ -82,7 +82,7 @@ from .depth import choose_blocks, renamed
 from .errors import CalibrationError, CheckpointError, PlanError
 from .importance import ActivationRecorder, Layout, element_scores, layout
 from .options import checkpoint_request
-from .paths import overlap, writing
+from .paths import kind, overlap, writing
 from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_directory
 from .planning import Plan, plan
 from .plugins import load_plugins
@@ -172,10 +172,17 @@ class StoredLayout(Protocol):
 
 def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
     """The reader a plugin gives for ``directory``; :class:`~fxsym.errors.CheckpointError` if
-    it is not a directory or no plugin knows its kind."""
+    it is not a directory, holds an entry that is neither a regular file nor a folder (a FIFO,
+    a device, a socket, or a link to one: :func:`fxsym.paths.kind`, nothing opened) or no
+    plugin knows its kind."""
     path = Path(directory)
     if not path.is_dir():
         raise CheckpointError(f"{directory}: not a directory (give what save_pretrained wrote)")
+    for entry in sorted(os.listdir(path)):
+        what = kind(path / entry)
+        if what is not None and not what.startswith(("a link to nothing", "missing")):
+            raise CheckpointError(f"{path / entry} is {what}: a checkpoint directory holds "
+                                  "regular files and folders (it was not opened)")
     reader = call_hook("fxsym_checkpoint_reader", load_plugins(), directory=path)
     if reader is None:
         raise CheckpointError(f"{directory}: no plugin reads this directory as a checkpoint "
@@ -337,7 +344,10 @@ class _Tensors:
             raise CheckpointError(f"{path}: cannot read {name}: {exc}") from exc
 
     def header(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        """Every tensor's dtype and shape, from the files' headers (no tensor read)."""
+        """Every tensor's dtype and shape, from the files' headers (no tensor read); each
+        file must hold exactly the tensors :attr:`files` puts in it (an index naming a tensor
+        its file lacks, or a file holding one the index puts elsewhere or nowhere, is refused)
+        in a dtype fxsym reads."""
         from safetensors import safe_open
 
         out: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
@@ -345,15 +355,85 @@ class _Tensors:
         for name, f in self.files.items():
             by_file.setdefault(f, []).append(name)
         for f, group in by_file.items():
+            path = self.directory / f
+            what = kind(path)
+            if what is not None:
+                raise CheckpointError(f"{path}, which holds {group[0]}, is {what} (not opened)")
             try:
-                with safe_open(str(self.directory / f), framework="pt") as handle:
+                with safe_open(str(path), framework="pt") as handle:
+                    held = set(handle.keys())
                     for name in group:
+                        if name not in held:
+                            raise CheckpointError(f"{path} does not hold {name}, which the "
+                                                  "index puts there")
                         s = handle.get_slice(name)
-                        out[name] = (_DTYPES[s.get_dtype()], tuple(s.get_shape()))
+                        code = s.get_dtype()
+                        if code not in _DTYPES:
+                            raise CheckpointError(
+                                f"{path}: {name} is stored as {code}, which fxsym does not "
+                                f"prune (it reads {', '.join(_DTYPES)})")
+                        out[name] = (_DTYPES[code], tuple(s.get_shape()))
+            except CheckpointError:
+                raise
             except Exception as exc:
-                raise CheckpointError(f"{self.directory / f}: not a readable safetensors "
-                                      f"file: {exc}") from exc
+                raise CheckpointError(f"{path}: not a readable safetensors file: {exc}") from exc
+            stray = sorted(n for n in held if self.files.get(n) != f)
+            if stray:
+                where = self.files.get(stray[0])
+                raise CheckpointError(f"{path} holds {stray[0]}, which the index puts "
+                                      f"{'nowhere' if where is None else 'in ' + where}: "
+                                      "which weights are meant?")
         return out
+
+    def check(self, model: nn.Module) -> None:
+        """Every stored tensor's header against ``model`` (the meta model the config builds),
+        before any tensor is read: each stored tensor is a tensor of the model (through the
+        :class:`StoredLayout`: a renamed one, or one of those a fused tensor is made of, whose
+        stored shapes :meth:`StoredLayout.store` of the model gives) of its shape, a float
+        where the model holds a float (any float dtype: the model's is the config's) and of
+        the model's dtype otherwise; every parameter is stored. A
+        :class:`~fxsym.errors.CheckpointError` names the first tensor that differs."""
+        header = self.header()
+        want: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
+        want.update(model.named_buffers(remove_duplicate=False))
+        for unit in self.units():
+            missing = next((n for n in unit if n not in want), None)
+            if missing is not None:
+                raise CheckpointError(f"{self.directory}: the weights hold {missing}, which "
+                                      f"the model built from the config does not have (does "
+                                      f"config.json give the checkpoint's layers and sizes?)")
+            if unit[0] in self.fused:
+                assert self.stored is not None
+                metas = {n: torch.empty(want[n].shape, dtype=want[n].dtype, device="meta")
+                         for n in unit}
+                stored = self.stored.store(model, metas)
+            else:
+                stored = {self.renamed.get(unit[0], unit[0]): want[unit[0]]}
+            for name, t in stored.items():
+                got = header.get(name)
+                if got is None:
+                    raise CheckpointError(f"{self.directory}: no weight file holds {name}, "
+                                          f"which {unit[0]} is made of")
+                dtype, shape = got
+                if shape != tuple(t.shape):
+                    raise CheckpointError(
+                        f"{self.directory / self.files[name]}: {name} has shape {shape} in "
+                        f"its header, the model built from the config {tuple(t.shape)} "
+                        "(config.json and the weights disagree; nothing was read)")
+                if (dtype.is_floating_point != t.is_floating_point()
+                        or (not t.is_floating_point() and dtype != t.dtype)):
+                    raise CheckpointError(
+                        f"{self.directory / self.files[name]}: {name} is stored as "
+                        f"{_CODES[dtype]}, where the model holds {t.dtype} (weights of "
+                        "another kind are never cast or pruned)")
+        names: dict[int, list[str]] = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(n)
+        for group in names.values():
+            if not any(self.has(n) for n in group):
+                raise CheckpointError(f"{self.directory}: no weight file holds {group[0]}, "
+                                      "which the model built from the config has (does "
+                                      "config.json give the checkpoint's layers and sizes?)")
 
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
@@ -1078,6 +1158,7 @@ def prune_checkpoint(
         model = reader.build()
         stored = reader.stored(model) if hasattr(reader, "stored") else None
         tensors = _Tensors(reader.directory, reader.tensor_files(), stored)
+        tensors.check(model)
         buffers = _load_buffers(model, tensors)
     batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
                if texts is not None and (importance == "activation" or searching

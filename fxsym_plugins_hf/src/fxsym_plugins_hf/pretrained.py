@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,14 @@ import torch
 from torch import nn
 
 from fxsym.errors import CalibrationError, CheckpointError
+from fxsym.paths import kind
 
 from .stored import StoredTensors
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+#: the largest index read (a model of a million tensors names them in well under this)
+MAX_INDEX_BYTES = 64 * 2**20
 
 
 @contextlib.contextmanager
@@ -115,28 +119,40 @@ class PretrainedDirectory:
 
     def tensor_files(self) -> dict[str, str]:
         index = self.directory / INDEX
-        if index.is_file():
+        if os.path.lexists(index):
+            what = kind(index)
+            if what is not None:
+                raise CheckpointError(f"{index} is {what} (not opened)")
+            if index.stat().st_size > MAX_INDEX_BYTES:
+                raise CheckpointError(f"{index} is larger than {MAX_INDEX_BYTES:,} bytes: not "
+                                      "an index of safetensors shards")
             try:
                 data = json.loads(index.read_text(encoding="utf-8"))
                 weight_map = data["weight_map"]
                 ok = isinstance(weight_map, dict) and all(
                     isinstance(k, str) and isinstance(v, str) and Path(v).name == v
-                    for k, v in weight_map.items())
+                    and v not in ("", ".", "..") for k, v in weight_map.items())
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise CheckpointError(f"{index}: not a safetensors index ({exc})") from exc
             if not ok:
                 raise CheckpointError(f"{index}: weight_map must map tensor names to file "
                                       "names in the directory")
-            missing = sorted({v for v in weight_map.values()
-                              if not (self.directory / v).is_file()})
-            if missing:
-                raise CheckpointError(f"{index} names {missing[0]}, which is not in "
-                                      f"{self.directory}")
+            for v in sorted(set(weight_map.values())):
+                what = kind(self.directory / v)
+                if what == "missing":
+                    raise CheckpointError(f"{index} names {v}, which is not in "
+                                          f"{self.directory}")
+                if what is not None:
+                    raise CheckpointError(f"{self.directory / v}, a weight file {index.name} "
+                                          f"names, is {what} (not opened)")
             return dict(weight_map)
         single = self.directory / SINGLE
-        if not single.is_file():
+        what = kind(single)
+        if what == "missing":
             raise CheckpointError(f"{self.directory}: no {SINGLE} nor {INDEX} (only "
                                   "safetensors checkpoints are read)")
+        if what is not None:
+            raise CheckpointError(f"{single} is {what} (not opened)")
         from safetensors import safe_open
 
         try:
