@@ -79,7 +79,7 @@ def test_the_output_never_overlaps_the_input_even_with_force(
     with pytest.raises(fxsym.CheckpointError, match="destroy the checkpoint"):
         fxsym.prune_checkpoint(src, out, layers=[0])
     assert _tree(tmp_path) == before
-    _cli_refuses(["prune", str(src), "--layers", "0", "-o", str(out), "--force"], capsys,
+    _cli_refuses(["prune", str(src), "--ratio", "0.5", "-o", str(out), "--force"], capsys,
                  "destroy the checkpoint", "also with --force")
     assert _tree(tmp_path) == before
 
@@ -97,7 +97,7 @@ def test_an_output_that_is_a_file_or_a_link_is_refused_before_any_work(
     with pytest.raises(fxsym.CheckpointError, match=r"not a directory|symbolic link"):
         fxsym.prune_checkpoint(llama, out, layers=[0])
     assert _tree(tmp_path) == before
-    _cli_refuses(["prune", str(llama), "--layers", "0", "-o", str(out), "--force"], capsys)
+    _cli_refuses(["prune", str(llama), "--ratio", "0.5", "-o", str(out), "--force"], capsys)
     assert _tree(tmp_path) == before
 
 
@@ -143,7 +143,7 @@ def test_two_writers_of_one_output_cannot_both_win(
     try:
         with pytest.raises(fxsym.CheckpointError, match=f"another process \\(pid {proc.pid}"):
             fxsym.prune_checkpoint(llama, out, layers=[0])
-        _cli_refuses(["prune", str(llama), "--layers", "0", "-o", str(out)], capsys,
+        _cli_refuses(["prune", str(llama), "--ratio", "0.5", "-o", str(out)], capsys,
                      f"pid {proc.pid}")
         assert not out.exists()
     finally:
