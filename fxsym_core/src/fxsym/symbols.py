@@ -481,8 +481,9 @@ class DepthGroup:
 
     ``container`` is the list's qualified name, ``blocks`` its children's, in order.
     ``positions`` are ``(path inside a block, attribute)`` of the int attributes that count
-    the blocks (``layer_idx``: block ``i`` holds ``i`` there, in every block), set to each kept
-    block's new position. ``feature_dim`` is the dim of the residual stream holding its
+    the blocks (``layer_idx``: block ``i`` holds ``i`` wherever it holds one, in the attention
+    of some blocks and the state-space mixer of others), set to each kept block's new
+    position. ``feature_dim`` is the dim of the residual stream holding its
     features (the dim the block importance compares along). ``varying_inputs`` describes the
     values, other than the stream, that the blocks read but not all alike (one attention mask
     for some blocks, another for others): which block reads which is chosen by position, and a

@@ -1,22 +1,35 @@
 """``model.config`` after blocks of a depth group were dropped (the ``fxsym_after_depth`` hook).
 
 Which config fields describe the stack is found by building the model on the meta device,
-never from equal numbers (issue 19 §7):
+never from equal numbers or by their names (issue 19 §7, issue 29 §2):
 
 * the **count**: the int field (``num_hidden_layers``, ``n_layer`` ...) whose value set one
   lower builds the stack one block shorter; it becomes the number of blocks kept;
-* **per-layer lists** (``layer_types``): a list of one entry per block, shown to be read per
-  block by the build: a config with one more block and the list as it is does not build,
-  with the list's last entry repeated it does. It keeps the entries of the kept blocks;
-* **lists of block positions** (``mlp_only_layers``): ints below the count whose removal
-  changes the blocks the build makes. They keep the kept blocks' new positions.
+* **per-layer lists** (``layer_types``, ``no_rope_layers``): a list of one entry per block,
+  shown to be read per block: a config with one more block and the list as it is does not
+  build or is refused by the class's own checks, with the list's last entry repeated it
+  builds and is accepted. It keeps the entries of the kept blocks;
+* **lists of block positions** (``mlp_only_layers``, ``attn_layer_indices``): ints below the
+  count whose removal (an empty list: listing every block) changes the blocks the build makes.
+  They keep the kept blocks' new positions.
 
 The result is checked: a model built from the new config on the meta device has as many
-blocks, and each block has the string, bool and ``None`` attributes of the block it
-replaces (``layer_type``, ``sliding_window`` set or not); where not, the plugin refuses
-(:class:`fxsym.ResizeError`, a refusal that leaves the plugin enabled) and the resize is
-undone. Per-module sizes the config records for a non-uniform plan
-(``config.fxsym_nonuniform``) follow the blocks' new names.
+blocks, each of the *kind* of the block it replaces (its modules' classes, their string, bool
+and ``None`` attributes: ``layer_type``, ``sliding_window`` set or not; and, where the config
+describes the widths, its parameters' shapes), and the class's own checks accept the config.
+Where it does not (blocks of different kinds chosen by a rule on their position:
+``first_k_dense_replace``, ``decoder_sparse_step``), the fields that choose the kinds are
+searched: each list of block positions is set to hold the blocks that are of their kind when
+listed and not when left out (two builds: every block listed, none), and each int field
+whose change changes the kinds the build makes (a rule's parameter) is tried over
+``0 .. K + 1`` for ``K`` blocks kept, the lists refitted each time, keeping a value that
+leaves fewer blocks of another kind, until every block is of its kind or no value helps.
+Where no config found so describes the kept blocks, the config records the stack as one it
+cannot describe (``config.fxsym_nonuniform["blocks"]``: each kept block's position in the
+stack the unpruned config builds), so that :func:`fxsym.save` writes fxsym's own checkpoint
+type, whose loader replays the plan; a :class:`fxsym.ResizeWarning` names the first block
+that differs and how.
+Per-module sizes the config records for a non-uniform plan follow the blocks' new names.
 
 The config is copied, never changed in place (every module holding it gets the copy), and
 the config from before fxsym's first resize is kept as for a width resize.
@@ -25,16 +38,21 @@ the config from before fxsym's first resize is kept as for a width resize.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
 
+from fxsym import ResizeWarning
 from fxsym.errors import ResizeError
 
-from .configs import NONUNIFORM, UNPRUNED, meta_build
+from .configs import NONUNIFORM, UNPRUNED, config_accepted, meta_build
 
 __all__ = ["update_config_depth"]
+
+#: the key of ``config.fxsym_nonuniform`` recording a stack the config cannot describe
+BLOCKS = "blocks"
 
 
 def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> list[str] | None:
@@ -49,8 +67,8 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
     count = _count_field(model, config, group.container, n)
     if count is None:
         raise ResizeError(f"no field of {type(config).__name__} sets the number of blocks of "
-                         f"{group.container} (built on the meta device with each int field "
-                         f"of value {n} lowered, none gave one block fewer)")
+                          f"{group.container} (built on the meta device with each int field "
+                          f"of value {n} lowered, none gave one block fewer)")
     memo: dict[int, Any] = {}
     new = copy.deepcopy(config, memo)
     setattr(new, count, k)
@@ -59,7 +77,8 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
         setattr(new, field, type(getattr(config, field))(getattr(config, field)[i]
                                                           for i in kept))
         followed.append(field)
-    for field in _position_lists(model, config, group.container, n):
+    positions = _position_lists(model, config, group.container, n)
+    for field in positions:
         old = set(getattr(config, field))
         setattr(new, field, type(getattr(config, field))(
             j for j, i in enumerate(kept) if i in old))
@@ -67,13 +86,20 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
     nonuniform = getattr(config, NONUNIFORM, None)
     if nonuniform:
         setattr(new, NONUNIFORM, _renamed(nonuniform, group, kept))
-    _check(model, new, group)
+    stack = model.get_submodule(group.container)
+    if _length(meta_build(model, config), group.container) is not None:  # buildable on meta
+        wanted = [_kind(b, shapes=not nonuniform) for b in stack.children()]
+        check = _Check(model, group.container, wanted)
+        if check.mismatches(new):
+            followed += _search(check, config, new, count, positions, n, k)
+        if check.mismatches(new):
+            _undescribed(model, check, new, group, kept, nonuniform)
     for mod in model.modules():
         state = vars(mod)
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
-    return [f for f in followed if f != count]
+    return [f for f in dict.fromkeys(followed) if f != count]
 
 
 def _length(model: nn.Module | None, container: str) -> int | None:
@@ -106,6 +132,11 @@ def _shorten_lists(config: Any, n: int, m: int) -> None:
             setattr(config, field, type(value)(items))
 
 
+def _builds(model: nn.Module, config: Any) -> bool:
+    """Whether the class builds from ``config`` on meta and its own checks accept it."""
+    return meta_build(model, config) is not None and config_accepted(config)
+
+
 def _per_layer_lists(model: nn.Module, config: Any, count: str, n: int) -> list[str]:
     lists = [f for f, v in vars(config).items()
              if isinstance(v, (list, tuple)) and len(v) == n and not f.startswith("_")]
@@ -115,11 +146,11 @@ def _per_layer_lists(model: nn.Module, config: Any, count: str, n: int) -> list[
         setattr(longer, count, n + 1)
         _shorten_lists(longer, n, n + 1)  # every other list follows the count
         setattr(longer, field, getattr(config, field))
-        if meta_build(model, longer) is not None:
-            continue  # the build reads no entry per block beyond the list: not per block
+        if _builds(model, longer):
+            continue  # neither the build nor the checks want an entry per block: not per block
         setattr(longer, field, type(getattr(config, field))(
             [*getattr(config, field), getattr(config, field)[-1]]))
-        if meta_build(model, longer) is not None:
+        if _builds(model, longer):
             out.append(field)
     return out
 
@@ -128,13 +159,13 @@ def _position_lists(model: nn.Module, config: Any, container: str, n: int) -> li
     base: dict[str, Any] | None = None
     out = []
     for field, value in vars(config).items():
-        if field.startswith("_") or not isinstance(value, (list, tuple)) or not value or not all(
+        if field.startswith("_") or not isinstance(value, (list, tuple)) or not all(
                 type(i) is int and 0 <= i < n for i in value) or len(value) == n:
             continue
         if base is None:
             base = _signature(meta_build(model, config), container)
         probe = copy.deepcopy(config)
-        setattr(probe, field, type(value)())
+        setattr(probe, field, type(value)() if value else type(value)(range(n)))
         if base is not None and _signature(meta_build(model, probe), container) != base:
             out.append(field)
     return out
@@ -147,31 +178,170 @@ def _signature(model: nn.Module | None, container: str) -> dict[str, Any] | None
     return {name: tuple(p.shape) for name, p in stack.named_parameters()}
 
 
-def _check(model: nn.Module, config: Any, group: Any) -> None:
-    """A model built from ``config`` has the stack's blocks, each block's string, bool and
-    ``None`` attributes those of the block it replaces."""
-    built = meta_build(model, config)
+def _kind(block: nn.Module, *, shapes: bool) -> dict[str, Any]:
+    """What makes ``block`` the block it is, beyond its weights' values: its modules'
+    classes, their string, bool and ``None`` attributes, and its parameters' shapes if
+    ``shapes``."""
+    out: dict[str, Any] = {}
+    for path, mod in block.named_modules():
+        out[f"{path}:class"] = type(mod).__qualname__
+        for name, value in vars(mod).items():
+            if not name.startswith("_") and name != "training" and (
+                    value is None or type(value) in (str, bool)):
+                out[f"{path}.{name}"] = value
+        if shapes:
+            for name, p in mod.named_parameters(recurse=False):
+                out[f"{path}.{name}:shape"] = tuple(p.shape)
+    return out
+
+
+class _Check:
+    """How far a config is from describing the stack ``container`` whose blocks are of the
+    kinds ``wanted``."""
+
+    def __init__(self, model: nn.Module, container: str, wanted: list[dict[str, Any]]) -> None:
+        self.model, self.container, self.wanted = model, container, wanted
+        self.shapes = any(key.endswith(":shape") for kind in wanted for key in kind)
+
+    def built(self, config: Any) -> list[dict[str, Any]] | None:
+        """The kinds of the blocks a model built from ``config`` has; ``None`` if it cannot be
+        built, the class's checks refuse the config or the count differs."""
+        if not config_accepted(config):
+            return None
+        built = meta_build(self.model, config)
+        if built is None or _length(built, self.container) != len(self.wanted):
+            return None
+        return [_kind(b, shapes=self.shapes)
+                for b in built.get_submodule(self.container).children()]
+
+    def mismatches(self, config: Any) -> int:
+        """How many blocks a model built from ``config`` has of another kind than wanted (all
+        of them, and one more, where it cannot be built or has another count)."""
+        kinds = self.built(config)
+        if kinds is None:
+            return len(self.wanted) + 1
+        return sum(a != b for a, b in zip(kinds, self.wanted, strict=True))
+
+    def first_difference(self, config: Any) -> str:
+        """The first block a model built from ``config`` has of another kind, and how."""
+        kinds = self.built(config)
+        if kinds is None:
+            return (f"the config with these blocks' fields is refused by "
+                    f"{type(config).__name__}'s own checks or does not build")
+        for j, (theirs, mine) in enumerate(zip(kinds, self.wanted, strict=True)):
+            if theirs == mine:
+                continue
+            keys = sorted(set(theirs) | set(mine), key=lambda key: (
+                not key.endswith(":class"), key.count("."), key))
+            key = next(key for key in keys if theirs.get(key) != mine.get(key))
+            return (f"block {j} of {self.container} built from it has {key} "
+                    f"{theirs.get(key)!r}, the block kept there {mine.get(key)!r}")
+        return "the blocks differ"
+
+
+def _search(check: _Check, old: Any, new: Any, count: str, positions: list[str], n: int,
+            k: int) -> list[str]:
+    """Change, in ``new``, the fields that choose the blocks' kinds until a model built from
+    it has the wanted kinds (see the module docstring); the fields changed (none where no
+    value found does it: they stay as renumbered)."""
+    rules = _rule_fields(check, old, count, positions, n)
+    fields = [*positions, *rules]
+    start = {f: getattr(new, f) for f in fields}
+
+    def fitted() -> int:
+        for field in positions:
+            _fit(check, new, field, k)
+        return check.mismatches(new)
+
+    best = fitted()
+    kept = {f: getattr(new, f) for f in fields}
+    improved = True
+    while best and improved:
+        improved = False
+        for field in rules:
+            for value in range(k + 2):
+                setattr(new, field, value)
+                now = fitted()
+                if now < best:
+                    best, improved = now, True
+                    kept = {f: getattr(new, f) for f in fields}
+                    if not best:
+                        break
+                else:
+                    for f, v in kept.items():
+                        setattr(new, f, v)
+            if not best:
+                break
+    for f, v in (kept if not best else start).items():  # no partial answer: as renumbered
+        setattr(new, f, v)
+    return [f for f in fields if getattr(new, f) != start[f]]
+
+
+def _fit(check: _Check, new: Any, field: str, k: int) -> None:
+    """Set the list of block positions ``field`` of ``new`` to hold the blocks that are of
+    their wanted kind when listed, not when left out (each entry read for its own block)."""
+    value = getattr(new, field)
+    setattr(new, field, type(value)(range(k)))
+    listed = check.built(new)
+    setattr(new, field, type(value)())
+    unlisted = check.built(new)
+    setattr(new, field, value)
+    if listed is None or unlisted is None:
+        return
+
+    def listed_here(j: int) -> bool:
+        inside, outside = listed[j] == check.wanted[j], unlisted[j] == check.wanted[j]
+        return j in value if inside == outside else inside
+
+    setattr(new, field, type(value)(j for j in range(k) if listed_here(j)))
+
+
+def _rule_fields(check: _Check, config: Any, count: str, positions: list[str], n: int
+                 ) -> list[str]:
+    """The int fields of ``config`` (the count and lists aside) between 0 and ``n`` whose
+    change changes which kinds of blocks, in which order, a model built from it has."""
+    base = _kinds(check, config)
+    if base is None:
+        return []
+    out = []
+    for field, value in vars(config).items():
+        if field.startswith("_") or field == count or field in positions or type(
+                value) is not int or not 0 <= value <= n:
+            continue
+        probe = copy.deepcopy(config)
+        setattr(probe, field, value + 1)
+        other = _kinds(check, probe)
+        if other is not None and other != base:
+            out.append(field)
+    return out
+
+
+def _kinds(check: _Check, config: Any) -> list[dict[str, Any]] | None:
+    """The kinds (classes and flags, no shapes) of the blocks built from ``config``."""
+    built = meta_build(check.model, config)
     if built is None:
-        return  # a class that cannot be built on meta: nothing to compare with
-    ours = model.get_submodule(group.container)
-    theirs = built.get_submodule(group.container)
-    if _length(built, group.container) != _length(model, group.container):
-        raise ResizeError(f"the config gives {group.container} {_length(built, group.container)} "
-                         f"blocks, the model has {_length(model, group.container)}")
-    for j, (mine, other) in enumerate(zip(ours.children(), theirs.children(), strict=True)):
-        a, b = _flags(mine), _flags(other)
-        if a != b:
-            diff = sorted(set(a.items()) ^ set(b.items()), key=str)[0]
-            raise ResizeError(f"block {j} of {group.container} built from the new config "
-                             f"differs from the block kept there ({diff[0]}): the config "
-                             "cannot describe the kept blocks")
+        return None
+    return [_kind(b, shapes=False) for b in built.get_submodule(check.container).children()]
 
 
-def _flags(block: nn.Module) -> dict[str, Any]:
-    return {f"{path}.{name}": value for path, mod in block.named_modules()
-            for name, value in vars(mod).items()
-            if not name.startswith("_") and name != "training"
-            and (value is None or type(value) in (str, bool))}
+def _undescribed(model: nn.Module, check: _Check, new: Any, group: Any, kept: Sequence[int],
+                 nonuniform: dict[str, dict[str, int]] | None) -> None:
+    """Record on ``new`` that it cannot describe the stack (see the module docstring)."""
+    earlier = (nonuniform or {}).get(BLOCKS, {})
+    record = dict(getattr(new, NONUNIFORM, None) or {})
+    entries = {q: v for q, v in record.get(BLOCKS, {}).items()
+               if not any(q == b or q.startswith(b + ".") for b in group.blocks)}
+    for j, i in enumerate(kept):
+        entries[f"{group.container}.{j}"] = earlier.get(group.blocks[i], i)
+    record[BLOCKS] = entries
+    why = check.first_difference(new)
+    setattr(new, NONUNIFORM, record)
+    warnings.warn(
+        f"{type(model).__name__}.config cannot describe the blocks of {group.container} kept "
+        f"({list(kept)}): no value of the fields that choose each block's kind gives them in "
+        f"this order ({why}); config.{NONUNIFORM}[{BLOCKS!r}] gives each block's position "
+        "in the unpruned stack, and fxsym.save writes fxsym's own checkpoint type, whose "
+        "loader replays the plan", ResizeWarning, stacklevel=2)
 
 
 def _renamed(nonuniform: dict[str, dict[str, int]], group: Any,

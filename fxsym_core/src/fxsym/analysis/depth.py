@@ -244,17 +244,25 @@ def _feature_dim(stream: fx.Node, layouts: Mapping[str, Any], table: GroupIndex)
 
 
 def _positions(container: nn.Module) -> set[tuple[str, str]]:
-    """``(path inside a block, name)`` of the int attributes holding each block's position
-    in every block."""
-    common: set[tuple[str, str]] | None = None
+    """``(path inside a block, name)`` of the int attributes that hold their block's position:
+    an attribute name each of whose occurrences, in whichever blocks hold one and at
+    whatever path, holds that block's position, in at least two blocks (a hybrid stack's
+    ``layer_idx`` sits in the attention of some blocks and in the mixer of the others)."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    blocks: dict[str, set[int]] = {}
+    wrong: set[str] = set()
     for i, block in enumerate(container.children()):
-        here = {(path, name) for path, mod in block.named_modules()
-                for name, value in vars(mod).items()
-                if type(value) is int and value == i and not name.startswith("_")}
-        common = here if common is None else common & here
-        if not common:
-            break
-    return common or set()
+        for path, mod in block.named_modules():
+            for name, value in vars(mod).items():
+                if type(value) is not int or name.startswith("_") or name in wrong:
+                    continue
+                if value != i:
+                    wrong.add(name)
+                    continue
+                found.setdefault(name, set()).add((path, name))
+                blocks.setdefault(name, set()).add(i)
+    return {key for name, keys in found.items()
+            if name not in wrong and len(blocks[name]) >= 2 for key in keys}
 
 
 def _varying(names: list[str], reads: list[list[fx.Node]]) -> tuple[str, ...]:

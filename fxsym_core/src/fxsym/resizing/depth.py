@@ -4,7 +4,8 @@ A choice for a depth group is the list of blocks to keep, in increasing order (b
 not reordered: unlike a group's units, their order is what the model computes). The
 container keeps the modules of the kept blocks, renumbered ``0 .. K-1`` (a ``Sequential``
 with names of its own keeps them), and every attribute that counts the blocks
-(``DepthGroup.positions``: ``layer_idx``) is set to the block's new position. Then the
+(``DepthGroup.positions``: ``layer_idx``, in the blocks that hold it: a hybrid stack's
+attention sits in some blocks only) is set to the block's new position. Then the
 plugins' ``fxsym_after_depth`` hooks update what describes the model (a Hugging Face
 config's ``num_hidden_layers`` and per-layer lists). A group whose blocks read per-position
 values (``varying_inputs``) is refused unless a plugin says it made their choice follow.
@@ -88,9 +89,18 @@ def drop_blocks(model: nn.Module, symmap: SymMap, kept: Mapping[str, list[int]])
         for j, i in enumerate(positions):
             key, block = items[i]
             container.add_module(str(j) if numbered else key, block)
-            for path, attr in group.positions:
-                setattr(block.get_submodule(path), attr, j)
+            for path, attr in group.positions:  # where this block holds one
+                holder = _submodule(block, path)
+                if holder is not None and type(vars(holder).get(attr)) is int:
+                    setattr(holder, attr, j)
         _after_depth(model, symmap, group, positions)
+
+
+def _submodule(block: nn.Module, path: str) -> nn.Module | None:
+    try:
+        return block.get_submodule(path)
+    except AttributeError:
+        return None
 
 
 def _after_depth(model: nn.Module, symmap: SymMap, group: DepthGroup,
