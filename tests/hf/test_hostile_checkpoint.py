@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -334,3 +335,62 @@ def test_an_index_with_extra_or_missing_tensors_is_refused_unread(
         says = f"holds {name}, which the index puts nowhere"
     path.write_text(json.dumps(data))
     _refused(src, tmp_path, capsys, reads, says)
+
+
+# -- what is carried, what is left out ---------------------------------------------------
+def _snapshot(tmp_path: Path) -> Path:
+    """A hub cache's snapshot: every file a relative link to a blob outside the directory,
+    but the tokenizer's config, linked to a blob in a folder inside it."""
+    src = tmp_path / "hub" / "snapshots" / "abc123"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    blobs = tmp_path / "hub" / "blobs"
+    blobs.mkdir()
+    (src / "inner").mkdir()
+    for i, f in enumerate(sorted(p for p in src.iterdir() if p.is_file())):
+        home = src / "inner" if f.name == "tokenizer_config.json" else blobs
+        f.rename(home / f"blob{i}")
+        f.symlink_to(os.path.relpath(home / f"blob{i}", src))
+    return src
+
+
+def test_a_hub_cache_snapshot_carries_its_tokenizer(tmp_path: Path) -> None:
+    """Before: every carried file of a snapshot is a link, and links were skipped: the
+    pruned checkpoint had no tokenizer."""
+    src = _snapshot(tmp_path)
+    out = tmp_path / "out"
+    plan = fxsym.prune_checkpoint(src, out, ratio=0.5)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert not (out / name).is_symlink()
+        assert (out / name).read_bytes() == (src / name).read_bytes()
+        assert name in plan.extra["carried"]
+    assert plan.extra["left_out"] == {"inner": "a folder"}
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    assert tok("The quick brown fox").input_ids
+
+
+def test_weights_the_prune_did_not_write_are_left_out_and_said(
+        tmp_path: Path, llama: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pytorch_model.bin (and other weight files) beside the safetensors is an unpruned
+    copy: never carried, and the output says what was carried and what left out. Before:
+    read whole into memory and written to the output."""
+    src = tmp_path / "in"
+    shutil.copytree(llama, src)  # not the module's checkpoint itself: files are added
+    weights = ["pytorch_model.bin", "pytorch_model.bin.index.json", "consolidated.00.pth",
+               "model-q4.gguf", "tf_model.h5", "flax_model.msgpack"]
+    for name in weights:
+        (src / name).write_bytes(b"not pruned")
+    (src / "README.md").write_text("# a model card")
+    out = tmp_path / "out"
+    plan = fxsym.prune_checkpoint(src, out, ratio=0.5)
+    assert not any((out / name).exists() for name in weights)
+    assert (out / "README.md").read_text() == "# a model card"
+    assert "README.md" in plan.extra["carried"] and "tokenizer.json" in plan.extra["carried"]
+    assert sorted(plan.extra["left_out"]) == sorted(weights)
+    assert all("did not write" in why for why in plan.extra["left_out"].values())
+    capsys.readouterr()
+    assert main(["prune", str(src), "--ratio", "0.5", "-o", str(tmp_path / "out2")]) == 0
+    said = capsys.readouterr().out
+    assert "carried from the input: " in said and "README.md" in said
+    assert "left out: " in said and "pytorch_model.bin (weights this prune did not write" in said

@@ -53,11 +53,14 @@ The steps, none of which holds more than one decoder layer's weights:
 
 The directory is written atomically (:func:`fxsym.persist.replace_directory`): ``output``
 holds what it held, or the complete pruned checkpoint, whatever fails. Beside the weights
-and the plugin's config go the input's other regular files (tokenizer, chat template; the
-generation config, which the plugin rewrites from the one it read) and ``fxsym.json`` with
-the plan. The calibration runs in the checkpoint's dtype. Peak memory is about the largest
-block or module outside the blocks (an embedding, the head) plus the calibration hidden
-states.
+and the plugin's config go the input's other files (tokenizer, chat template; the
+generation config, which the plugin rewrites from the one it read), copied by chunks and
+through links (a hub cache's snapshot links each file to a blob), but never weights the
+prune did not write (``pytorch_model.bin``, ``*.gguf`` ...: they would be an unpruned copy);
+``plan.extra["carried"]`` and ``plan.extra["left_out"]`` (with why) say which. Then
+``fxsym.json`` with the plan. The calibration runs in the checkpoint's dtype. Peak memory is
+about the largest block or module outside the blocks (an embedding, the head) plus the
+calibration hidden states.
 
 Imports from fxsym: analysis, depth, errors, importance, options, paths, persist,
 planning, plugins, search (console and lockstep inside functions).
@@ -1247,16 +1250,19 @@ def prune_checkpoint(
     chosen.apply(model, sm)
     files = plugin_files(model, chosen)
     aliases = _aliases(model, {n for n in names.values() if n is not None})
+    carried, left_out = _carried(reader, files)
+    from .planning import with_extra
+
+    chosen = with_extra(chosen, carried=carried, left_out=left_out)
     manifest = {"fxsym": FORMAT, "source": None, "aliases": aliases, "files": sorted(files),
                 "history": [], "plan": chosen.to_dict()}
-    carried = _carried(reader, files)
     with replace_directory(output) as tmp:
         _write_weights(tmp, tensors, names, first, cuts, model, buffers, max_shard_size,
                        progress)
         for name, data in files.items():
             (tmp / name).write_bytes(data)
         for name in carried:
-            (tmp / name).write_bytes((reader.directory / name).read_bytes())
+            _copy(reader.directory / name, tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return chosen
 
@@ -1281,13 +1287,51 @@ def loading_note(directory: str | os.PathLike[str], output: str | os.PathLike[st
     return open_checkpoint(directory).how_to_load(Path(output))
 
 
-def _carried(reader: CheckpointReader, files: Mapping[str, bytes]) -> list[str]:
-    """The input's regular files copied to the output: all but the weights, what the reader
-    says the output rewrites, the plugins' files and an earlier fxsym manifest."""
+#: how files of tensors end (other formats than the one the prune writes, and their indexes
+#: ``NAME.index.json``): never carried, they would be an unpruned copy beside the pruned one
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".ggml", ".h5",
+                   ".keras", ".msgpack", ".onnx", ".npz", ".npy", ".pkl", ".pickle", ".tflite",
+                   ".mlmodel", ".ot", ".nemo", ".pb")
+
+
+def _carried(reader: CheckpointReader, files: Mapping[str, bytes]
+             ) -> tuple[list[str], dict[str, str]]:
+    """The input's files copied to the output (a link to a regular file is carried as a
+    file: a hub cache's snapshot links every file to a blob), and those left out with why:
+    weights (:data:`WEIGHT_SUFFIXES`: the prune wrote its own), folders, links to nothing.
+    Not listed: the weights read, what the reader says the output rewrites, the plugins'
+    files and an earlier fxsym manifest."""
     skip = set(reader.tensor_files().values()) | reader.replaced_files() | set(files)
     skip.add(MANIFEST)
-    return [e.name for e in sorted(reader.directory.iterdir(), key=lambda e: e.name)
-            if e.name not in skip and e.is_file() and not e.is_symlink()
-            and not e.name.endswith(".safetensors")]
+    carried: list[str] = []
+    left: dict[str, str] = {}
+    for name in sorted(os.listdir(reader.directory)):
+        path = reader.directory / name
+        if name in skip:
+            continue
+        if name.removesuffix(".index.json").endswith(WEIGHT_SUFFIXES):
+            left[name] = "weights this prune did not write (an unpruned copy)"
+        elif path.is_dir():
+            left[name] = "a folder"
+        elif kind(path) is not None:
+            left[name] = kind(path) or ""
+        else:
+            carried.append(name)
+    return carried, left
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy the regular file ``source`` (a link followed) into the new file ``target`` by
+    chunks, never whole in memory; opened without blocking and checked regular, so a file
+    swapped for a FIFO since it was listed is refused, not waited on."""
+    import shutil
+    import stat
+
+    fd = os.open(source, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CheckpointError(f"{source} is no longer a regular file")
+        with open(target, "xb") as dst:
+            shutil.copyfileobj(src, dst, CHUNK_BYTES)
 
 

@@ -614,8 +614,18 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
 
         print(f"candidates for {_target_text(args, plan)}:\n{table(rows)}\n")
     print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
-          f"{loading_note(args.model, args.output)}")
+          f"{_carried_text(plan)}{loading_note(args.model, args.output)}")
     return 0
+
+
+def _carried_text(plan: Any) -> str:
+    """The lines saying which of the input's other files the output carries and which it
+    left out (``plan.extra`` of :func:`fxsym.prune_checkpoint`), each with why."""
+    carried, left = plan.extra.get("carried") or [], plan.extra.get("left_out") or {}
+    text = f"carried from the input: {', '.join(carried)}\n" if carried else ""
+    if left:
+        text += "left out: " + "; ".join(f"{n} ({why})" for n, why in left.items()) + "\n"
+    return text
 
 
 def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
