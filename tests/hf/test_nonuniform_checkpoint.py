@@ -82,7 +82,7 @@ def test_the_cli_says_which_kind_of_directory_it_wrote(
     assert main(["prune", str(src), "--ratio", "0.3", "--scope", "global",
                  "-o", str(tmp_path / "g")]) == 0
     said = capsys.readouterr().out
-    assert "trust_remote_code=True" in said and "differ between layers" in said
+    assert "trust_remote_code=True" in said and "differs between modules" in said
     assert main(["prune", str(src), "--ratio", "0.5", "--round-to", "8",
                  "-o", str(tmp_path / "u")]) == 0
     said = capsys.readouterr().out

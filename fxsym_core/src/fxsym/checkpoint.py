@@ -71,6 +71,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -82,7 +83,7 @@ from torch import nn
 
 from .analysis import analyze
 from .depth import choose_blocks, renamed
-from .errors import CalibrationError, CheckpointError, PlanError
+from .errors import CalibrationError, CheckpointError, PlanError, ResizeWarning
 from .importance import ActivationRecorder, Layout, element_scores, layout
 from .options import checkpoint_request
 from .paths import kind, overlap, writing
@@ -96,6 +97,7 @@ from .search import search as architecture_search
 __all__ = [
     "CheckpointReader",
     "StreamedScores",
+    "apply_with_notes",
     "block_list",
     "kept_positions",
     "loading_note",
@@ -1247,7 +1249,7 @@ def prune_checkpoint(
     depth_groups = sm.depth_groups()
     blocks = {d.name: list(d.keep) for d in chosen.depth}
     names = {n: renamed(n, depth_groups, blocks) for unit in tensors.units() for n in unit}
-    chosen.apply(model, sm)
+    chosen = apply_with_notes(chosen, model, sm)
     files = plugin_files(model, chosen)
     aliases = _aliases(model, {n for n in names.values() if n is not None})
     carried, left_out = _carried(reader, files)
@@ -1279,6 +1281,24 @@ def _describable_plan(describable: bool, model: nn.Module, symmap: Any, **kwargs
     except PlanError as refused:
         why = str(refused)
     return plan(model, symmap, **kwargs), _UNDESCRIBED.format(why)
+
+
+def apply_with_notes(chosen: Plan, model: nn.Module, symmap: Any) -> Plan:
+    """Apply ``chosen`` to ``model``; return it with what the resize warned (a plugin's
+    :class:`~fxsym.errors.ResizeWarning`: the model's config cannot describe the result, and
+    why) added to ``extra["notes"]``, so the summary and the saved plan say it. Every warning
+    goes on as it was issued too."""
+    with warnings.catch_warnings(record=True) as issued:
+        warnings.simplefilter("always")
+        chosen.apply(model, symmap)
+    said = [str(w.message) for w in issued if issubclass(w.category, ResizeWarning)]
+    for w in issued:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if not said:
+        return chosen
+    from .planning import with_extra
+
+    return with_extra(chosen, notes=[*(chosen.extra.get("notes") or ()), *said])
 
 
 def loading_note(directory: str | os.PathLike[str], output: str | os.PathLike[str]) -> str:

@@ -467,6 +467,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         return _prune_checkpoint(args, shape, layers)
     from . import analyze, load_plugins
     from . import plan as make_plan
+    from .checkpoint import apply_with_notes
     from .console import status
     from .persist import save
 
@@ -501,7 +502,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
                              scope=args.scope, round_to=args.round_to, min_keep=args.min_keep,
                              exclude=args.exclude or (), describable=bool(args.describable))
     with status("resizing"):
-        plan.apply(model, sm)
+        plan = apply_with_notes(plan, model, sm)
     save(model, args.output, plan, source=source, history=history, keep_others=False)
     if args.json:
         print(plan.to_json())

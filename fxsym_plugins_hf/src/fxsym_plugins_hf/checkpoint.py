@@ -132,9 +132,13 @@ def loading_note(directory: Path) -> str:
                 "in fxsym.json)")
     named = [k for k in data.get("auto_map") or {} if k != "AutoConfig"]
     auto = named[0] if named else "AutoModel"
-    return (f"{directory} is an fxsym checkpoint (model type {MODEL_TYPE}): the pruned sizes "
-            "differ between layers (or break the config's own rules), which config.json "
-            f"cannot describe, so no reader mistakes it for a {data.get('model_class')}; load "
+    pruned = data.get("pruned_config")
+    what = pruned.get(NONUNIFORM) if isinstance(pruned, dict) else None
+    which = (f" ({', '.join(map(str, what))}: the plan's notes say why)"
+             if isinstance(what, dict) else "")
+    return (f"{directory} is an fxsym checkpoint (model type {MODEL_TYPE}): its config cannot "
+            f"describe the pruned model{which}, so no reader mistakes it for a "
+            f"{data.get('model_class')}; load "
             f"it with {auto}.from_pretrained({str(directory)!r}, trust_remote_code=True) (its "
             f"{MODULE}.py calls the installed fxsym) or with fxsym.load(model built from "
             "unpruned_config, directory)")

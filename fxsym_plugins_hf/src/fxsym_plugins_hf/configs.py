@@ -163,19 +163,24 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
                                            differences):
                 changed.append(field)
             differences = _differences(model, new, read)
+        if not nonuniform and _attributes_differ(differences):
+            skip = set(vars(before)) | _read_fields(read)
+            for field in _fields_read_by_name(model, new, skip, read, differences):
+                changed.append(field)
+            differences = _differences(model, new, read)
         nonuniform.update(differences)
     if not nonuniform and not config_accepted(new):  # alike everywhere, but not as the class allows
         nonuniform = {field: {"": getattr(new, field)} for field in changed}
     if nonuniform:
+        why = undescribed(model, before, new, changed, nonuniform)
         setattr(new, NONUNIFORM, nonuniform)
         if not config_accepted(new):
             for field in changed:
                 if field not in written:
                     setattr(new, field, getattr(before, field))
         warnings.warn(
-            f"{type(model).__name__}.config does not describe the resized model in full "
-            f"({', '.join(nonuniform)} differ between modules or from what the config "
-            f"derives); config.{NONUNIFORM} holds each module's value",
+            f"{type(model).__name__}.config does not describe the resized model: "
+            f"{'; '.join(why)} (config.{NONUNIFORM} holds each module's value)",
             ResizeWarning, stacklevel=2)
     else:
         if NONUNIFORM in vars(new):
@@ -187,6 +192,71 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
+
+
+def undescribed(model: nn.Module, before: Any, new: Any, changed: list[str],
+                nonuniform: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What the config ``new`` cannot describe, one phrase per entry of ``nonuniform``, from
+    what the probes found: a size that differs between modules, a value the config's own
+    checks refuse, or a value alike everywhere that a model built from ``new`` has otherwise
+    (and the changed fields it follows when the model is built: ``before``'s value of each
+    put back in turn)."""
+    fresh = meta_build(model, new)
+    built = {} if fresh is None else dict(fresh.named_modules())
+    cls = type(model).__name__
+    out: list[str] = []
+    for key, where in nonuniform.items():
+        places = list(where.items())
+        if "" in where:
+            out.append(f"{key} {_shown(where[''])}: {type(new).__name__}'s own checks refuse it")
+            continue
+        more = f" and {len(places) - 2} more" if len(places) > 2 else ""
+        first: dict[str, str] = {}  # each value, where it is first
+        for m, v in places:
+            first.setdefault(_shown(v), m)
+        if len(first) > 1:
+            out.append(f"{key} differs between modules ("
+                       + ", ".join(f"{v} in {m}" for v, m in list(first.items())[:3])
+                       + (", ..." if len(first) > 3 else "") + ")")
+            continue
+        (module, value), shown = places[0], ", ".join(m for m, _ in places[:2]) + more
+        own = _built_value(built, module, key)
+        if own is None:
+            out.append(f"{key} is {_shown(value)} in {shown}, which no field of the config "
+                       "gives")
+            continue
+        follows = [f for f in changed if _built_value(_rebuilt(model, new, f, before), module,
+                                                      key) not in (None, own)]
+        out.append(f"{key} is {_shown(value)} in {shown}, but a {cls} built from the config "
+                   f"has {_shown(own)}" + (f" (it follows {', '.join(follows)} when the "
+                                            "model is built)" if follows else ""))
+    return out
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _rebuilt(model: nn.Module, config: Any, field: str, before: Any) -> dict[str, nn.Module]:
+    """The modules of the model built from ``config`` with ``field`` as in ``before``."""
+    probe = copy.deepcopy(config)
+    setattr(probe, field, getattr(before, field))
+    fresh = meta_build(model, probe)
+    return {} if fresh is None else dict(fresh.named_modules())
+
+
+def _built_value(built: Mapping[str, nn.Module], module: str, key: str) -> Any:
+    """``key`` (an attribute, or ``"<tensor>.shape"``) of ``module`` in a built model;
+    ``None`` where it has none."""
+    mod = built.get(module)
+    if mod is None:
+        return None
+    if key.endswith(".shape"):
+        name = key.removesuffix(".shape")
+        tensors = {**dict(mod.named_parameters(recurse=False)),
+                   **dict(mod.named_buffers(recurse=False))}
+        return list(tensors[name].shape) if name in tensors else None
+    return vars(mod).get(key)
 
 
 def _take_probed(probed: dict[str, dict[str, int]], before: Any, new: Any,
@@ -435,6 +505,33 @@ def _companion_fields(model: nn.Module, before: Any, new: Any, changed: list[str
                 count = fewer
             else:
                 setattr(new, other, value)
+    return out
+
+
+def _fields_read_by_name(model: nn.Module, new: Any, skip: set[str], read: frozenset[str],
+                         differences: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Int attributes the resized forward reads that hold one value in every module and that
+    the config has no field of (not in ``skip``), given to ``new`` as a field of their name:
+    kept where the model built from the config then differs in fewer places and in no new
+    one (Phi-3's attention reads ``getattr(config, "head_dim", hidden // heads)``: a
+    ``head_dim`` field describes heads wider than the hidden size divides into)."""
+    def places(found: Mapping[str, Mapping[str, Any]]) -> int:
+        return sum(len(where) for where in found.values())
+
+    out: list[str] = []
+    for attr, where in list(differences.items()):
+        values = {v for v in where.values() if type(v) is int}
+        if (attr.endswith(".shape") or attr in skip or attr.startswith("_") or len(values) != 1
+                or len(where) != sum(type(v) is int for v in where.values())):
+            continue
+        value = values.pop()
+        setattr(new, attr, value)
+        left = _differences(model, new, read)
+        if left.keys() <= differences.keys() and places(left) < places(differences):
+            out.append(attr)
+            differences = left
+        else:
+            delattr(new, attr)
     return out
 
 
