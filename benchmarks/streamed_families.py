@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hf"))
 
-from ckpt_helpers import LAYERED, TEXT, checkpoint
+from ckpt_helpers import LAYERED, TEXT, checkpoint, tiny_config
 
 #: small values for the size fields a family's config has (set only where it has the field)
 TINY: dict[str, Any] = dict(
@@ -44,6 +44,8 @@ TINY: dict[str, Any] = dict(
     linear_key_head_dim=16, linear_value_head_dim=16, first_k_dense_replace=1, pad_token_id=0,
 )
 LAYERS = 4
+#: a tiny config holding more parameters than this is not built (fields :data:`TINY` misses)
+MAX_PARAMS = 20_000_000
 
 
 def tiny_overrides(family: str) -> dict[str, Any]:
@@ -61,6 +63,17 @@ def tiny_overrides(family: str) -> dict[str, Any]:
     if "n_layer" in default:
         out["n_layer"] = LAYERS
     return out
+
+
+def meta_params(family: str) -> int:
+    """How many parameters the tiny config of ``family`` holds (built on the meta device)."""
+    import torch
+    import transformers
+
+    config = tiny_config(family, num_hidden_layers=LAYERS, **tiny_overrides(family))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
 
 
 def compare(src: Path) -> str:
@@ -144,6 +157,9 @@ def main() -> None:
         start = time.perf_counter()
         try:
             try:
+                big = meta_params(family)
+                if big > MAX_PARAMS:
+                    raise ValueError(f"its tiny config still holds {big:,} parameters")
                 checkpoint(work / "in", family, num_hidden_layers=LAYERS, shard="10MB",
                            **tiny_overrides(family))
             except Exception as exc:

@@ -77,10 +77,9 @@ def tokenizer(vocab: int = 100) -> Any:
                                    eos_token="</s>")
 
 
-def checkpoint(directory: Path, model_type: str, *, seed: int = 0, shard: str = "200KB",
-               with_tokenizer: bool = True, **overrides: Any) -> Any:
-    """Write a tiny causal LM of ``model_type`` with ``save_pretrained`` (sharded) and a
-    tokenizer into ``directory``; return the model."""
+def tiny_config(model_type: str, **overrides: Any) -> Any:
+    """The config of a tiny causal LM of ``model_type`` (hidden 64, 3 layers, 4 heads, 2
+    key/value heads, vocabulary 300), ``overrides`` given."""
     import transformers
 
     sizes: dict[str, Any] = dict(hidden_size=64, intermediate_size=192, num_hidden_layers=3,
@@ -88,10 +87,19 @@ def checkpoint(directory: Path, model_type: str, *, seed: int = 0, shard: str = 
                                  max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
                                  tie_word_embeddings=False)
     sizes.update(overrides)
-    config = transformers.AutoConfig.for_model(model_type, **sizes)
+    return transformers.AutoConfig.for_model(model_type, **sizes)
+
+
+def checkpoint(directory: Path, model_type: str, *, seed: int = 0, shard: str = "200KB",
+               with_tokenizer: bool = True, **overrides: Any) -> Any:
+    """Write a tiny causal LM of ``model_type`` (:func:`tiny_config`) with ``save_pretrained``
+    (sharded) and a tokenizer into ``directory``; return the model."""
+    import transformers
+
+    config = tiny_config(model_type, **overrides)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     model.save_pretrained(directory, max_shard_size=shard)
     if with_tokenizer:
-        tokenizer(sizes["vocab_size"]).save_pretrained(directory)
+        tokenizer(config.vocab_size).save_pretrained(directory)
     return model
