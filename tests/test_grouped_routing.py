@@ -130,3 +130,18 @@ def test_active_parameters_count_the_experts_a_token_is_routed_to() -> None:
     experts = (model.gate_up.numel() + model.down.numel()) * 2 // 8
     whole = model.router.numel() + sum(p.numel() for p in model.out.parameters())
     assert active_params(model, sm)[0] == experts + whole
+
+
+def test_one_routing_group_keeps_single_experts() -> None:
+    """One routing group (``num_group = 1``, ``topk_group = 1``): the view to ``(-1, 1, E)``
+    and the mask's expand to ``num_experts // num_group`` follow the experts (``num_experts``
+    tied to them, ``num_group`` a constant 1), so the unit is one expert, not the whole."""
+    torch.manual_seed(0)
+    model = GroupedRouterExperts(groups=1, topk_group=1)
+    sm = assert_oracles(model, _inputs(), min_groups=2)
+    experts = group_with(sm, "", "router:0")
+    assert experts.routed and (experts.size, experts.unit, experts.min_size) == (8, 1, 2)
+    assert ("", "attr:num_experts") in experts.members
+    fxsym.resize(model, sm, {experts.name: [6, 1, 4]})
+    assert (model.num_experts, model.num_group) == (3, 1)
+    assert model.gate_up.shape == (3, 12, 8) and model(*_inputs()).shape == (2, 5, 3)

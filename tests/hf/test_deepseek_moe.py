@@ -113,3 +113,28 @@ def test_uniform_plan_round_trips_through_from_pretrained(model_type: str, tmp_p
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
                                    rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("model_type", sorted(CONFIGS))
+def test_one_routing_group_keeps_single_experts(model_type: str, tmp_path: Any) -> None:
+    """``n_group=1, topk_group=1`` (Kimi K2's and Moonlight's routing): the one routing group
+    holds every expert, so the unit is one expert (the view to ``(-1, 1, E)`` and the expand to
+    ``num_experts // num_group`` follow the experts); 3 of 8 kept, in that order:
+    ``n_routed_experts`` 3 and ``n_group`` 1 in the saved config, and transformers' loader
+    gives identical logits."""
+    model = build(model_type, n_group=1, topk_group=1)
+    sm = assert_oracles(model, resolve_example_inputs(model, None), min_groups=3)
+    experts = group_with(sm, "model.layers.1.mlp.experts", "gate_up_proj:0")
+    assert experts.routed and experts.size == 8 and experts.unit == 1
+    assert experts.min_size == 2  # top_k experts (and the two best of the one group scored)
+    down = model.model.layers[1].mlp.experts.down_proj.detach().clone()
+    fxsym.resize(model, sm, {experts.name: [5, 0, 3]})
+    assert (model.config.n_routed_experts, model.config.n_group) == (3, 1)
+    assert not getattr(model.config, "fxsym_nonuniform", None)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded.model.layers[1].mlp.experts.down_proj, down[[5, 0, 3]])
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)

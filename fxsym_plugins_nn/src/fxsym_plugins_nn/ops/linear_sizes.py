@@ -21,6 +21,7 @@ import torch
 import torch.fx
 
 from fxsym.analysis import (
+    AttributeSize,
     Dim,
     OpContext,
     SizeLayout,
@@ -236,8 +237,18 @@ def quotient_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
     if not isinstance(n_lay, SizeLayout) or n_lay.derived or len(n_lay) != 1:
         return False
     fixed, per = linear_size_of_dim(ctx, dim)
-    if per or linear_size_of_int(ctx, k, pin=False) is None:
+    den = linear_size_of_int(ctx, k, pin=False)
+    if den is None or (per and den[1]):
         return False
+    if per:  # a constant k (one routing group): an attribute n follows k times the dim
+        if not isinstance(n_lay, AttributeSize):
+            return False
+
+        def scaled() -> LinearSize | None:
+            now = linear_size_of_dim(ctx, dim)
+            return now[0] * den[0], {g: v * den[0] for g, v in now[1].items()}
+
+        return den[0] > 0 and _tie_part_to_size(ctx, n_lay[0], scaled)
 
     def target() -> LinearSize | None:
         den = linear_size_of_int(ctx, k, pin=False)

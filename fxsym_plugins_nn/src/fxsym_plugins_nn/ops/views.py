@@ -42,6 +42,7 @@ from fxsym.analysis import (
 from .common import dims_arg, norm_dim, same_dim
 from .linear_sizes import (
     keeps_size,
+    linear_size_of_dim,
     linear_size_of_int,
     product_follows,
     quotient_follows,
@@ -420,6 +421,13 @@ def expand(ctx: OpContext) -> Layout:
             # of one entry, as many as that dim keeps, so the output dim follows its group
             size_checked(ctx, size)
             dims.append(ctx.table.resolve_layout(size)[0])
+        elif (j < 0 or shape[j] == 1) and raws is not None and (
+                followed := _dim_sized_by(ctx, raws[i])) is not None:
+            # a broadcast to a traced size equal to one elastic dim it reads under every
+            # resize (``self.num_experts // self.num_group`` of one routing group): the same
+            # copies, as many as that dim keeps
+            size_checked(ctx, ctx.layout(raws[i]))
+            dims.append(followed)
         else:
             if j >= 0 and not is_fixed(lay[j]):
                 ctx.fix(lay[j], f"{name or 'expand'} changes an elastic dim")
@@ -430,6 +438,20 @@ def expand(ctx: OpContext) -> Layout:
                     size_checked(ctx, lay_i)  # a size constant under every resize
             dims.append(fixed_dim(out_shape[i]))
     return TensorLayout(dims)
+
+
+def _dim_sized_by(ctx: OpContext, raw: Any) -> Dim | None:
+    """The elastic dim, of those the traced size ``raw`` is computed from, whose size
+    ``raw`` equals under every resize (:mod:`.linear_sizes`), or ``None``."""
+    lay = ctx.layout(raw) if isinstance(raw, torch.fx.Node) else None
+    if not isinstance(lay, SizeLayout):
+        return None
+    form = linear_size_of_int(ctx, raw, pin=False)
+    if form is None or not form[1]:
+        return None
+    found = [d for d in ctx.table.resolve_layout(lay)
+             if not is_fixed(d) and linear_size_of_dim(ctx, d) == form]
+    return found[0] if found else None
 
 
 def _expand_args(ctx: OpContext, n: int) -> list[Any] | None:
