@@ -394,3 +394,86 @@ def test_weights_the_prune_did_not_write_are_left_out_and_said(
     said = capsys.readouterr().out
     assert "carried from the input: " in said and "README.md" in said
     assert "left out: " in said and "pytorch_model.bin (weights this prune did not write" in said
+
+
+# -- calibration text, tokenizer, damaged weights -----------------------------------------
+@pytest.mark.parametrize(("content", "says"), [
+    (b"", "is empty"), (b" \n\t\n  ", "only whitespace"),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe\x01", "not UTF-8"), (b"\0" * 4096, "NUL byte"),
+    (b"text, then \0\0\0 binary", "NUL byte"), (None, "NUL byte")],
+    ids=["empty", "whitespace", "binary", "nul-filled", "nul-inside", "1GB-sparse"])
+def test_a_calibration_file_that_is_not_text_is_refused_fast(
+        tmp_path: Path, llama: Path, capsys: pytest.CaptureFixture[str],
+        content: bytes | None, says: str) -> None:
+    """Before: a NUL-filled file was text (NUL is UTF-8), so a 1 GB sparse one was read
+    whole, decoded, and tokenised."""
+    import time
+
+    calib = tmp_path / "calib.txt"
+    if content is None:
+        with open(calib, "wb") as f:
+            f.truncate(2**30)
+    else:
+        calib.write_bytes(content)
+    out = tmp_path / "out"
+    start = time.perf_counter()
+    with pytest.raises(fxsym.CalibrationError, match=says):
+        fxsym.prune_checkpoint(llama, out, calibration=calib, layers=1)
+    assert time.perf_counter() - start < 20  # the checkpoint is built once; the file not read
+    _cli_refuses(["prune", str(llama), "--calib", str(calib), "--layers", "1", "-o", str(out)],
+                 capsys, says)
+    assert not out.exists()
+
+
+def test_a_long_calibration_file_is_read_only_as_far_as_needed(tmp_path: Path) -> None:
+    """Text beyond the limit is never read; the line the limit cuts is dropped."""
+    from fxsym.checkpoint import read_calibration_text
+
+    calib = tmp_path / "calib.jsonl"
+    line = json.dumps({"text": "The quick brown fox jumps over the lazy dog."}) + "\n"
+    calib.write_text(line * 100_000)  # 5.7 MB
+    texts = read_calibration_text(calib, limit=2**20)
+    assert 0 < len(texts) <= 2**20 // len(line)
+    assert set(texts) == {"The quick brown fox jumps over the lazy dog."}
+
+
+def test_a_missing_tokenizer_matters_only_with_calibration_text(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    calib = tmp_path / "calib.txt"
+    calib.write_text("The quick brown fox jumps over the lazy dog.")
+    with pytest.raises(fxsym.CalibrationError, match="no tokenizer to tokenise the calib"):
+        fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib, layers=1)
+    _cli_refuses(["prune", str(src), "--calib", str(calib), "--layers", "1", "-o",
+                  str(tmp_path / "out")], capsys, "no tokenizer")
+    assert not (tmp_path / "out").exists()
+    plan = fxsym.prune_checkpoint(src, tmp_path / "out", layers=[0])  # none needed
+    assert plan.depth and (tmp_path / "out" / "config.json").is_file()
+
+
+@pytest.mark.parametrize(("bad", "says"), [(float("nan"), "NaN"), (float("inf"), "infinite")])
+@pytest.mark.parametrize("calibrated", [False, True])
+def test_damaged_weights_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     bad: float, says: str, calibrated: bool) -> None:
+    """A NaN or an infinity in a weight: refused, not pruned with a warning (a damaged
+    checkpoint gives meaningless scores and an as damaged copy). Before: pruned and written."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    name = "model.layers.1.mlp.down_proj.weight"
+    shard = _shard_of(src, name)
+    from safetensors import safe_open
+
+    with safe_open(str(shard), framework="pt") as f:
+        t = f.get_tensor(name).clone()
+    t[3, 5] = bad
+    _rewrite(shard, {name: t})
+    calib = tmp_path / "calib.txt"
+    calib.write_text("The quick brown fox jumps over the lazy dog. " * 20)
+    out = tmp_path / "out"
+    extra: dict[str, Any] = {"calibration": calib, "calibration_tokens": 64} if calibrated \
+        else {}
+    with pytest.raises(fxsym.CheckpointError, match=f"{name} holds {says}"):
+        fxsym.prune_checkpoint(src, out, ratio=0.5, **extra)
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["calib.txt", "in"]

@@ -197,23 +197,65 @@ def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
 
 
 # -- calibration text ---------------------------------------------------------------------
-def read_calibration_text(path: str | os.PathLike[str]) -> list[str]:
+#: the most bytes of a calibration file read (:func:`read_calibration_text`); a prune reads
+#: :func:`calibration_bytes` of its tokens
+MAX_CALIBRATION_BYTES = 256 * 2**20
+
+
+def calibration_bytes(tokens: int) -> int:
+    """The bytes of calibration text read for ``tokens`` tokens: 64 a token (a token is a few
+    bytes of text as a rule), at least 4 MiB, at most :data:`MAX_CALIBRATION_BYTES`."""
+    return min(MAX_CALIBRATION_BYTES, max(4 * 2**20, 64 * tokens))
+
+
+def read_calibration_text(path: str | os.PathLike[str], *,
+                          limit: int = MAX_CALIBRATION_BYTES) -> list[str]:
     """The texts of a calibration file: JSON lines (every non-empty line an object with a
     string ``text``; a ``.jsonl`` file must be such) or plain text (the whole file, one
-    text). :class:`~fxsym.errors.CalibrationError` for a missing, empty or non-UTF-8 file
-    and for JSON lines without ``text``."""
+    text). :class:`~fxsym.errors.CalibrationError` for a missing, empty, whitespace-only or
+    non-UTF-8 file, a binary one (a NUL byte), and JSON lines without ``text``.
+
+    At most ``limit`` bytes are read (the calibration takes the first tokens; a longer file's
+    rest is never read, its last partial line or character dropped), by chunks of 1 MiB, each
+    checked as it comes: a binary or NUL-filled file (a 1 GB sparse one) is refused at its
+    first chunk, never held whole."""
+    import codecs
+
     p = Path(path)
+    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    parts: list[str] = []
+    size = 0
     try:
-        data = p.read_bytes()
+        with open(p, "rb") as f:
+            while size < limit:
+                chunk = f.read(min(2**20, limit - size))
+                if not chunk:
+                    break
+                if b"\0" in chunk:
+                    at = size + chunk.index(b"\0")
+                    raise CalibrationError(f"calibration file {path} holds a NUL byte (at byte "
+                                           f"{at}): a binary file, not text")
+                try:
+                    parts.append(decoder.decode(chunk))
+                except UnicodeDecodeError as exc:
+                    raise CalibrationError(f"calibration file {path} is not UTF-8 text "
+                                           f"({exc.reason} at byte {size + exc.start})") from exc
+                size += len(chunk)
+            cut = size >= limit and bool(f.read(1))
     except OSError as exc:
         raise CalibrationError(f"cannot read calibration file {path}: {exc}") from exc
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CalibrationError(f"calibration file {path} is not UTF-8 text ({exc.reason} at "
-                               f"byte {exc.start})") from exc
+    if not cut:
+        try:
+            parts.append(decoder.decode(b"", final=True))
+        except UnicodeDecodeError as exc:
+            raise CalibrationError(f"calibration file {path} is not UTF-8 text ({exc.reason} "
+                                   "at its end)") from exc
+    text = "".join(parts)
+    if cut and "\n" in text:
+        text = text[:text.rindex("\n") + 1]  # the last line, cut by the limit, dropped
     if not text.strip():
-        raise CalibrationError(f"calibration file {path} is empty")
+        raise CalibrationError(f"calibration file {path} "
+                               + ("is empty (only whitespace)" if text else "is empty"))
     lines = [line for line in text.splitlines() if line.strip()]
     looks_json = p.suffix.lower() in (".jsonl", ".ndjson") or lines[0].lstrip().startswith("{")
     if not looks_json:
@@ -299,7 +341,7 @@ class _Tensors:
             try:
                 with safe_open(str(self.directory / f), framework="pt") as handle:
                     for name in group:
-                        out[name] = handle.get_tensor(name)
+                        out[name] = _finite(handle.get_tensor(name), self.directory / f, name)
             except CheckpointError:
                 raise
             except Exception as exc:
@@ -324,7 +366,7 @@ class _Tensors:
                 part = handle.get_slice(name)
                 shape = tuple(part.get_shape())
                 if len(shape) < 2:
-                    t = handle.get_tensor(name)
+                    t = _finite(handle.get_tensor(name), path, name)
                     index = cut(0) if t.dim() else None
                     yield t if index is None else t.index_select(0, index)
                     return
@@ -335,7 +377,7 @@ class _Tensors:
                 for j in range(0, positions.numel(), step):
                     p = positions[j:j + step]
                     lo, hi = int(p.min()), int(p.max()) + 1
-                    t = part[lo:hi]
+                    t = _finite(part[lo:hi], path, name)
                     if kept is not None:
                         t = t.index_select(0, p - lo)
                     for dim in range(1, t.dim()):
@@ -439,6 +481,18 @@ class _Tensors:
                 raise CheckpointError(f"{self.directory}: no weight file holds {group[0]}, "
                                       "which the model built from the config has (does "
                                       "config.json give the checkpoint's layers and sizes?)")
+
+
+def _finite(t: torch.Tensor, path: Path, name: str) -> torch.Tensor:
+    """``t`` (read from ``path`` as ``name``), if it holds no NaN nor infinity; else
+    :class:`~fxsym.errors.CheckpointError`: a damaged checkpoint gives meaningless scores
+    and a pruned copy as damaged, so it is refused, not pruned with a warning."""
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+        raise CheckpointError(f"{path}: {name} holds {bad} values: the checkpoint is damaged "
+                              "(its scores would be meaningless and the pruned copy as "
+                              "damaged); refused")
+    return t
 
 
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
@@ -1155,8 +1209,9 @@ def prune_checkpoint(
     importance, searching = request.importance, request.searching
     texts: Sequence[str] | None = None
     if calibration is not None:
-        texts = (read_calibration_text(calibration) if isinstance(calibration, (str, os.PathLike))
-                 else list(calibration))
+        texts = (read_calibration_text(calibration,
+                                       limit=calibration_bytes(max(calibration_tokens, 1)))
+                 if isinstance(calibration, (str, os.PathLike)) else list(calibration))
         if not texts or not any(t.strip() for t in texts):
             raise CalibrationError("the calibration text is empty")
     with step(f"building {directory} on the meta device"):
