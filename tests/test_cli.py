@@ -160,6 +160,9 @@ print("exit", code, "torch imported:", "torch" in sys.modules)
     (["torchvision:resnet18", "--target-active-params", "9", "--layers", "0,1"],
      "not positions"),
     (["torchvision:resnet18", "--ratio", "0.5", "--layers", "two"], "--layers is a count"),
+    (["torchvision:resnet18", "--ratio", "0.5", "--batches", "2"], "--batches"),
+    (["torchvision:resnet18", "--layers", "0,1", "--scope", "global"], "--scope global"),
+    (["resnet18", "--ratio", "0.5"], "MODEL must look like"),
     (["ckpt", "--ratio", "0.5", "--importance", "taylor"], "--importance 'taylor'"),
     (["ckpt", "--layers", "2"], "give --calib FILE"),
     (["ckpt", "--ratio", "0.5", "--importance", "activation"], "give --calib FILE"),
@@ -171,9 +174,9 @@ print("exit", code, "torch imported:", "torch" in sys.modules)
     (["ckpt", "--ratio", "0.5", "--max-shard-size", "5XB"], "--max-shard-size must be"),
     (["ckpt", "--ratio", "0.5", "--calib", "c.txt", "--seq-len", "0"], "must be positive"),
 ], ids=["no-amount", "amount-and-sizes", "param-ratio", "calib-in-memory", "search-positions",
-        "layers-text", "ckpt-importance", "ckpt-layer-count", "ckpt-activation",
-        "ckpt-search-scope", "ckpt-active", "ckpt-calib-unused", "ckpt-macs", "ckpt-shard",
-        "ckpt-seq-len"])
+        "layers-text", "batches-unused", "depth-scope", "no-source", "ckpt-importance",
+        "ckpt-layer-count", "ckpt-activation", "ckpt-search-scope", "ckpt-active",
+        "ckpt-calib-unused", "ckpt-macs", "ckpt-shard", "ckpt-seq-len"])
 def test_usage_errors_are_answered_before_torch_is_imported(
         tmp_path: Path, argv: list[str], says: str) -> None:
     """Before, ``fxsym prune torchvision:resnet18 -o x`` imported torch, the plugins and the

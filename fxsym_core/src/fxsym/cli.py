@@ -43,10 +43,8 @@ def load_model(spec: str) -> nn.Module:
     by ``fxsym prune`` is :func:`load_saved`'s."""
     from torch import nn
 
+    check_spec(spec)
     source, _, name = spec.partition(":")
-    if not source or not name:
-        raise CliError(f"MODEL must look like 'torchvision:resnet50' or "
-                       f"'package.module:factory', got {spec!r}")
     try:
         if source == "torchvision":
             import torchvision
@@ -79,6 +77,14 @@ def load_model(spec: str) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise CliError(f"{spec}() returned a {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def check_spec(spec: str) -> None:
+    """A model spec is ``SOURCE:NAME``, both given (checked before anything is imported)."""
+    source, _, name = spec.partition(":")
+    if not source or not name:
+        raise CliError(f"MODEL must look like 'torchvision:resnet50' or "
+                       f"'package.module:factory' (or name a directory), got {spec!r}")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -456,6 +462,10 @@ def check_prune_options(args: argparse.Namespace
                                "calibrated on --batches random batches of --input-shape)")
         if args.target_active_params is not None:
             check_search_layers(layers, FLAGS.target_active_params, FLAGS)
+        if not _parameter_target(args):  # the way of pruning is known without the model
+            _refuse_unused(args, shape, bool(shape or layers is not None))
+        if not Path(args.model).is_dir():
+            check_spec(args.model)
     except FxsymError as exc:  # a rule of fxsym.options, in the flags' words
         raise CliError(str(exc)) from exc
     return shape, layers, False
@@ -488,7 +498,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
         args.target_params = int(before * (1 - args.param_ratio))
     architecture = bool(shape or args.layers is not None or (
         sm.depth_groups() and (args.target_params or args.target_active_params)))
-    _refuse_unused(args, sm, shape, architecture)
+    if args.target_active_params is not None and not sm.depth_groups():
+        raise CliError("--target-active-params searches uniform architectures of a model with "
+                       "a stack of residual blocks, and this one has none; give "
+                       "--target-params or --ratio")
+    if _parameter_target(args):
+        _refuse_unused(args, shape, architecture)
     args.scope = args.scope or ("uniform" if architecture else "global")
     args.batches = RANDOM_BATCHES if args.batches is None else args.batches
     criterion = _criterion(args, inputs)
@@ -557,20 +572,25 @@ def _reached_text(args: argparse.Namespace, plan: Any) -> str:
             f"model's parameters removed)")
 
 
-def _refuse_unused(args: argparse.Namespace, sm: Any, shape: dict[str, int],
-                   architecture: bool) -> None:
+def _parameter_target(args: argparse.Namespace) -> bool:
+    """Whether a parameter count is asked (``--target-params``, ``--param-ratio``,
+    ``--target-active-params``): on an in-memory model, whether it is searched for depends
+    on the model (a depth group)."""
+    return any(x is not None for x in (args.target_params, args.param_ratio,
+                                       args.target_active_params))
+
+
+def _refuse_unused(args: argparse.Namespace, shape: dict[str, int], architecture: bool) -> None:
     """An option the in-memory model's way of pruning would not use is an error naming it:
     the architecture search (a target with a depth group) plans uniform candidates, sizes
     and depth alone leave nothing to a scope, random batches serve only taylor,
-    activation, ranking ``--layers K`` and the search."""
+    activation, ranking ``--layers K`` and the search. ``architecture``: a plan by depth and
+    sizes or the search (known from the options alone without a parameter target:
+    :func:`check_prune_options` checks it then, before the model is loaded)."""
     target = args.target_params or args.target_active_params
     layers = _layers(args.layers)
     searching = architecture and target and not shape and (
         layers is None or args.target_active_params is not None)
-    if args.target_active_params is not None and not sm.depth_groups():
-        raise CliError("--target-active-params searches uniform architectures of a model with "
-                       "a stack of residual blocks, and this one has none; give "
-                       "--target-params or --ratio")
     if searching and args.scope == "global":
         raise CliError("--scope global: the architecture search (--target-params or "
                        "--target-active-params on a model with a stack of residual blocks) "
