@@ -138,3 +138,53 @@ def test_one_routing_group_keeps_single_experts(model_type: str, tmp_path: Any) 
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
                                    rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("n_group", "topk_group", "unit", "kept", "experts", "groups_after"),
+                         [(1, 1, 1, [6, 1, 4], [6, 1, 4], 1), (2, 1, 4, [1], [4, 5, 6, 7], 1),
+                          (4, 2, 2, [3, 0], [6, 7, 0, 1], 2)])
+def test_routing_groups_of_one_two_and_four(n_group: int, topk_group: int, unit: int,
+                                            kept: list[int], experts: list[int],
+                                            groups_after: int, tmp_path: Any) -> None:
+    """The experts' unit is one routing group (``n_routed_experts // n_group`` experts) where
+    there are several, one expert where there is one: 1, 4 and 2 experts at a time for
+    ``n_group`` 1, 2 and 4; the config follows (``n_group`` the routing groups kept) and plain
+    ``from_pretrained`` gives the in-memory pruned model's logits."""
+    model = build("deepseek_v3", n_group=n_group, topk_group=topk_group)
+    sm = fxsym.analyze(model)
+    group = group_with(sm, "model.layers.1.mlp.experts", "gate_up_proj:0")
+    assert group.routed and (group.unit, group.size) == (unit, 8 // unit)
+    down = model.model.layers[1].mlp.experts.down_proj.detach().clone()
+    fxsym.resize(model, sm, {group.name: kept})
+    assert (model.config.n_routed_experts, model.config.n_group) == (len(experts), groups_after)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded.model.layers[1].mlp.experts.down_proj, down[experts])
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
+
+
+def test_a_checkpoint_with_one_routing_group_prunes_experts_as_in_memory(tmp_path: Any) -> None:
+    """``fxsym.prune_checkpoint`` of a DeepSeek-V3 checkpoint with one routing group, 5 of 8
+    experts kept per MoE layer (l2): plain ``from_pretrained`` of the output gives the logits
+    of the in-memory model pruned by the same plan (the router picks among the experts kept)."""
+    from ckpt_helpers import checkpoint
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    config = {k: v for k, v in _BASE.items() if k not in ("vocab_size", "hidden_size")}
+    config.update(n_group=1, topk_group=1, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=4)
+    checkpoint(src, "deepseek_v3", **config)
+    plan = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 5})
+    assert [g.kept for g in plan.groups if g.name.endswith("gate.weight:0")] == [5, 5]
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    plan.apply(model, sm)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (5, 1)
+    ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
