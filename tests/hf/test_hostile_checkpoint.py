@@ -477,3 +477,23 @@ def test_damaged_weights_are_refused(tmp_path: Path, capsys: pytest.CaptureFixtu
         fxsym.prune_checkpoint(src, out, ratio=0.5, **extra)
     assert not out.exists()
     assert sorted(os.listdir(tmp_path)) == ["calib.txt", "in"]
+
+
+@pytest.mark.parametrize("tensor", ["model.layers.1.mlp.experts.2.up_proj.weight",
+                                    "model.layers.0.mlp.gate.weight"],
+                         ids=["fused-expert", "router"])
+def test_a_moe_tensor_stored_in_another_shape_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+        tensor: str) -> None:
+    """The tensors stored per expert (fused into one in the model) and the others are checked
+    against the shapes save_pretrained of the meta model writes, before any read."""
+    src = tmp_path / "in"
+    checkpoint(src, "qwen3_moe", num_hidden_layers=2, intermediate_size=32, num_experts=4,
+               num_experts_per_tok=2, moe_intermediate_size=32, with_tokenizer=False)
+    from safetensors import safe_open
+
+    shard = _shard_of(src, tensor)
+    with safe_open(str(shard), framework="pt") as f:
+        shape = list(f.get_slice(tensor).get_shape())
+    _rewrite(shard, {tensor: torch.zeros(shape[0] + 1, *shape[1:])})
+    _refused(src, tmp_path, capsys, reads, tensor, f"({shape[0] + 1}, ", "config")
