@@ -193,3 +193,24 @@ def test_a_saved_directory_is_analyzed_in_the_mode_its_plan_records(
         assert json.loads(capsys.readouterr().out)["analysis"] == mode
     assert main(["prune", str(out), "--ratio", "0.5", "-o", str(again), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["extra"]["analysis"] == {"norm_groups": "keep"}
+
+
+def test_a_plan_to_a_parameter_target_says_the_target_and_what_it_reached(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An in-memory model without blocks (a plan of widths, no search): the last lines give
+    the target as given (``--param-ratio``: its count and of what) and the count reached; a
+    target above the model is one ``fxsym:`` line, nothing written."""
+    import fxsym.demo
+
+    total = sum(p.numel() for p in fxsym.demo.DemoNet().parameters())
+    assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--input-shape",
+                 "1,3,16,16", "-o", str(tmp_path / "half")]) == 0
+    said = capsys.readouterr().out
+    plan = json.loads((tmp_path / "half" / "fxsym.json").read_text())["plan"]
+    target, reached = int(total * 0.5), plan["params"]["after"]
+    assert (f"target: {target:,} parameters (--param-ratio 0.5 of {total:,}); reached "
+            f"{reached:,} parameters") in said
+    assert main(["prune", "fxsym.demo:DemoNet", "--target-params", str(total + 1),
+                 "--input-shape", "1,3,16,16", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert f"above the model's {total:,} parameters" in err and not (tmp_path / "x").exists()

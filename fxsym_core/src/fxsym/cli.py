@@ -564,6 +564,8 @@ def _reached_text(args: argparse.Namespace, plan: Any) -> str:
     """What a plan for a parameter target reached, beside the target it was given (empty
     without a target)."""
     target = plan.extra.get("target")
+    if not target and args.target_params is not None:  # a plan of widths to the target
+        target = {"params": args.target_params, "reached": plan.params_after}
     if not target:
         return ""
     removed = 100 * (plan.params_before - plan.params_after) / max(plan.params_before, 1)
