@@ -161,6 +161,10 @@ print("exit", code, "torch imported:", "torch" in sys.modules)
      "not positions"),
     (["torchvision:resnet18", "--ratio", "0.5", "--layers", "two"], "--layers is a count"),
     (["torchvision:resnet18", "--ratio", "0.5", "--batches", "2"], "--batches"),
+    (["torchvision:resnet18", "--ratio", "1.5"], "--ratio is the fraction of units"),
+    (["torchvision:resnet18", "--ratio", "nan"], "--ratio must be a finite number"),
+    (["torchvision:resnet18", "--ratio", "0.5", "--round-to", "0"], "--round-to must be"),
+    (["ckpt", "--ratio", "0.5", "--min-keep", "-1"], "--min-keep must be"),
     (["torchvision:resnet18", "--layers", "0,1", "--scope", "global"], "--scope global"),
     (["resnet18", "--ratio", "0.5"], "MODEL must look like"),
     (["ckpt", "--ratio", "0.5", "--importance", "taylor"], "--importance 'taylor'"),
@@ -174,7 +178,8 @@ print("exit", code, "torch imported:", "torch" in sys.modules)
     (["ckpt", "--ratio", "0.5", "--max-shard-size", "5XB"], "--max-shard-size must be"),
     (["ckpt", "--ratio", "0.5", "--calib", "c.txt", "--seq-len", "0"], "must be positive"),
 ], ids=["no-amount", "amount-and-sizes", "param-ratio", "calib-in-memory", "search-positions",
-        "layers-text", "batches-unused", "depth-scope", "no-source", "ckpt-importance",
+        "layers-text", "batches-unused", "ratio-range", "ratio-nan", "round-to", "min-keep",
+        "depth-scope", "no-source", "ckpt-importance",
         "ckpt-layer-count", "ckpt-activation", "ckpt-search-scope", "ckpt-active",
         "ckpt-calib-unused", "ckpt-macs", "ckpt-shard", "ckpt-seq-len"])
 def test_usage_errors_are_answered_before_torch_is_imported(

@@ -34,7 +34,7 @@ ORDER = [
     "errors",      # the exception and warning classes
     "naming",      # how a class or callable is named
     "paths",       # what a path is, outputs overlapping inputs, the lock of an output
-    "options",     # the rules of a checkpoint prune's options (no torch)
+    "options",     # the rules of the pruning options alone (no torch)
     "console",     # tables and progress: rich at a terminal, plain text otherwise
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "lockstep",    # batches run through a model together, held at the entry of its blocks
@@ -78,8 +78,8 @@ ALLOWED: dict[str, set[str]] = {
     "paramlayout": {"errors", "modstate", "resizing", "symbols"},
     "importance": {"errors", "paramlayout", "symbols"},
     "depth": {"errors", "importance", "symbols"},  # console inside a function
-    "planning": {"console", "depth", "errors", "importance", "paramlayout", "plugins",
-                 "resizing", "symbols"},
+    "planning": {"console", "depth", "errors", "importance", "options", "paramlayout",
+                 "plugins", "resizing", "symbols"},
     "search": {"analysis", "console", "depth", "errors", "importance", "paramlayout", "planning",
                "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import FxsymError
-from .options import Spelling, check_param_ratio, check_search_layers, checkpoint_request
+from .options import (
+    Spelling,
+    check_amount_values,
+    check_param_ratio,
+    check_search_layers,
+    checkpoint_request,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -427,7 +433,9 @@ FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="
                  scope="--scope", search="--target-params or --param-ratio with --calib",
                  no_search="leave --calib out", target_active_params="--target-active-params",
                  calibration_tokens="--calib-tokens", seq_len="--seq-len",
-                 param_ratio="--param-ratio", target_params="--target-params")
+                 param_ratio="--param-ratio", target_params="--target-params",
+                 ratio="--ratio", target_macs="--target-macs", round_to="--round-to",
+                 min_keep="--min-keep")
 
 
 def check_prune_options(args: argparse.Namespace
@@ -449,6 +457,9 @@ def check_prune_options(args: argparse.Namespace
     layers = _layers(args.layers)
     try:
         check_param_ratio(args.param_ratio, FLAGS)
+        check_amount_values(ratio=args.ratio, target_params=args.target_params,
+                            target_macs=args.target_macs, round_to=args.round_to,
+                            min_keep=args.min_keep, names=FLAGS)
         _check_output(args.output, args.force, args.model)
         if is_checkpoint_dir(args.model):
             _refuse_unused_checkpoint(args, shape, layers)

@@ -1,20 +1,24 @@
-"""The rules of a checkpoint prune's options that depend on the options alone.
+"""The rules of the pruning options that depend on the options alone.
 
 Which options go together, which one a way of pruning would not use, which values are out of
 range: each rule is written once, here, and checked before anything is read, built or
 imported (this room imports no torch). :func:`fxsym.prune_checkpoint` checks its keyword
-arguments with :func:`checkpoint_request`; ``fxsym prune CKPT_DIR`` checks its flags with the
-same function before it imports torch, so a usage error is answered at once. A message names
-the options as its caller spells them (:class:`Spelling`: :data:`API`'s keyword arguments,
-the command line's flags).
+arguments with :func:`checkpoint_request`, :func:`fxsym.plan` its amounts with
+:func:`check_amount_values`; ``fxsym prune`` checks its flags with the same functions before
+it imports torch, so a usage error is answered at once. A message names the options as its
+caller spells them (:class:`Spelling`: :data:`API`'s keyword arguments, the command line's
+flags).
 
 Imports from fxsym: errors.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import CalibrationError, PlanError
 
@@ -37,9 +41,13 @@ class Spelling:
     seq_len: str
     param_ratio: str
     target_params: str
+    ratio: str = "ratio"
+    target_macs: str = "target_macs"
+    round_to: str = "round_to"
+    min_keep: str = "min_keep"
 
 
-#: :func:`fxsym.prune_checkpoint`'s keyword arguments
+#: :func:`fxsym.prune_checkpoint`'s (and :func:`fxsym.plan`'s) keyword arguments
 API = Spelling(calibration="calibration text", importance="importance", layers="layers",
                scope="scope", search="search=True", no_search="search=False",
                target_active_params="target_active_params",
@@ -127,3 +135,25 @@ def check_search_layers(layers: int | Sequence[int] | None, by: str,
     if not isinstance(layers, (int, type(None))):
         raise PlanError(f"{by} with {names.layers} takes a number of layers (a width-only "
                         "search at that depth), not positions of layers")
+
+
+def check_amount_values(*, ratio: Any = None, target_params: Any = None,
+                        target_macs: Any = None, round_to: Any = 1, min_keep: Any = 1,
+                        names: Spelling = API) -> None:
+    """Each amount given a finite number (a NaN compares false with everything: unchecked, a
+    bisection on it ends at the smallest model), a ratio in [0, 1), ``round_to`` and
+    ``min_keep`` ints of at least 1 (:func:`fxsym.plan`'s rules, checked by the command line
+    before it imports torch)."""
+    for argument, value in ((names.ratio, ratio), (names.target_params, target_params),
+                            (names.target_macs, target_macs)):
+        if value is None:
+            continue
+        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(
+                value):
+            raise PlanError(f"{argument} must be a finite number, got {value!r}")
+    if ratio is not None and not 0 <= ratio < 1:
+        raise PlanError(f"{names.ratio} is the fraction of units to remove, in [0, 1); got "
+                        f"{ratio}")
+    for argument, value in ((names.round_to, round_to), (names.min_keep, min_keep)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise PlanError(f"{argument} must be an int of at least 1, got {value!r}")

@@ -31,8 +31,8 @@ the reason in ``plan.extra["steps"]``), or the whole group; groups listed in
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
-Imports from fxsym: console, depth, errors, importance, paramlayout, plugins, resizing,
-symbols.
+Imports from fxsym: console, depth, errors, importance, options, paramlayout, plugins,
+resizing, symbols.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from .console import format_table
 from .depth import block_importance, choose_blocks, renamed
 from .errors import PlanError, PlanMismatchError
 from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
+from .options import check_amount_values
 from .paramlayout import Layout, layout
 from .plugins.calls import call_hook
 from .resizing import resize
@@ -620,9 +621,7 @@ def plan(
     _check_amounts(ratio, target_params, target_macs)
     if not isinstance(scope, str) or scope not in ("global", "uniform"):
         raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
-    for argument, value in (("round_to", round_to), ("min_keep", min_keep)):
-        if not _is_int(value) or value < 1:
-            raise PlanError(f"{argument} must be an int of at least 1, got {value!r}")
+    check_amount_values(round_to=round_to, min_keep=min_keep)
     lay = layout(model, symmap)
     macs = _mac_model(model, symmap)
     if target_params is not None and target_params > lay.param_count({}):
@@ -732,15 +731,7 @@ def _check_amounts(ratio: Any, target_params: Any, target_macs: Any) -> None:
     given = [x for x in (ratio, target_params, target_macs) if x is not None]
     if len(given) != 1:
         raise PlanError("give exactly one of ratio, target_params and target_macs")
-    for argument, value in (("ratio", ratio), ("target_params", target_params),
-                            ("target_macs", target_macs)):
-        if value is None:
-            continue
-        if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(
-                value):
-            raise PlanError(f"{argument} must be a finite number, got {value!r}")
-    if ratio is not None and not 0 <= ratio < 1:
-        raise PlanError(f"ratio is the fraction of units to remove, in [0, 1); got {ratio}")
+    check_amount_values(ratio=ratio, target_params=target_params, target_macs=target_macs)
 
 
 def described(model: nn.Module, symmap: SymMap
