@@ -497,3 +497,36 @@ def test_a_moe_tensor_stored_in_another_shape_is_refused_unread(
         shape = list(f.get_slice(tensor).get_shape())
     _rewrite(shard, {tensor: torch.zeros(shape[0] + 1, *shape[1:])})
     _refused(src, tmp_path, capsys, reads, tensor, f"({shape[0] + 1}, ", "config")
+
+
+def test_tensors_the_library_ignores_on_load_are_neither_refused_nor_written(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str]) -> None:
+    """An old GPT-NeoX checkpoint stores each layer's causal mask (``attention.bias``,
+    ``attention.masked_bias``), which from_pretrained ignores by the model's own rule: the
+    prune does too (they are not written); a tensor no rule ignores is refused. Before: both
+    refused, at the end of the write."""
+    import transformers
+
+    src = tmp_path / "in"
+    checkpoint(src, "gpt_neox", num_hidden_layers=2, with_tokenizer=False)
+    name = "gpt_neox.layers.0.attention.dense.weight"
+    shard = _shard_of(src, name)
+    masks = {"gpt_neox.layers.0.attention.bias": torch.ones(1, 1, 8, 8, dtype=torch.bool),
+             "gpt_neox.layers.0.attention.masked_bias": torch.tensor(-1e9)}
+    _rewrite(shard, masks)  # type: ignore[arg-type]
+    index = src / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"].update(dict.fromkeys(masks, shard.name))
+    index.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    fxsym.prune_checkpoint(src, out, layers=[0])  # the layer holding them is kept
+    written = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"] \
+        if (out / "model.safetensors.index.json").exists() else {}
+    assert not any("attention.bias" in n or "masked_bias" in n for n in written)
+    transformers.AutoModelForCausalLM.from_pretrained(out)
+    shutil.rmtree(out)
+    data["weight_map"]["gpt_neox.layers.0.attention.unknown"] = shard.name
+    _rewrite(shard, {"gpt_neox.layers.0.attention.unknown": torch.zeros(2)})
+    index.write_text(json.dumps(data))
+    _refused(src, tmp_path, capsys, reads, "gpt_neox.layers.0.attention.unknown",
+             "does not have")

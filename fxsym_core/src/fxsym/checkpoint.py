@@ -151,6 +151,11 @@ class CheckpointReader(Protocol):
         """How the files store the tensors of ``model`` (:meth:`build`'s) where not under its
         names and layout, or ``None`` when they do."""
 
+    def ignored(self, model: nn.Module, stored: Sequence[str]) -> set[str]:
+        """Those of the ``stored`` tensors (by stored name) that the library ignores when it
+        loads the directory into ``model`` (optional: none without it): not model tensors,
+        never read nor written, but not refused as tensors the model lacks either."""
+
 
 class StoredLayout(Protocol):
     """The tensors a checkpoint stores under other names or in another layout than the model
@@ -286,9 +291,12 @@ class _Tensors:
     stored tensors (``stored``, the reader's :class:`StoredLayout`)."""
 
     def __init__(self, directory: Path, files: Mapping[str, str],
-                 stored: StoredLayout | None = None) -> None:
+                 stored: StoredLayout | None = None, ignored: Sequence[str] = ()) -> None:
         self.directory = directory
-        self.files = dict(files)
+        #: stored tensors the model's library ignores when it loads the directory: neither
+        #: read nor written, but a file may hold them
+        self.ignored = frozenset(ignored)
+        self.files = {k: v for k, v in files.items() if k not in self.ignored}
         self.stored = stored
         self.renamed: dict[str, str] = dict(stored.renamed) if stored is not None else {}
         self.fused: dict[str, list[str]] = ({n: list(s) for n, s in stored.fused.items()}
@@ -424,7 +432,7 @@ class _Tensors:
                 raise
             except Exception as exc:
                 raise CheckpointError(f"{path}: not a readable safetensors file: {exc}") from exc
-            stray = sorted(n for n in held if self.files.get(n) != f)
+            stray = sorted(n for n in held if self.files.get(n) != f and n not in self.ignored)
             if stray:
                 where = self.files.get(stray[0])
                 raise CheckpointError(f"{path} holds {stray[0]}, which the index puts "
@@ -438,11 +446,16 @@ class _Tensors:
         :class:`StoredLayout`: a renamed one, or one of those a fused tensor is made of, whose
         stored shapes :meth:`StoredLayout.store` of the model gives) of its shape, a float
         where the model holds a float (any float dtype: the model's is the config's) and of
-        the model's dtype otherwise; every parameter is stored. A
+        the model's dtype otherwise (a buffer the model does not save: its name only); every
+        parameter is stored. A
         :class:`~fxsym.errors.CheckpointError` names the first tensor that differs."""
         header = self.header()
         want: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
         want.update(model.named_buffers(remove_duplicate=False))
+        # a buffer the model does not save (GPT-2's causal mask, stored by old checkpoints
+        # in another dtype) is not read into the model: its name is checked, not its header
+        loose = {n for n, _ in model.named_buffers(remove_duplicate=False)} - set(
+            model.state_dict(keep_vars=True))
         for unit in self.units():
             missing = next((n for n in unit if n not in want), None)
             if missing is not None:
@@ -456,6 +469,8 @@ class _Tensors:
                 stored = self.stored.store(model, metas)
             else:
                 stored = {self.renamed.get(unit[0], unit[0]): want[unit[0]]}
+            if unit[0] in loose:
+                continue
             for name, t in stored.items():
                 got = header.get(name)
                 if got is None:
@@ -1217,7 +1232,11 @@ def prune_checkpoint(
     with step(f"building {directory} on the meta device"):
         model = reader.build()
         stored = reader.stored(model) if hasattr(reader, "stored") else None
-        tensors = _Tensors(reader.directory, reader.tensor_files(), stored)
+        held = reader.tensor_files()
+        ignored = reader.ignored(model, list(held)) if hasattr(reader, "ignored") else set()
+        if stored is not None:  # what the model is made of is never ignored
+            ignored -= {*stored.renamed.values(), *(n for v in stored.fused.values() for n in v)}
+        tensors = _Tensors(reader.directory, held, stored, sorted(ignored))
         tensors.check(model)
         buffers = _load_buffers(model, tensors)
     batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)

@@ -165,6 +165,25 @@ class PretrainedDirectory:
         found = StoredTensors(model, list(self.tensor_files()))
         return found if found.renamed or found.fused else None
 
+    def ignored(self, model: nn.Module, stored: Sequence[str]) -> set[str]:
+        """The stored tensors ``from_pretrained`` ignores without a word: those matching the
+        model's ``_keys_to_ignore_on_load_unexpected`` and the patterns transformers adds
+        (an old checkpoint's per-layer ``rotary_emb.inv_freq``, GPT-2's causal mask
+        ``attn.bias``), asked of transformers' own rule; never a tensor of the model."""
+        import types
+
+        held = set(model.state_dict(keep_vars=True)) | {n for n, _ in model.named_buffers()}
+        extra = {n for n in stored if n not in held}
+        adjust = getattr(model, "_adjust_missing_and_unexpected_keys", None)
+        if not extra or adjust is None:
+            return set()
+        info = types.SimpleNamespace(missing_keys=set(), unexpected_keys=set(extra))
+        try:
+            adjust(info)
+        except Exception:
+            return set()  # another transformers: nothing ignored, extra tensors refused
+        return extra - set(info.unexpected_keys)
+
     def how_to_load(self, output: Path) -> str:
         from .checkpoint import loading_note
 
