@@ -200,6 +200,22 @@ def test_usage_errors_are_answered_before_torch_is_imported(
 
 
 @pytest.mark.parametrize("argv, says", [
+    (["analyze", "resnet18"], "MODEL must look like"),
+    (["analyze", "torchvision:resnet18", "--input-shape", "1,three"], "--input-shape must be"),
+    (["prune", "torchvision:resnet18", "--ratio", "0.5", "--input-shape", "1,x", "-o", "o"],
+     "--input-shape must be"),
+], ids=["analyze-spec", "analyze-shape", "prune-shape"])
+def test_analyze_and_input_shape_errors_come_before_torch(tmp_path: Path, argv: list[str],
+                                                          says: str) -> None:
+    """Before, ``fxsym analyze resnet18`` imported torch and the plugins to say the spec is
+    malformed."""
+    res = subprocess.run([sys.executable, "-c", _USAGE_NO_TORCH.format(argv=argv)],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert res.stdout.splitlines()[-1] == "exit 2 torch imported: False", res.stderr
+    assert _error_line(res.stderr).startswith(f"fxsym: {says}"), res.stderr
+
+
+@pytest.mark.parametrize("argv, says", [
     (["prune", "m:f", "--ratoi", "0.5", "-o", "x"],
      "unknown option --ratoi; did you mean --ratio? (see fxsym prune --help)"),
     (["prune", "m:f", "--ratio", "0.5", "--param-ration=0.5", "-o", "x"],

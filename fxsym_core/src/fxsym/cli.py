@@ -104,6 +104,10 @@ def _progress(msg: str) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    if args.model is not None and not Path(args.model).is_dir():  # before torch is imported
+        check_spec(args.model)
+    if args.input_shape:
+        _input_shape(args.input_shape)
     from . import analyze, load_plugins
     from .console import print_table, status
     from .demo import demo_model
@@ -477,6 +481,8 @@ def check_prune_options(args: argparse.Namespace
             _refuse_unused(args, shape, bool(shape or layers is not None))
         if not Path(args.model).is_dir():
             check_spec(args.model)
+        if args.input_shape:
+            _input_shape(args.input_shape)
     except FxsymError as exc:  # a rule of fxsym.options, in the flags' words
         raise CliError(str(exc)) from exc
     return shape, layers, False
