@@ -189,6 +189,55 @@ def test_position_attributes_are_renumbered() -> None:
     assert [b.width for b in model.blocks] == [8, 8]
 
 
+class Gated(nn.Module):
+    """A residual block of another class than :class:`Residual` (a hybrid stack's mixer)."""
+
+    def __init__(self, idx: int, width: int = 8) -> None:
+        super().__init__()
+        self.gate = nn.Linear(width, width)
+        self.mixer = nn.Identity()
+        self.mixer.layer_idx = idx  # type: ignore[assignment]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.sigmoid(self.gate(x)) * x
+
+
+class Attending(Residual):
+    """A residual block holding its position in a submodule only it has (an attention)."""
+
+    def __init__(self, idx: int) -> None:
+        super().__init__()
+        self.attn = nn.Identity()
+        self.attn.layer_idx = idx  # type: ignore[assignment]
+
+
+def test_a_stack_of_blocks_of_two_classes_is_a_depth_group() -> None:
+    """Blocks of several classes, each residual, are a depth group (Jamba's attention and
+    Mamba layers; before: silently none). ``layer_idx`` sits in the attention of one and the
+    mixer of the others: a position wherever a block holds it, renumbered."""
+    torch.manual_seed(0)
+    model = Stack([Gated(0), Attending(1), Gated(2), Gated(3)]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    (g,) = sm.depth_groups()
+    assert set(g.positions) == {("mixer", "layer_idx"), ("attn", "layer_idx")}
+    ref = copy.deepcopy(model)
+    _identity_for(ref, "blocks", [0, 3])
+    fxsym.resize(model, sm, {"blocks.depth": [1, 2]})
+    assert model.blocks[0].attn.layer_idx == 0 and model.blocks[1].mixer.layer_idx == 1
+    with torch.no_grad():
+        torch.testing.assert_close(model(*INPUTS), ref(*INPUTS))
+
+
+def test_blocks_sharing_a_parameter_have_no_depth_group() -> None:
+    """Blocks holding one parameter in common (Zamba2's shared transformer) are refused,
+    naming the shared parameter: what the shared part holds per block would not follow."""
+    blocks = [Residual() for _ in range(3)]
+    blocks[2].fc.weight = blocks[0].fc.weight
+    sm = fxsym.analyze(Stack(blocks), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    assert "blocks.0 and blocks.2 share the parameter fc.weight" in _reason(sm, "blocks")
+
+
 def test_bad_depth_choices_touch_nothing() -> None:
     model = Stack([Residual() for _ in range(3)])
     sm = fxsym.analyze(model, example_inputs=INPUTS)

@@ -53,6 +53,10 @@ FAMILIES: dict[str, tuple[dict[str, Any], list[int]]] = {
                          qk_nope_head_dim=4, v_head_dim=8, n_routed_experts=8, n_group=4,
                          topk_group=2, num_experts_per_tok=2, moe_intermediate_size=16,
                          n_shared_experts=1), [1, 2]),
+    # attention and experts where i % 2 == 1: the two offsets become 0
+    "jamba": (dict(num_experts=2, expert_layer_period=2, expert_layer_offset=1,
+                   attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4,
+                   mamba_expand=2), [1, 2]),
     "bamba": (dict(_HYBRID_MAMBA, attn_layer_indices=[1]), [1, 2]),
     "falcon_h1": (dict(_HYBRID_MAMBA, head_dim=16, mamba_d_ssm=128), [1, 2]),
     "qwen3_next": (dict(head_dim=16, linear_num_value_heads=4, linear_num_key_heads=2,
@@ -172,6 +176,20 @@ ERNIE = dict(moe_num_experts=4, moe_k=2, moe_intermediate_size=32, moe_layer_int
              moe_layer_start_index=0, moe_layer_end_index=3, moe_num_shared_experts=0)
 
 
+def test_two_rule_fields_change_together(tmp_path: Path) -> None:
+    """Ernie 4.5 MoE's layers 1, 2 (sparse, dense) are an interval of 1 ending at 0: neither
+    field alone gives them, the pair does (before: refused, the config 'cannot describe')."""
+    src = tmp_path / "in"
+    checkpoint(src, "ernie4_5_moe", num_hidden_layers=4, pad_token_id=0, **ERNIE)
+    out = tmp_path / "out"
+    fxsym.prune_checkpoint(src, out, layers=[1, 2])
+    pruned = _plain(out, "ernie4_5_moe")
+    assert (pruned.config.moe_layer_interval, pruned.config.moe_layer_end_index) == (1, 0)
+    with torch.no_grad():
+        logits = pruned(IDS, use_cache=False).logits
+    torch.testing.assert_close(logits, _skipping(src, [0, 3]), rtol=1e-5, atol=1e-5)
+
+
 def test_blocks_no_config_can_order_are_written_as_fxsym_pruned(tmp_path: Path) -> None:
     """Ernie 4.5 MoE chooses its sparse layers by an interval between two indices: layers
     1, 2, 3 (sparse, dense, sparse) are no interval's. The config cannot describe them, so
@@ -194,3 +212,32 @@ def test_blocks_no_config_can_order_are_written_as_fxsym_pruned(tmp_path: Path) 
         logits = pruned.eval()(IDS, use_cache=False).logits
     torch.testing.assert_close(logits, _skipping(src, [0]), rtol=1e-5, atol=1e-5)
     assert _generate(pruned).shape == (1, 12)
+
+
+def test_a_hybrid_whose_kept_kinds_no_config_orders_is_refused(tmp_path: Path) -> None:
+    """Jamba's layers 0, 1, 3 (Mamba, attention, attention) are no attention period's and
+    the model picks each layer's mask by position: refused, naming both causes, nothing
+    written."""
+    src = _source(tmp_path, "jamba")
+    out = tmp_path / "out"
+    with pytest.raises(fxsym.ResizeError, match=r"cannot describe the blocks of model.layers "
+                       r"kept \(\[0, 1, 3\]\).*block 2 of model.layers built from it has "
+                       r":class 'JambaMambaDecoderLayer'.*read values the model chooses by "
+                       r"position"):
+        fxsym.prune_checkpoint(src, out, layers=[0, 1, 3])
+    assert not out.exists()
+
+
+def test_blocks_sharing_a_transformer_are_refused(tmp_path: Path) -> None:
+    """Zamba2's hybrid layers share one transformer (tied parameters), whose adapters and
+    cache slots are chosen by the layer's position: no depth group, and the refusal says
+    so (before: the mixed classes were silently no depth group, the message named a list
+    inside the shared transformer)."""
+    src = tmp_path / "in"
+    checkpoint(src, "zamba2", num_hidden_layers=4, pad_token_id=0, tie_word_embeddings=True,
+               mamba_d_state=8, mamba_headdim=16, mamba_ngroups=1, n_mamba_heads=8,
+               num_mem_blocks=1, use_mem_rope=True,
+               layers_block_type=["mamba", "hybrid", "mamba", "hybrid"])
+    with pytest.raises(fxsym.PlanError, match=r"blocks model.layers.1 and model.layers.3 share "
+                       r"the parameter shared_transformer"):
+        fxsym.prune_checkpoint(src, tmp_path / "out", layers=[0, 1])

@@ -115,7 +115,9 @@ def choose_blocks(symmap: SymMap, layers: Any, scores: Mapping[str, Any] | None
     ``scores`` rank blocks where a count is given."""
     groups = symmap.depth_groups()
     if not groups:
-        reasons = [e.message for e in symmap.trace_report.entries if e.kind == "depth"]
+        reasons = [e.message for e in sorted(  # the outermost list's first
+            (e for e in symmap.trace_report.entries if e.kind == "depth"),
+            key=lambda e: e.where.count("."))]
         why = f" ({reasons[0]})" if reasons else ""
         raise PlanError(f"the model has no depth group: no stack of blocks was proven "
                         f"residual{why}")

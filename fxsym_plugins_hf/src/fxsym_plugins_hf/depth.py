@@ -23,12 +23,18 @@ searched: each list of block positions is set to hold the blocks that are of the
 listed and not when left out (two builds: every block listed, none), and each int field
 whose change changes the kinds the build makes (a rule's parameter) is tried over
 ``0 .. K + 1`` for ``K`` blocks kept, the lists refitted each time, keeping a value that
-leaves fewer blocks of another kind, until every block is of its kind or no value helps.
+leaves fewer differences (module classes and flags, over all blocks: Jamba's attention
+offset and expert offset each set one of two), until every block is of its kind or no
+value helps; then, where that fails and it takes at most :data:`PAIR_BUILDS` builds, pairs
+of those fields over the same values (a period and its offset change together).
 Where no config found so describes the kept blocks, the config records the stack as one it
 cannot describe (``config.fxsym_nonuniform["blocks"]``: each kept block's position in the
 stack the unpruned config builds), so that :func:`fxsym.save` writes fxsym's own checkpoint
 type, whose loader replays the plan; a :class:`fxsym.ResizeWarning` names the first block
-that differs and how.
+that differs and how. Where, besides, the blocks read values the model chooses by position
+(``DepthGroup.varying_inputs``: a hybrid's masks), the depth is refused
+(:class:`fxsym.ResizeError` naming both): those choices would not follow the blocks. No
+field setting the count is refused too.
 Per-module sizes the config records for a non-uniform plan follow the blocks' new names.
 
 The config is copied, never changed in place (every module holding it gets the copy), and
@@ -38,6 +44,7 @@ the config from before fxsym's first resize is kept as for a width resize.
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -215,12 +222,16 @@ class _Check:
                 for b in built.get_submodule(self.container).children()]
 
     def mismatches(self, config: Any) -> int:
-        """How many blocks a model built from ``config`` has of another kind than wanted (all
-        of them, and one more, where it cannot be built or has another count)."""
+        """How far the blocks of a model built from ``config`` are from the wanted kinds: the
+        entries of their kinds that differ, over all blocks (a block of attention where a
+        mixer is wanted and of a dense MLP where experts are wanted counts twice, so that a
+        change setting one of the two right is progress); ``sys.maxsize`` where it cannot be
+        built or has another count."""
         kinds = self.built(config)
         if kinds is None:
-            return len(self.wanted) + 1
-        return sum(a != b for a, b in zip(kinds, self.wanted, strict=True))
+            return sys.maxsize
+        return sum(a.get(key) != b.get(key) for a, b in zip(kinds, self.wanted, strict=True)
+                   for key in {**a, **b})
 
     def first_difference(self, config: Any) -> str:
         """The first block a model built from ``config`` has of another kind, and how."""
@@ -239,6 +250,10 @@ class _Check:
         return "the blocks differ"
 
 
+#: the most meta builds the search of pairs of rule fields may take (``(K + 2)**2`` a pair)
+PAIR_BUILDS = 1024
+
+
 def _search(check: _Check, old: Any, new: Any, count: str, positions: list[str], n: int,
             k: int) -> list[str]:
     """Change, in ``new``, the fields that choose the blocks' kinds until a model built from
@@ -255,21 +270,40 @@ def _search(check: _Check, old: Any, new: Any, count: str, positions: list[str],
 
     best = fitted()
     kept = {f: getattr(new, f) for f in fields}
+
+    def tried(values: dict[str, int]) -> bool:
+        """Whether ``values`` (the lists refitted) leave fewer differences; kept if so."""
+        nonlocal best, kept
+        for f, v in values.items():
+            setattr(new, f, v)
+        now = fitted()
+        if now < best:
+            best, kept = now, {f: getattr(new, f) for f in fields}
+            return True
+        for f, v in kept.items():
+            setattr(new, f, v)
+        return False
+
     improved = True
     while best and improved:
         improved = False
         for field in rules:
             for value in range(k + 2):
-                setattr(new, field, value)
-                now = fitted()
-                if now < best:
-                    best, improved = now, True
-                    kept = {f: getattr(new, f) for f in fields}
+                improved = tried({field: value}) or improved
+                if not best:
+                    break
+            if not best:
+                break
+    pairs = [(a, b) for i, a in enumerate(rules) for b in rules[i + 1:]]
+    if best and len(pairs) * (k + 2) ** 2 <= PAIR_BUILDS:  # a period and its offset
+        for a, b in pairs:
+            for x in range(k + 2):
+                for y in range(k + 2):
+                    tried({a: x, b: y})
                     if not best:
                         break
-                else:
-                    for f, v in kept.items():
-                        setattr(new, f, v)
+                if not best:
+                    break
             if not best:
                 break
     for f, v in (kept if not best else start).items():  # no partial answer: as renumbered
@@ -299,7 +333,8 @@ def _fit(check: _Check, new: Any, field: str, k: int) -> None:
 def _rule_fields(check: _Check, config: Any, count: str, positions: list[str], n: int
                  ) -> list[str]:
     """The int fields of ``config`` (the count and lists aside) between 0 and ``n`` whose
-    change changes which kinds of blocks, in which order, a model built from it has."""
+    change by one, up or down, changes which kinds of blocks, in which order, a model built
+    from it has."""
     base = _kinds(check, config)
     if base is None:
         return []
@@ -308,11 +343,13 @@ def _rule_fields(check: _Check, config: Any, count: str, positions: list[str], n
         if field.startswith("_") or field == count or field in positions or type(
                 value) is not int or not 0 <= value <= n:
             continue
-        probe = copy.deepcopy(config)
-        setattr(probe, field, value + 1)
-        other = _kinds(check, probe)
-        if other is not None and other != base:
-            out.append(field)
+        for other_value in (value + 1, value - 1):  # a bound may change the kinds one way
+            probe = copy.deepcopy(config)
+            setattr(probe, field, other_value)
+            other = _kinds(check, probe) if other_value >= 0 else None
+            if other is not None and other != base:
+                out.append(field)
+                break
     return out
 
 
@@ -335,13 +372,21 @@ def _undescribed(model: nn.Module, check: _Check, new: Any, group: Any, kept: Se
         entries[f"{group.container}.{j}"] = earlier.get(group.blocks[i], i)
     record[BLOCKS] = entries
     why = check.first_difference(new)
+    if group.varying_inputs:
+        raise ResizeError(
+            f"{type(model).__name__}.config cannot describe the blocks of {group.container} "
+            f"kept ({list(kept)}): the search found no values of the fields that choose each "
+            f"block's kind giving them in this order ({why}), and the blocks read values the "
+            "model chooses by "
+            f"position ({group.varying_inputs[0]}), which would not follow them; keep blocks "
+            "whose kinds the config can give in order")
     setattr(new, NONUNIFORM, record)
     warnings.warn(
         f"{type(model).__name__}.config cannot describe the blocks of {group.container} kept "
-        f"({list(kept)}): no value of the fields that choose each block's kind gives them in "
-        f"this order ({why}); config.{NONUNIFORM}[{BLOCKS!r}] gives each block's position "
-        "in the unpruned stack, and fxsym.save writes fxsym's own checkpoint type, whose "
-        "loader replays the plan", ResizeWarning, stacklevel=2)
+        f"({list(kept)}): the search found no values of the fields that choose each block's "
+        f"kind giving them in this order ({why}); config.{NONUNIFORM}[{BLOCKS!r}] gives each "
+        "block's position in the unpruned stack, and fxsym.save writes fxsym's own checkpoint "
+        "type, whose loader replays the plan", ResizeWarning, stacklevel=2)
 
 
 def _renamed(nonuniform: dict[str, dict[str, int]], group: Any,

@@ -1,8 +1,8 @@
 """Depth as a group: which stacks of blocks are residual, proven on the traced graph.
 
-A ``ModuleList`` (or ``Sequential``) of at least two blocks of one class is a
-:class:`~fxsym.symbols.DepthGroup` when the graph shows, for every block ``i`` (its nodes:
-those whose ``nn_module_stack`` holds the block):
+A ``ModuleList`` (or ``Sequential``) of at least two blocks, holding no module or parameter
+in common, is a :class:`~fxsym.symbols.DepthGroup` when the graph shows, for every block ``i`` (its
+nodes: those whose ``nn_module_stack`` holds the block):
 
 * **in sequence**: the blocks' nodes come one block after the other, and block ``i``'s
   *stream input* is block ``i - 1``'s output, read by no node outside block ``i`` (so no
@@ -22,10 +22,15 @@ than the stream that the blocks read (masks, position embeddings) may differ fro
 block; they are recorded (``DepthGroup.varying_inputs``): which block reads which is chosen
 by position, so a resize needs a plugin to make that choice follow the kept blocks.
 
+The blocks may be of several classes (a hybrid stack: Jamba's attention and Mamba layers):
+each is proven residual on its own, and what chooses each position's class is the plugins'
+to renumber (``fxsym_after_depth``).
+
 A ``ModuleList`` that fails one condition gets a ``depth`` line in the trace report saying
-which and where (a ``Sequential``: a detail line, shown with ``verbose``: most are a conv, a
-norm and an activation, or blocks ending in an activation after their sum); a list whose
-blocks the graph never calls, or whose children are of several classes, is silent.
+which and where (a ``Sequential`` of blocks of one class, or a ``ModuleList`` of several: a
+detail line, shown with ``verbose``: most are a conv, a norm and an activation, blocks ending
+in an activation after their sum, or a list of unlike stages); a list whose blocks the graph
+never calls, and a ``Sequential`` of several classes (a network's body), are silent.
 
 Imports from fxsym: symbols, tracer.
 """
@@ -72,20 +77,42 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
     found: list[DepthGroup] = []
     for qualname, container in model.named_modules():
         children = list(container.named_children())
-        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(children) < 2 or len(
-                {type(c) for _, c in children}) != 1:
+        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(children) < 2:
             continue
         names = [f"{qualname}.{k}" if qualname else k for k, _ in children]
         members = [list(dict.fromkeys(inside.get(name, ()))) for name in names]
         if not any(members):
             continue
         try:
+            _not_shared(names, [c for _, c in children])  # else its weights' reads tell less
             found.append(_prove(container, qualname, names, members, order, layouts, table,
                                 groups or {}))
         except _NotResidual as exc:
-            report.add("depth", qualname or "<root>", f"no depth group: {exc}",
-                       detail=not isinstance(container, nn.ModuleList))
+            alike = len({type(c) for _, c in children}) == 1
+            listed = isinstance(container, nn.ModuleList)
+            if alike or listed:  # a Sequential of unlike layers is a network's body: silent
+                report.add("depth", qualname or "<root>", f"no depth group: {exc}",
+                           detail=not (listed and alike))
     return tuple(found)
+
+
+def _not_shared(names: list[str], blocks: list[nn.Module]) -> None:
+    """Refuse blocks holding a module or a parameter in common (Zamba2's transformer shared
+    by its hybrid blocks, with adapters and cache slots chosen by position): what the shared
+    part holds for each block is not the block's own, and no renumbering of the blocks
+    reaches it."""
+    owner: dict[int, tuple[str, str]] = {}
+    for name, block in zip(names, blocks, strict=True):
+        held = [(path, "module", mod) for path, mod in block.named_modules(
+            remove_duplicate=False)]
+        held += [(path, "parameter", p) for path, p in block.named_parameters(
+            remove_duplicate=False)]
+        for path, what, obj in held:
+            other = owner.setdefault(id(obj), (name, path))
+            if other[0] != name:
+                raise _NotResidual(f"blocks {other[0]} and {name} share the {what} "
+                                   f"{path or '(the block)'}: what the shared part holds "
+                                   "for each block would not follow a renumbering")
 
 
 def _prove(container: nn.Module, qualname: str, names: list[str],
