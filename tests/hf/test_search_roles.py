@@ -67,6 +67,20 @@ def test_mla_ranks_are_no_ffn_width() -> None:
     assert len(r.other) == 4 and all(".self_attn." in n for n in r.other)
 
 
+@pytest.mark.parametrize("model_type", ["falcon", "bloom", "gpt_bigcode", "gpt2", "llama"])
+def test_attention_traced_through_is_no_ffn_width(model_type: str, tiny: Any) -> None:
+    """Falcon's multi-query heads (one key head broadcast over the query heads), BLOOM's
+    channels of a head (summed over by ``baddbmm`` with the ALiBi bias) and GPTBigCode's
+    (summed over by ``scaled_dot_product_attention``) are attention, and GPT-2's ``head_dim``
+    is none of the widths: the dense FFN role holds each block's MLP width only."""
+    model = tiny(model_type)
+    r = roles(fxsym.analyze(model))
+    mlp = {"falcon": "mlp.dense_h_to_4h.weight:0", "bloom": "mlp.dense_h_to_4h.out_features",
+           "gpt_bigcode": "mlp.c_fc.out_features", "gpt2": "mlp.c_fc.out_features",
+           "llama": "mlp.gate_proj.out_features"}[model_type]
+    assert len(r.ffn) == 2 and all(n.endswith(mlp) for n in r.ffn), r.ffn
+
+
 def test_sizes_per_role_on_a_dense_then_moe_model() -> None:
     """``ffn`` sizes the dense layer, ``expert_ffn`` the experts, each in its own range."""
     model = _build("qwen3_moe", **DENSE_THEN_MOE)

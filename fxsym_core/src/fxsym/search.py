@@ -7,10 +7,10 @@ groups by what the groups hold, not by config field names:
 * inside the blocks of a depth group (every member in one block), a group rooted at an
   attention module's ``heads`` symbol is a *heads* group (key/value heads where queries are
   grouped over them), one rooted at its ``queries_per_kv`` symbol a *queries* group (query
-  heads per key/value head); one whose units are a batch dim of both operands of a product
-  of two tensors (``q @ k.transpose(-1, -2)``, ``scaled_dot_product_attention``: the heads of
-  an attention traced through, such as OLMoE's, which normalises queries and keys over every
-  head) an *attention* group, which no size flag names. Of the others, a group whose modules
+  heads per key/value head); one an attention's products hold (:func:`_batch_of_products`:
+  the heads or channels of a head of an attention traced through, such as OLMoE's, which
+  normalises queries and keys over every head) an *attention* group, which no size flag
+  names. Of the others, a group whose modules
   hold no other group but the hidden size and the experts is an FFN-like width of one of three
   roles: *expert_ffn* where it shares a module with a routed group (a fused expert tensor),
   *shared_ffn* where its block holds routed experts it does not share (a shared expert, used
@@ -151,10 +151,11 @@ def roles(symmap: SymMap) -> Roles:
             continue
         root = g.members[0][1]
         beside = set().union(*(held[q] for q, _ in g.members)) - {g.name}
+        ffn_like = not beside - routed - set(hidden)
         role = ("heads" if root == "heads" else "queries" if root == "queries_per_kv"
+                else "expert_ffn" if ffn_like and beside & routed
                 else "attention" if g.id in batched
-                else "other" if beside - routed - set(hidden)
-                else "expert_ffn" if beside & routed
+                else "other" if not ffn_like
                 else "shared_ffn" if block in routed_homes else "ffn")
         found[role].append(g.name)
     return Roles(hidden, tuple(found["ffn"]), tuple(found["heads"]), tuple(found["queries"]),
@@ -163,36 +164,54 @@ def roles(symmap: SymMap) -> Roles:
                  tuple(found["shared_ffn"]), tuple(found["other"]))
 
 
-#: products of two tensors whose leading dims are batch dims (attention's scores and outputs)
-_PRODUCTS = MATMULS | {nn.functional.scaled_dot_product_attention}
+#: a product of two batched tensors added to a first operand (BLOOM's ALiBi scores)
+_ADDED_PRODUCTS = frozenset({torch.baddbmm, "baddbmm"})
 
 
 def _batch_of_products(symmap: SymMap) -> set[int]:
-    """The groups (roots) whose units lie in a batch dim of both operands of a product of two
-    tensors in the traced graph: the heads of ``q @ k.transpose(-1, -2)``. An MLP's width never
-    does: a projection's weight (fused experts picked per token included) has the width in a
-    matrix dim."""
+    """The groups (roots) an attention's products of two tensors hold: those in a dim of
+    the queries, keys or values of ``scaled_dot_product_attention``, and, of a product of two
+    batched tensors (``q @ k.transpose(-1, -2)``, ``baddbmm``), those in a batch dim of
+    either operand (heads, also where the other operand broadcasts one head over them: a
+    multi-query attention's single key) or in the dim the product sums over (the channels of
+    a head). An MLP's width is not there: a projection's weight is a matrix whose width the
+    product keeps (fused experts picked per token, whose width the sum runs over in
+    ``bmm(down[picked], act)``, are expert FFN widths, found first by :func:`roles`)."""
     analysis, graph = symmap.analysis, symmap.graph
     if analysis is None or graph is None:
         return set()
     out: set[int] = set()
     for node in graph.nodes:
-        if node.op not in ("call_function", "call_method") or node.target not in _PRODUCTS:
+        if node.op not in ("call_function", "call_method"):
             continue
-        operands = [a for a in node.args[:2] if isinstance(a, fx.Node)]
-        found = [_batch_roots(analysis, analysis.node_layouts.get(a.name)) for a in operands]
-        if len(found) == 2:
-            out |= found[0] & found[1]
+        if node.target is nn.functional.scaled_dot_product_attention:
+            for a in node.args[:3]:
+                lay = analysis.node_layouts.get(a.name) if isinstance(a, fx.Node) else None
+                out |= _roots(analysis, lay, range(len(lay) if lay else 0))
+            continue
+        if node.target in MATMULS:
+            args = node.args[:2]
+        elif node.target in _ADDED_PRODUCTS:  # baddbmm(bias, q, k): the product of the last two
+            args = (*node.args[1:3], *(node.kwargs[k] for k in ("batch1", "batch2")
+                                       if k in node.kwargs))
+        else:
+            continue
+        layouts = [x for a in args if isinstance(a, fx.Node)
+                   if isinstance(x := analysis.node_layouts.get(a.name), TensorLayout)]
+        if len(layouts) == 2 and all(len(x) > 2 for x in layouts):
+            left, right = layouts
+            out |= (_roots(analysis, left, [*range(len(left) - 2), len(left) - 1])
+                    | _roots(analysis, right, range(len(right) - 1)))
     return out
 
 
-def _batch_roots(analysis: Any, layout: Any) -> set[int]:
-    """The groups (roots) in the dims of ``layout`` before its last two (a product's batch
-    dims)."""
+def _roots(analysis: Any, layout: Any, dims: Iterable[int]) -> set[int]:
+    """The groups (roots) in those dims of ``layout``."""
     if not isinstance(layout, TensorLayout):
         return set()
-    return {analysis.table.find(seg.group) for dim in layout[:-2] for seg in dim
-            if seg.group is not None}
+    table = analysis.table
+    return {r for d in dims for seg in layout[d] if seg.group is not None
+            for r in table.same_size(seg.group)}  # a block of a fused chunk: all of them
 
 
 #: what each FFN-like role is, for messages
