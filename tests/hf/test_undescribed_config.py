@@ -10,6 +10,8 @@ the field it follows. Phi-3 reads ``getattr(config, "head_dim", hidden // heads)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,24 @@ def test_the_cli_prints_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     said = capsys.readouterr().out
     assert all(s in said for s in says), said
     assert "its config cannot describe the pruned model (scalar_embed_scale" in said
+
+
+def test_the_command_shows_the_warning_as_one_fxsym_line(tmp_path: Path) -> None:
+    """Before, the warning was Python's two lines: the issuing file and line, then the
+    source line of the call."""
+    overrides, says = UNDESCRIBED["gemma2"]
+    src, out = tmp_path / "in", tmp_path / "out"
+    checkpoint(src, "gemma2", **overrides)
+    argv = ["prune", str(src), "--hidden", "32", "-o", str(out)]
+    res = subprocess.run([sys.executable, "-c", "import sys\nfrom fxsym.cli import main\n"
+                          f"sys.exit(main({argv!r}))"], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    warned = [line for line in res.stderr.splitlines() if "ResizeWarning" in line]
+    assert len(warned) == 1 and warned[0].startswith(
+        "fxsym: ResizeWarning: Gemma2ForCausalLM.config does not describe"), res.stderr
+    assert all(s in warned[0] for s in says)
+    assert "configs.update_config(" not in res.stderr
 
 
 def test_phi3_heads_wider_than_the_hidden_size_divides_are_a_plain_checkpoint(

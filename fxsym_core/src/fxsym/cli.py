@@ -2,7 +2,8 @@
 
 Every failure, a usage error included, is reported as one line on stderr,
 ``fxsym: <what failed>``, with exit code 2 (130 when interrupted); a traceback is never shown.
-An unknown option is answered with the closest one the command has. Every rule of
+An unknown option is answered with the closest one the command has; a warning is shown as one
+line too, ``fxsym: <Category>: <message>``. Every rule of
 ``fxsym prune``'s options that depends on the options alone is checked first
 (:func:`check_prune_options`; the rules it shares with :func:`fxsym.prune_checkpoint` are
 :mod:`fxsym.options`'), before torch is imported: a usage error takes no time.
@@ -21,6 +22,7 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -924,6 +926,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = commands["passes"] = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)
     commands["prune"] = add_prune_parser(sub)
+    shown_as = warnings.formatwarning
+    warnings.formatwarning = _warning_line
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:
@@ -938,7 +942,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fxsym: {_one_line(exc)}", file=sys.stderr)
     except Exception as exc:
         print(f"fxsym: unexpected error: {_one_line(exc)}", file=sys.stderr)
+    finally:
+        warnings.formatwarning = shown_as
     return 2
+
+
+def _warning_line(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, line: str | None = None) -> str:
+    """A warning the command shows: one line, ``fxsym: <Category>: <message>`` (not the
+    source line that issued it)."""
+    return f"fxsym: {category.__name__}: {' '.join(str(message).split())}\n"
 
 
 if __name__ == "__main__":
