@@ -47,6 +47,7 @@ OPERATIONS: dict[str, dict[str, Any]] = {
     "depth-positions": dict(layers=[0, 2], importance="l2"),
     "search": dict(calibration=[TEXT], param_ratio=0.3, search=True),
     "ffn": dict(sizes={"ffn": 96}, importance="l2"),
+    "expert-ffn": dict(sizes={"expert_ffn": 16}, importance="l2"),
     "hidden": dict(sizes={"hidden": 32}, importance="l2"),
     "heads": dict(sizes={"heads": 2}, importance="l2"),
     "experts": dict(sizes={"experts": 2}, importance="l2"),
