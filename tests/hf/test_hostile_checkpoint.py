@@ -245,6 +245,8 @@ def _refused(src: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], read
     for s in says:
         assert s in str(info.value), info.value
     assert not reads, reads
+    with pytest.raises(fxsym.CheckpointError):  # the folders made for the output go too
+        fxsym.prune_checkpoint(src, tmp_path / "new" / "deep" / "out", ratio=0.5)
     _cli_refuses(["prune", str(src), "--ratio", "0.5", "-o", str(out)], capsys, *says)
     assert not reads, reads
     assert _tree(tmp_path) == before

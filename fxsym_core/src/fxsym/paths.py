@@ -116,7 +116,9 @@ _held_lock = threading.Lock()
 def writing(directory: str | os.PathLike[str], *,
             error: type[FxsymError] = PlanError) -> Iterator[None]:
     """Hold the lock of the output ``directory`` for the block (see the module docstring);
-    ``error`` if another process or thread holds it. Re-entrant in one thread."""
+    ``error`` if another process or thread holds it. Re-entrant in one thread. The folders
+    made to hold ``directory`` are removed again if it was not written (a refused prune
+    leaves no trace)."""
     out = Path(os.path.abspath(directory))
     key = str(out)
     me = threading.get_ident()
@@ -131,18 +133,25 @@ def writing(directory: str | os.PathLike[str], *,
     if not mine or fcntl is None:
         yield
         return
+    made = [p for p in [out.parent, *out.parent.parents] if not os.path.lexists(p)]
     out.parent.mkdir(parents=True, exist_ok=True)
-    lock = out.parent / LOCK.format(out.name)
-    fd = _take(lock, out, error)
-    with _held_lock:
-        _held[key] = me
     try:
-        _clean_stale(out)
-        yield
-    finally:
+        lock = out.parent / LOCK.format(out.name)
+        fd = _take(lock, out, error)
         with _held_lock:
-            _held.pop(key, None)
-        _release(lock, fd, unlink=True)
+            _held[key] = me
+        try:
+            _clean_stale(out)
+            yield
+        finally:
+            with _held_lock:
+                _held.pop(key, None)
+            _release(lock, fd, unlink=True)
+    finally:
+        if not os.path.lexists(out):  # nothing written: the folders made for it go too
+            for folder in made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(folder)
 
 
 def _release(lock: Path, fd: int, *, unlink: bool) -> None:
