@@ -168,9 +168,9 @@ def main() -> None:
                 try:
                     row = compare(work / "in")
                 except FxsymError as exc:
-                    row = f"refused: {' '.join(str(exc).split())[:120]}"
+                    row = f"refused: {' '.join(str(exc).split())}"
                 except Exception as exc:
-                    row = f"FAILED: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
+                    row = f"FAILED: {type(exc).__name__}: {' '.join(str(exc).split())}"
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"| {family} | {row} |", flush=True)
