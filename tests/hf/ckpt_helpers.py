@@ -54,6 +54,12 @@ LAYERED: dict[str, dict[str, Any]] = {
                        num_experts_per_tok=2, moe_intermediate_size=32,
                        shared_expert_intermediate_size=32),
     "lfm2": dict(layer_types=["conv", "full_attention"] * 2, block_ff_dim=192),
+    # chunked attention on 3 layers of 4 (chunks of 6, no rope there), MoE every other layer;
+    # its model moves the token ids to its embedding's device before calling it
+    "llama4_text": dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+                        interleave_moe_layer_step=2, pad_token_id=0, attention_chunk_size=6,
+                        no_rope_layers=[1, 1, 1, 0],
+                        layer_types=["chunked_attention"] * 3 + ["full_attention"]),
 }
 
 

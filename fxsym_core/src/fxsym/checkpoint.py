@@ -528,18 +528,52 @@ def block_list(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     return None if best is None else (best[1], best[2])
 
 
+class _Unread(nn.Parameter):
+    """Stands, during a streamed run, for a parameter whose tensor is not in memory: it has the
+    parameter's shape and dtype on the CPU (one number, expanded), so code reading its device,
+    dtype or shape sees what the loaded model shows (transformers' Llama 4 moves the token ids
+    to its embedding's device before calling it), and any other use raises
+    :class:`~fxsym.errors.CheckpointError` naming it. A value read outside the call of a module
+    holding it is not streamed, and never guessed: a meta tensor there gave uninitialised
+    memory (torch's embedding of meta indices returns a CPU tensor of garbage)."""
+
+    #: what may be read of it: metadata only
+    METADATA = frozenset({"device", "dtype", "shape", "is_meta", "requires_grad", "ndim",
+                          "layout", "is_cuda", "is_sparse", "is_quantized", "is_nested", "size",
+                          "dim", "numel", "is_floating_point", "is_complex", "element_size",
+                          "get_device", "grad_fn", "grad", "is_leaf", "names"})
+    fxsym_name: str
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Sequence[Any] = (),
+                           kwargs: Mapping[str, Any] | None = None) -> Any:
+        what = (getattr(getattr(func, "__self__", None), "__name__", None)
+                if getattr(func, "__name__", None) == "__get__"
+                else getattr(func, "__name__", None))
+        if what in cls.METADATA:
+            return super().__torch_function__(func, types, args, kwargs or {})  # type: ignore[no-untyped-call]
+        name = next((a.fxsym_name for a in args if isinstance(a, _Unread)), "a parameter")
+        raise CheckpointError(f"{name} was used ({what}) while no module holding it was "
+                              "running: the model's code reads it outside the modules' "
+                              "calls, so it cannot be streamed a block at a time")
+
+
 class _Loader:
     """Puts checkpoint tensors into the meta model's parameters and takes them out again.
 
     A parameter is known by its first qualified name; loading it gives the tensor (in the meta
     parameter's dtype) to every place holding it, so tied weights stay tied, and reads it
-    under whichever of its names the files hold. Releasing puts a meta parameter back in every
-    place, freeing the tensor."""
+    under whichever of its names the files hold. During a run (:meth:`begin` to :meth:`end`)
+    a parameter not loaded is an :class:`_Unread` in every place: releasing puts it back,
+    freeing the tensor; :meth:`end` puts the model's own meta parameters back."""
 
     def __init__(self, model: nn.Module, tensors: _Source) -> None:
         self.tensors = tensors
         self.places: dict[str, list[tuple[nn.Module, str, str]]] = {}
         self.first: dict[tuple[int, str], str] = {}
+        self.meta: dict[str, nn.Parameter] = {}
+        self.unread: dict[str, _Unread] = {}
+        self.loaded: set[str] = set()
         by_id: dict[int, str] = {}
         for qual, mod in model.named_modules(remove_duplicate=False):
             for attr, p in mod.named_parameters(recurse=False, remove_duplicate=False):
@@ -547,6 +581,7 @@ class _Loader:
                 first = by_id.setdefault(id(p), name)
                 self.places.setdefault(first, []).append((mod, attr, name))
                 self.first[(id(mod), attr)] = first
+                self.meta[first] = p
 
     def names(self, module: nn.Module, *, recurse: bool = True) -> list[str]:
         """The first names of ``module``'s parameters (its own only, without ``recurse``)."""
@@ -554,38 +589,53 @@ class _Loader:
         return list(dict.fromkeys(self.first[(id(m), attr)] for m in mods
                                   for attr, _ in m.named_parameters(recurse=False)))
 
+    def _put(self, first: str, p: nn.Parameter) -> None:
+        for mod, attr, _ in self.places[first]:
+            setattr(mod, attr, p)
+
+    def begin(self) -> None:
+        """Every parameter an :class:`_Unread` until loaded."""
+        for first, meta in self.meta.items():
+            if first not in self.unread:
+                placeholder = _Unread(torch.zeros((), dtype=meta.dtype).expand(meta.shape),
+                                      requires_grad=False)
+                placeholder.fxsym_name = first
+                self.unread[first] = placeholder
+            self._put(first, self.unread[first])
+
+    def end(self) -> None:
+        """The model's own meta parameters back in every place; every tensor freed."""
+        for first, meta in self.meta.items():
+            self._put(first, meta)
+        if self.loaded:
+            self.loaded.clear()
+            _trim()
+
     def load(self, names: Sequence[str]) -> None:
         wanted: list[tuple[str, str]] = []
         for first in names:
-            places = self.places[first]
-            if not getattr(places[0][0], places[0][1]).is_meta:
+            if first in self.loaded:
                 continue
+            places = self.places[first]
             stored = next((n for _, _, n in places if self.tensors.has(n)), None)
             if stored is None:
                 raise CheckpointError(f"{self.tensors.directory}: no weight file holds {first}")
             wanted.append((first, stored))
         got = self.tensors.read([stored for _, stored in wanted])
         for first, stored in wanted:
-            places = self.places[first]
-            meta = getattr(places[0][0], places[0][1])
+            meta = self.meta[first]
             t = got.pop(stored)
             if t.shape != meta.shape:
                 raise CheckpointError(f"{stored}: the weights hold shape {tuple(t.shape)}, the "
                                       f"model built from the config {tuple(meta.shape)}")
-            p = nn.Parameter(t.to(meta.dtype), requires_grad=False)
-            for mod, attr, _ in places:
-                setattr(mod, attr, p)
+            self._put(first, nn.Parameter(t.to(meta.dtype), requires_grad=False))
+            self.loaded.add(first)
 
     def release(self, names: Sequence[str]) -> None:
-        freed = False
-        for first in names:
-            places = self.places[first]
-            p = getattr(places[0][0], places[0][1])
-            if not p.is_meta:
-                meta = nn.Parameter(p.to("meta"), requires_grad=False)
-                for mod, attr, _ in places:
-                    setattr(mod, attr, meta)
-                freed = True
+        freed = [first for first in names if first in self.loaded]
+        for first in freed:
+            self._put(first, self.unread[first])
+            self.loaded.discard(first)
         if freed:
             _trim()
 
@@ -724,6 +774,7 @@ def _stream(model: nn.Module, loader: _Loader, batches: Sequence[Any], watch: _W
     handles = loader.on_call(outside)
     model.eval()
     try:
+        loader.begin()
         handles += watch.rest()
         with (steps(len(blocks), description=description) if progress
               else contextlib.nullcontext(lambda label: None)) as step:
@@ -734,7 +785,7 @@ def _stream(model: nn.Module, loader: _Loader, batches: Sequence[Any], watch: _W
     finally:
         for h in handles:
             h.remove()
-        loader.release(list(loader.places))
+        loader.end()
 
 
 class _Activations(_Watch):
