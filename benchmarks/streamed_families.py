@@ -137,45 +137,62 @@ def compare(src: Path) -> str:
     return f"{len(loaded)} groups, {len(blocks)} blocks | {score:.1e} | {block:.1e}"
 
 
-def main() -> None:
-    import torch
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
+def row(family: str) -> str:
+    """The table row's cells of ``family`` (in a process of its own: see :func:`main`)."""
     from fxsym.errors import FxsymError
 
-    torch.set_num_threads(2)
-    warnings.simplefilter("ignore")
-    transformers.logging.set_verbosity_error()
+    work = Path(tempfile.mkdtemp(prefix="fxsym-streamed-"))
+    try:
+        try:
+            big = meta_params(family)
+            if big > MAX_PARAMS:
+                raise ValueError(f"its tiny config still holds {big:,} parameters")
+            checkpoint(work / "in", family, num_hidden_layers=LAYERS, shard="10MB",
+                       **tiny_overrides(family))
+        except Exception as exc:
+            return f"not built: {type(exc).__name__}: {' '.join(str(exc).split())[:100]}"
+        try:
+            return compare(work / "in")
+        except FxsymError as exc:
+            return f"refused: {' '.join(str(exc).split())}"
+        except Exception as exc:
+            return f"FAILED: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    """One process per family, so that a plugin one family makes fail (which fxsym then
+    disables for the rest of its process) or a config too big for memory touches no other."""
+    import subprocess
+
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)))
     args = parser.parse_args()
     print("| family | compared | max rel. diff, scores | max rel. diff, block importance |")
     print("|---|---|---|---|", flush=True)
     for family in args.families.split(","):
-        work = Path(tempfile.mkdtemp(prefix="fxsym-streamed-"))
         start = time.perf_counter()
-        try:
-            try:
-                big = meta_params(family)
-                if big > MAX_PARAMS:
-                    raise ValueError(f"its tiny config still holds {big:,} parameters")
-                checkpoint(work / "in", family, num_hidden_layers=LAYERS, shard="10MB",
-                           **tiny_overrides(family))
-            except Exception as exc:
-                row = f"not built: {type(exc).__name__}: {' '.join(str(exc).split())[:100]}"
-            else:
-                try:
-                    row = compare(work / "in")
-                except FxsymError as exc:
-                    row = f"refused: {' '.join(str(exc).split())}"
-                except Exception as exc:
-                    row = f"FAILED: {type(exc).__name__}: {' '.join(str(exc).split())}"
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        print(f"| {family} | {row} |", flush=True)
+        done = subprocess.run([sys.executable, __file__, "--child", family], text=True,
+                              capture_output=True, check=False)
+        lines = done.stdout.strip().splitlines()
+        cells = (lines[-1] if done.returncode == 0 and lines
+                 else f"FAILED: the process ended with {done.returncode}: "
+                      f"{' '.join(done.stderr.split()[-30:])}")
+        print(f"| {family} | {cells} |", flush=True)
         print(f"{family}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--child"]:
+        import torch
+        import transformers
+
+        torch.set_num_threads(2)
+        warnings.simplefilter("ignore")
+        transformers.logging.set_verbosity_error()
+        print(row(sys.argv[2]))
+    else:
+        main()
