@@ -106,6 +106,8 @@ def test_the_search_sizes_each_width_from_its_own_range() -> None:
         assert c.ffn <= 128 and c.expert_ffn <= 32 and c.expert_ffn % 8 == 0
         assert c.expert_ffn <= max(8, 32 * c.ffn // 128 + 8)
     assert any(c.ffn > 32 for c in result.candidates)
+    bound = [c.params for c in result.candidates if (c.ffn, c.expert_ffn) != (128, 32)]
+    assert bound and all(c.params >= min(bound) for c in result.candidates)  # none far under
 
 
 def test_a_dense_then_moe_checkpoint_searches_to_a_target(tmp_path: Path) -> None:

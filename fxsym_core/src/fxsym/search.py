@@ -512,9 +512,10 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
 
     Each candidate lands as close under the target as the steps allow: its FFN-like widths
     (dense, expert and shared-expert FFNs, each a fraction of its own width, one fraction for
-    all) are the widest that fit; a candidate whose widths are whole and whose hidden size
-    could grow a step and still fit is not offered (it lies further under the target than
-    its steps require), unless no candidate is that close."""
+    all) are the widest that fit, so it lies within a width step of the target; a candidate
+    whose widths stay whole (its depth and hidden size alone fit) is offered only where it is
+    as close as those (without such candidates: where its hidden size could not grow a step
+    and still fit; without those either, every candidate is)."""
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
     depth = symmap.depth_group(r.layers) if r.layers else None
@@ -539,7 +540,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     fixed = bool((whole.keys() | kept) & set(r.hidden))
     widths = (1.0,) if fixed or not hidden_now else fractions
     sized = partial(_sizes, symmap, kept)
-    found: list[tuple[Candidate, bool]] = []
+    found: list[tuple[Candidate, bool, bool]] = []
     tried: set[tuple[Any, ...]] = set()
     counts = ([0] if depth is None else list(depths) if depths is not None
               else [max(1, round(depth.size * lf)) for lf in fractions])
@@ -561,18 +562,23 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
             sizes = sized(hidden if hidden != hidden_now else None,
                           {k: w for k, w in chosen.items() if w != ranges[k].now})
             params = count(sizes, layers)
-            binding = any(w < ranges[k].now for k, w in chosen.items()) or (
-                hidden is not None and hidden_now is not None and hidden < hidden_now and
-                count(sized(min(hidden_now, hidden + hidden_step), {}), layers)
-                > target_params)
+            widths_bind = any(w < ranges[k].now for k, w in chosen.items())
+            hidden_binds = (hidden is not None and hidden_now is not None
+                            and hidden < hidden_now and count(sized(
+                                min(hidden_now, hidden + hidden_step), {}), layers)
+                            > target_params)
             found.append((Candidate(n_layers or 0, hidden, chosen.get("ffn"), params,
                                     expert_ffn=chosen.get("expert_ffn"),
-                                    shared_ffn=chosen.get("shared_ffn")), binding))
+                                    shared_ffn=chosen.get("shared_ffn")),
+                          widths_bind, hidden_binds))
     if not found:
         raise PlanError(f"no uniform candidate reaches {target_params:,} "
                         f"{'active ' if active else ''}parameters")
-    close = [c for c, binding in found if binding]
-    return close or [c for c, _ in found]
+    bound = [c.params for c, widths_bind, _ in found if widths_bind]
+    if bound:  # within a width step of the target: others only where as close
+        return [c for c, widths_bind, _ in found if widths_bind or c.params >= min(bound)]
+    close = [c for c, _, hidden_binds in found if hidden_binds]
+    return close or [c for c, _, _ in found]
 
 
 def search(model: nn.Module, symmap: SymMap, *, target_params: int,
