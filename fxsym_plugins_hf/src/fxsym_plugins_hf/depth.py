@@ -94,11 +94,12 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
     if nonuniform:
         setattr(new, NONUNIFORM, _renamed(nonuniform, group, kept))
     stack = model.get_submodule(group.container)
-    if _length(meta_build(model, config), group.container) is not None:  # buildable on meta
-        wanted = [_kind(b, shapes=not nonuniform) for b in stack.children()]
-        check = _Check(model, group.container, wanted)
-        if check.mismatches(new):
-            followed += _search(check, config, new, count, positions, n, k)
+    wanted = [_kind(b, shapes=not nonuniform) for b in stack.children()]
+    check = _Check(model, group.container, wanted)
+    # one build where the config describes the blocks; none compared where the class
+    # cannot be built on meta at all
+    if check.mismatches(new) and _length(meta_build(model, config), group.container):
+        followed += _search(check, config, new, count, positions, n, k)
         if check.mismatches(new):
             _undescribed(model, check, new, group, kept, nonuniform)
     for mod in model.modules():
