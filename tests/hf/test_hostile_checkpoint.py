@@ -532,3 +532,24 @@ def test_tensors_the_library_ignores_on_load_are_neither_refused_nor_written(
     index.write_text(json.dumps(data))
     _refused(src, tmp_path, capsys, reads, "gpt_neox.layers.0.attention.unknown",
              "does not have")
+
+
+def test_a_config_asking_for_huge_computed_buffers_is_refused_before_the_build(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], reads: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT-Neo computes a causal mask of max_position_embeddings² entries when built: a
+    config inflating it (2**20 positions: 1 TiB) would be allocated by the build. Measured
+    on meta first; here the limit is lowered to 1 MB so that the case is a 16 MB mask
+    (4096 positions), which the code before allocated in the build (the position embedding's
+    header was refused only after it)."""
+    import fxsym_plugins_hf.pretrained as pretrained
+
+    src = tmp_path / "in"
+    checkpoint(src, "gpt_neo", num_hidden_layers=2, with_tokenizer=False,
+               attention_types=[[["global"], 2]], num_layers=2, num_heads=4)
+    config = json.loads((src / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (src / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(pretrained, "MAX_BUFFER_BYTES", 2**20)
+    _refused(src, tmp_path, capsys, reads, "computed buffers", "(1, 1, 4096, 4096)",
+             "max_position_embeddings")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ from .stored import StoredTensors
 
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
+#: the most bytes of buffers (tables the model computes when built: rotary frequencies,
+#: masks, positions) a checkpoint's config may ask for; a real model's are a few MB
+MAX_BUFFER_BYTES = 2**30
 #: the largest index read (a model of a million tensors names them in well under this)
 MAX_INDEX_BYTES = 64 * 2**20
 
@@ -88,6 +92,7 @@ class PretrainedDirectory:
             raise CheckpointError(f"{self.directory}: config.json names no model class of "
                                   f"transformers (architectures: "
                                   f"{getattr(config, 'architectures', None)})")
+        _check_buffers(cls, config, self.directory)
         try:
             with parameters_on_meta(), init.no_init_weights():
                 model: nn.Module = cls(config)
@@ -214,6 +219,30 @@ class PretrainedDirectory:
         ids = ids[:tokens]
         return [{"input_ids": torch.tensor([ids[i:i + seq_len]]), "use_cache": False}
                 for i in range(0, len(ids), seq_len)]
+
+
+def _check_buffers(cls: type[nn.Module], config: Any, directory: Path) -> None:
+    """:class:`fxsym.CheckpointError` if the model ``config`` describes would compute more
+    than :data:`MAX_BUFFER_BYTES` of buffers when built (a causal mask or a table of positions
+    sized by a ``max_position_embeddings`` the config inflates): measured on a build with
+    everything on the meta device, before the real build allocates them. A class that cannot
+    be built on meta is not measured (its real build is the check)."""
+    from transformers import initialization as init
+
+    try:
+        with torch.device("meta"), init.no_init_weights(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            probe = cls(config)
+    except Exception:
+        return
+    size = sum(b.numel() * b.element_size() for b in probe.buffers())
+    if size > MAX_BUFFER_BYTES:
+        largest = max(probe.named_buffers(), key=lambda nb: nb[1].numel() * nb[1].element_size())
+        raise CheckpointError(
+            f"{directory / 'config.json'} asks for {size:,} bytes of computed buffers "
+            f"({largest[0]}: {tuple(largest[1].shape)}), more than {MAX_BUFFER_BYTES:,}: does "
+            "it give the checkpoint's sizes (max_position_embeddings and the like)? Nothing "
+            "was allocated")
 
 
 def _model_class(config: Any) -> type[nn.Module] | None:
