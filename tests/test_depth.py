@@ -238,6 +238,19 @@ def test_blocks_sharing_a_parameter_have_no_depth_group() -> None:
     assert "blocks.0 and blocks.2 share the parameter fc.weight" in _reason(sm, "blocks")
 
 
+def test_unlike_blocks_holding_parts_they_do_not_run_have_no_depth_group() -> None:
+    """A block of a stack of several classes holding a parameter its forward never reads
+    (Zamba2's adapters of the other hybrid positions, the one run picked by position):
+    refused, naming it."""
+    mixer = Gated(1)
+    mixer.unused = nn.Linear(8, 8)
+    sm = fxsym.analyze(Stack([Residual(), mixer, Residual()]), example_inputs=INPUTS)
+    assert sm.depth_groups() == []
+    (line,) = [e for e in sm.trace_report.entries if e.kind == "depth" and e.where == "blocks"]
+    assert "blocks.1 holds unused.weight, which the traced forward never reads" in line.message
+    assert line.detail  # a list of unlike blocks: shown with verbose
+
+
 def test_bad_depth_choices_touch_nothing() -> None:
     model = Stack([Residual() for _ in range(3)])
     sm = fxsym.analyze(model, example_inputs=INPUTS)

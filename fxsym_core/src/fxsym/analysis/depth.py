@@ -24,7 +24,9 @@ by position, so a resize needs a plugin to make that choice follow the kept bloc
 
 The blocks may be of several classes (a hybrid stack: Jamba's attention and Mamba layers):
 each is proven residual on its own, and what chooses each position's class is the plugins'
-to renumber (``fxsym_after_depth``).
+to renumber (``fxsym_after_depth``). Each such block's parameters must all be read by the
+graph: a block holding parts it does not run (Zamba2's adapters of the other hybrid
+positions) has them chosen by something else than itself.
 
 A ``ModuleList`` that fails one condition gets a ``depth`` line in the trace report saying
 which and where (a ``Sequential`` of blocks of one class, or a ``ModuleList`` of several: a
@@ -75,6 +77,7 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
             path = value[0] if isinstance(value, tuple) else key
             inside.setdefault(path, []).append(n)
     found: list[DepthGroup] = []
+    read: set[str] | None = None  # what the graph reads: modules called, attributes
     for qualname, container in model.named_modules():
         children = list(container.named_children())
         if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(children) < 2:
@@ -85,6 +88,10 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
             continue
         try:
             _not_shared(names, [c for _, c in children])  # else its weights' reads tell less
+            if len({type(c) for _, c in children}) > 1:
+                if read is None:
+                    read = {str(n.target) for n in nodes if n.op in ("call_module", "get_attr")}
+                _all_read(names, [c for _, c in children], read)
             found.append(_prove(container, qualname, names, members, order, layouts, table,
                                 groups or {}))
         except _NotResidual as exc:
@@ -94,6 +101,21 @@ def find_depth_groups(model: nn.Module, graph: fx.Graph, layouts: Mapping[str, A
                 report.add("depth", qualname or "<root>", f"no depth group: {exc}",
                            detail=not (listed and alike))
     return tuple(found)
+
+
+def _all_read(names: list[str], blocks: list[nn.Module], read: set[str]) -> None:
+    """Refuse blocks of a stack of several classes holding a parameter the traced forward
+    never reads (Zamba2's hybrid layers hold an adapter for each hybrid position and run the
+    one their position picks): which of its parts a block runs is then chosen by something
+    else than the block, which would not follow a renumbering."""
+    for name, block in zip(names, blocks, strict=True):
+        for pname, _ in block.named_parameters():
+            parts = f"{name}.{pname}".split(".")
+            if not any(".".join(parts[:i]) in read for i in range(1, len(parts) + 1)):
+                raise _NotResidual(f"block {name} holds {pname}, which the traced forward "
+                                   "never reads: which of its parts a block runs is chosen "
+                                   "elsewhere (by its position?) and would not follow a "
+                                   "renumbering")
 
 
 def _not_shared(names: list[str], blocks: list[nn.Module]) -> None:
