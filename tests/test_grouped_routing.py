@@ -12,17 +12,25 @@ routing groups and enough of them for ``top_k`` experts. ``E // n_group`` stays 
 (``num_experts`` and ``num_group`` follow the routing groups kept), so the expand to it stays
 a dim of fixed size. The mask is a constant fill shaped like the group scores (``zeros_like``
 reads only the shape).
+
+With ``routing_groups="keep"`` the view's other reading is taken: the experts are
+``n_group`` equal blocks tied entry by entry (one expert position of every routing group a
+unit), ``n_group`` stays, the mask's expand follows the positions and the last ``topk``
+picks along the ``n_group`` copies of them.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 import torch.nn.functional as F
 from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
-from fxsym.oracles import check_values
+from fxsym.oracles import check_permutation, check_shrink, check_values
 
 
 class GroupedRouterExperts(nn.Module):
@@ -145,3 +153,55 @@ def test_one_routing_group_keeps_single_experts() -> None:
     fxsym.resize(model, sm, {experts.name: [6, 1, 4]})
     assert (model.num_experts, model.num_group) == (3, 1)
     assert model.gate_up.shape == (3, 12, 8) and model(*_inputs()).shape == (2, 5, 3)
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_kept_routing_groups_lose_the_same_expert_positions(groups: int) -> None:
+    """``routing_groups="keep"``: the view to ``(-1, num_group, num_experts // num_group)``
+    reads the experts as ``num_group`` equal blocks tied entry by entry, so the unit is one
+    expert position of every routing group (``8 // groups`` of them); ``num_group`` stays and
+    ``num_experts`` is ``num_group`` times the positions kept. The pruned model equals one
+    built with those experts' weights (same positions in each routing group)."""
+    torch.manual_seed(0)
+    model = GroupedRouterExperts(groups=groups, topk_group=1)
+    sm = fxsym.analyze(model, example_inputs=_inputs(), routing_groups="keep")
+    assert sm.analysis_options == {"routing_groups": "keep"}
+    experts = group_with(sm, "", "router:0")
+    per = 8 // groups
+    assert experts.routed and (experts.size, experts.unit) == (per, 1)
+    assert ("", "attr:num_experts") in experts.members
+    assert ("", "attr:num_group") not in experts.members
+    assert check_permutation(model, sm, _inputs()).ok
+    assert check_shrink(model, sm, _inputs()).ok
+    kept = [1, 0] if groups == 4 else [3, 1]
+    rows = [g * per + p for g in range(groups) for p in kept]
+    reference = GroupedRouterExperts(experts=groups * len(kept), groups=groups, topk_group=1)
+    with torch.no_grad():
+        for name in ("router", "bias", "gate_up", "down"):
+            getattr(reference, name).copy_(getattr(model, name)[rows])
+        reference.out.load_state_dict(model.out.state_dict())
+    fxsym.resize(model, sm, {experts.name: kept})
+    assert (model.num_experts, model.num_group) == (groups * len(kept), groups)
+    assert torch.equal(model(*_inputs()), reference(*_inputs()))
+
+
+def test_routing_groups_option_is_checked() -> None:
+    with pytest.raises(fxsym.AnalysisError, match="routing_groups must be one of"):
+        fxsym.analyze(GroupedRouterExperts(), example_inputs=_inputs(), routing_groups="drop")
+
+
+def test_a_saved_plan_replays_kept_routing_groups(tmp_path: Any) -> None:
+    """A plan made with ``routing_groups="keep"`` records it; ``fxsym.load`` analyzes the
+    fresh model the same way, so the plan fits and the weights load."""
+    torch.manual_seed(0)
+    model = GroupedRouterExperts(groups=2, topk_group=1)
+    fresh = GroupedRouterExperts(groups=2, topk_group=1)
+    sm = fxsym.analyze(model, example_inputs=_inputs(), routing_groups="keep")
+    experts = group_with(sm, "", "router:0")
+    plan = fxsym.plan(model, sm, sizes={experts.name: 2})
+    assert plan.extra["analysis"] == {"routing_groups": "keep"}
+    plan.apply(model, sm)
+    fxsym.save(model, tmp_path, plan)
+    loaded = fxsym.load(fresh, tmp_path, example_inputs=_inputs())
+    assert (loaded.num_experts, loaded.num_group) == (4, 2)
+    assert torch.equal(loaded(*_inputs()), model(*_inputs()))

@@ -18,6 +18,7 @@ from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
+from fxsym.oracles import check_permutation
 from fxsym.tracer import resolve_example_inputs
 
 transformers = pytest.importorskip("transformers")
@@ -188,3 +189,46 @@ def test_a_checkpoint_with_one_routing_group_prunes_experts_as_in_memory(tmp_pat
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
                                    rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("n_group", "topk_group", "n_experts", "kept"),
+                         [(1, 1, 8, 3), (2, 1, 8, 2), (4, 2, 8, 2), (4, 2, 16, 2)])
+def test_kept_routing_groups_each_lose_the_same_experts(n_group: int, topk_group: int,
+                                                        n_experts: int, kept: int,
+                                                        tmp_path: Any) -> None:
+    """``routing_groups="keep"``: the experts' unit is one expert position of every routing
+    group (``n_routed_experts // n_group`` of them; with one routing group, one expert as
+    without the option) and the permutation oracle holds. A plan keeping ``kept`` positions
+    gives ``n_routed_experts = n_group * kept`` with ``n_group`` kept, and plain
+    ``from_pretrained`` of the saved model gives exactly the logits of a model transformers
+    builds from that config holding the same experts' weights. (``n_group`` 4 of 8 experts
+    keeps both of each routing group: the router sums the best two of each.)"""
+    model = build("deepseek_v3", n_group=n_group, topk_group=topk_group,
+                  n_routed_experts=n_experts)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    inputs = resolve_example_inputs(model, None)
+    sm = fxsym.analyze(model, example_inputs=inputs, routing_groups="keep")
+    per = n_experts // n_group
+    group = group_with(sm, "model.layers.1.mlp.experts", "gate_up_proj:0")
+    assert group.routed and (group.size, group.unit) == (per, 1)
+    assert ("model.layers.1.mlp.gate", "attr:num_group") not in group.members
+    assert check_permutation(model, sm, inputs).ok
+    plan = fxsym.plan(model, sm, sizes={group.name: kept})
+    assert plan.extra["analysis"] == {"routing_groups": "keep"}
+    positions = plan.choices().get(group.name, list(range(per)))
+    assert len(positions) == kept
+    rows = [g * per + p for g in range(n_group) for p in positions]
+    plan.apply(model, sm)
+    assert (model.config.n_routed_experts, model.config.n_group) == (n_group * kept, n_group)
+    model.save_pretrained(tmp_path)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    config = transformers.AutoConfig.for_model("deepseek_v3", **{
+        **_BASE, "n_group": n_group, "topk_group": topk_group, "n_routed_experts": n_group * kept})
+    reference = transformers.AutoModelForCausalLM.from_config(config).eval()
+    experts = ("mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.experts.")
+    reference.load_state_dict({k: v[rows] if any(e in k for e in experts) else v
+                               for k, v in state.items()})
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits,
+                                   reference(input_ids=ids).logits, rtol=0, atol=0)

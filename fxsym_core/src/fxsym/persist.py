@@ -507,7 +507,9 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
                 symmap = analyze(model, example_inputs=inputs,
                                  outputs=None if plan.outputs is None else list(plan.outputs),
                                  norm_groups=analysis_options(plan).get("norm_groups",
-                                                                         "follow"))
+                                                                         "follow"),
+                                 routing_groups=analysis_options(plan).get(
+                                     "routing_groups", "follow"))
             plan.check(model, symmap)
             if i == len(plans) - 1:
                 _check_shapes(model, symmap, plan, {k: v[0] for k, v in stored.items()},

@@ -981,6 +981,7 @@ def analysis_options(p: Plan) -> dict[str, str]:
     :class:`~fxsym.errors.PlanError` (its values are checked by ``analyze``)."""
     raw = p.extra.get("analysis") or {}
     if not isinstance(raw, Mapping) or any(
-            k != "norm_groups" or not isinstance(v, str) for k, v in raw.items()):
+            k not in ("norm_groups", "routing_groups") or not isinstance(v, str)
+            for k, v in raw.items()):
         raise PlanError(f"the plan names analysis options fxsym does not know: {raw!r}")
     return dict(raw)

@@ -25,7 +25,7 @@ from .layout import (
     iter_dims,
     scale_block,
 )
-from .options import norm_groups
+from .options import norm_groups, routing_groups
 
 __all__ = [
     "Analyzer",
@@ -48,6 +48,7 @@ __all__ = [
     "iter_dims",
     "norm_groups",
     "resolve_dim",
+    "routing_groups",
     "scale_block",
     "size_checked",
     "tie_size",

@@ -48,6 +48,7 @@ from .layout import (
     group_dim,
     iter_dims,
 )
+from .options import routing_groups
 from .outputs import Contract, output_keys, select_outputs
 from .shared import own_tensor, tie_shared_tensors
 from .submodules import Submodules
@@ -728,26 +729,36 @@ def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
     """Run the analyzer; where a rule offered an alternative mapping whose first choice
     ended constant (:meth:`OpContext.offer_alternative`), run it once more with those nodes
     taking their alternative, and keep the run leaving more symbols in searchable groups
-    (each run is sound on its own). ``report`` receives the kept run's entries."""
+    (each run is sound on its own). With ``routing_groups="keep"``
+    (:mod:`fxsym.analysis.options`) an offer whose first choice keeps a routed group takes
+    its alternative too, and that run is kept. ``report`` receives the kept run's entries."""
     start = list(report.entries)
     analyzer = Analyzer(gm, symmap, report, contract, strict_contract)
     analyzer.run()
     table = analyzer.table
     why: dict[str, str] = {}
+    # routing_groups="keep": a split whose first reading keeps a routed group (the experts as
+    # routing groups) takes its blocks (expert positions of every routing group) instead
+    forced = routing_groups() == "keep" and any(
+        s.group is not None and table.find(s.group) in table.routed
+        for _, dim in analyzer.offers for s in table.resolve(dim))
     for name, dim in analyzer.offers:
         reasons = [table.reason(s.group) for s in table.resolve(dim) if s.group is not None]
         if reasons and all(reasons):
             why[name] = str(reasons[0])
+        elif forced and any(s.group is not None and table.find(s.group) in table.routed
+                            for s in table.resolve(dim)):
+            why[name] = "routing_groups='keep' keeps the number of routing groups"
     if not why:
         return analyzer
     first = list(report.entries)
     report.entries[:] = start
     second = Analyzer(gm, symmap, report, contract, strict_contract, frozenset(why))
     second.run()
-    if _searchable_symbols(second) > _searchable_symbols(analyzer):
+    if forced or _searchable_symbols(second) > _searchable_symbols(analyzer):
         for name, reason in why.items():
             report.add("alternative", f"node {name}", "its alternative mapping is used, since "
-                       f"the groups of the first ended constant ({reason})")
+                       f"the groups of the first ended constant or are routed ({reason})")
         return second
     report.entries[:] = first
     return analyzer

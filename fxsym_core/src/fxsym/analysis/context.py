@@ -27,6 +27,7 @@ import torch.fx
 from .groups import GroupTable
 from .input_sizes import FIXED_DIM
 from .layout import Dim, Layout, Seg, TensorLayout, dim_size, fixed_dim, fixed_layout
+from .options import routing_groups
 
 _NO_DEFAULT = object()
 
@@ -395,7 +396,17 @@ class OpContext:
         """Say that the node picks ``k`` entries of ``dim`` by their values and returns their
         positions (``topk``): ``dim``'s group is *routed* (see
         :meth:`GroupTable.route`) and keeps at least ``k`` units. Returns whether ``dim`` is
-        one elastic group of single entries (anything else is pinned with ``why``)."""
+        one elastic group of single entries (anything else is pinned with ``why``).
+
+        A dim of equal copies of one group (routing groups that each keep the same expert
+        positions: ``routing_groups="keep"``) is picked from too: every copy keeps at least
+        ``k / copies`` units, so the dim keeps at least ``k`` entries."""
+        copies = len(dim)
+        if copies > 1 and routing_groups() == "keep" and dim[0].group is not None and all(
+                s.group is not None and self.table.find(s.group) == self.table.find(
+                    dim[0].group) and s == Seg(s.group, dim[0].units, dim[0].block)
+                for s in dim):
+            k, dim = -(-k // copies), dim[:1]
         if len(dim) != 1 or dim[0].group is None or dim[0].block != 1 or (
                 k > dim[0].units):
             self.fix(dim, why)

@@ -26,6 +26,7 @@ from fxsym.analysis import (
     OpContext,
     SizeLayout,
     dim_size,
+    routing_groups,
 )
 
 
@@ -240,7 +241,8 @@ def quotient_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
     den = linear_size_of_int(ctx, k, pin=False)
     if den is None or (per and den[1]):
         return False
-    if per:  # a constant k (one routing group): an attribute n follows k times the dim
+    if per:  # a constant k (one routing group, or n_group kept): an attribute n follows k
+        # times the dim, a member of its group
         if not isinstance(n_lay, AttributeSize):
             return False
 
@@ -248,7 +250,8 @@ def quotient_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
             now = linear_size_of_dim(ctx, dim)
             return now[0] * den[0], {g: v * den[0] for g, v in now[1].items()}
 
-        return den[0] > 0 and _tie_part_to_size(ctx, n_lay[0], scaled)
+        return den[0] > 0 and _tie_part_to_size(ctx, n_lay[0], scaled,
+                                                member=routing_groups() == "keep")
 
     def target() -> LinearSize | None:
         den = linear_size_of_int(ctx, k, pin=False)
@@ -259,11 +262,12 @@ def quotient_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
     return _tie_part_to_size(ctx, n_lay[0], target)
 
 
-def _tie_part_to_size(ctx: OpContext, part: Dim, target: Callable[[], LinearSize | None]
-                      ) -> bool:
+def _tie_part_to_size(ctx: OpContext, part: Dim, target: Callable[[], LinearSize | None],
+                      member: bool = False) -> bool:
     """Make ``part`` keep the size ``target()`` under every resize, where it can (see
     :func:`tie_part_to_bound`); ``target`` is read again after tying, which renames the
-    same-size classes its form counts."""
+    same-size classes its form counts. ``member``: ``part`` is a module attribute's own
+    group, which becomes a member of the group it follows (resize then updates it)."""
     want = target()
     if want is None:
         return False
@@ -282,9 +286,10 @@ def _tie_part_to_size(ctx: OpContext, part: Dim, target: Callable[[], LinearSize
             table.units[root] % units):
         return False
     table.constrain(root, units)
-    if table.producers.get(other):  # a size read from another producer's dim: counts only
-        table.tie_sizes(root, other)
-    else:  # an attribute (or a parameter dim) sizing the part: a member of its group
+    if table.producers.get(other) and not member:
+        table.tie_sizes(root, other)  # a size read from another producer's dim: counts only
+    else:  # an attribute (or a parameter dim) sizing the part, or the part an attribute's
+        # own group: a member of the other group
         table.union(root, other)
     return linear_size_of_dim(ctx, part) == target()
 

@@ -6,7 +6,10 @@ groups of the dims they keep. A reshape pairs runs of input and output dims of e
 (as longer blocks) or in its only elastic dim under fixed outer dims (a copy per outer entry);
 one dim split into several keeps its group on the outer dim where that dim indexes whole units
 (``(C*49,)`` into ``(C, 7, 7)``) or whole groups of units (channels into ``(heads,
-head_dim)``), or reads the dim as equal blocks cut apart and tied. A size argument that cannot
+head_dim)``), or reads the dim as equal blocks cut apart and tied (the experts as expert
+positions of every routing group, with ``routing_groups="keep"``: the mask's expand to
+``num_experts // num_group`` then follows those positions, and ``num_experts``, a member of
+them, sizes their ``num_group`` copies merged back). A size argument that cannot
 follow a resize (a number, a size read from a fixed dim) makes the dim it sizes constant; a
 traced size must provably keep sizing its dim (:mod:`.linear_sizes`), else both are pinned.
 """
@@ -34,6 +37,7 @@ from fxsym.analysis import (
     dim_size,
     fixed_dim,
     is_fixed,
+    routing_groups,
     scale_block,
     size_checked,
     tie_size,
@@ -235,6 +239,8 @@ def view(ctx: OpContext) -> Layout:
 def _size_follows_dim(ctx: OpContext, item: SizeLayout, dim: Dim, raw: Any) -> bool:
     """Whether ``item``, a traced size sizing ``dim`` in a reshape, keeps sizing it right
     under every resize (or is made to: an attribute tied, a same-size class)."""
+    if _member_sizing(ctx, item, dim):
+        return True
     if tie_size(ctx, item, dim):  # an int read from a module attribute
         return True
     if item.derived and (product_follows(ctx, raw, dim) or quotient_follows(ctx, raw, dim)):
@@ -245,6 +251,19 @@ def _size_follows_dim(ctx: OpContext, item: SizeLayout, dim: Dim, raw: Any) -> b
     if not item.derived and len(item) == 1 and tie_equal_sizes(ctx, item[0], dim):
         return True
     return not item.derived and len(item) == 1 and keeps_size(ctx, item[0], dim)
+
+
+def _member_sizing(ctx: OpContext, item: SizeLayout, dim: Dim) -> bool:
+    """Whether ``item`` is a module attribute already a member of the one elastic group of
+    ``dim`` and keeps ``dim``'s size under every resize (``num_experts``, a member of the
+    expert positions kept in every routing group, sizing the ``n_group`` copies of them)."""
+    if routing_groups() != "keep" or not isinstance(item, AttributeSize) or len(item) != 1:
+        return False
+    table = ctx.table
+    own = table.resolve(item[0])
+    roots = {table.find(s.group) for s in (*own, *dim) if s.group is not None}
+    return (len(roots) == 1 and not is_fixed(own)
+            and linear_size_of_dim(ctx, own) == linear_size_of_dim(ctx, dim))
 
 
 def _is_literal_size(ctx: OpContext, item: Any) -> bool:
@@ -449,9 +468,25 @@ def _dim_sized_by(ctx: OpContext, raw: Any) -> Dim | None:
     form = linear_size_of_int(ctx, raw, pin=False)
     if form is None or not form[1]:
         return None
-    found = [d for d in ctx.table.resolve_layout(lay)
-             if not is_fixed(d) and linear_size_of_dim(ctx, d) == form]
-    return found[0] if found else None
+    dims: list[Dim] = list(ctx.table.resolve_layout(lay))
+    found = [d for d in dims if not is_fixed(d) and linear_size_of_dim(ctx, d) == form]
+    if found:
+        return found[0]
+    if routing_groups() != "keep":
+        return None
+    # the size is one unit of a group the dims hold (``num_experts // num_group`` where
+    # ``num_experts`` holds ``num_group`` entries a kept expert position): the copies follow
+    # that group, one copy a unit
+    table = ctx.table
+    for d in dims:
+        for seg in d:
+            if seg.group is None or table.is_constant(seg.group):
+                continue
+            root = table.find(seg.group)
+            whole: Dim = (Seg(root, table.units[root], 1),)
+            if linear_size_of_dim(ctx, whole) == form:
+                return whole
+    return None
 
 
 def _expand_args(ctx: OpContext, n: int) -> list[Any] | None:
