@@ -214,3 +214,31 @@ def test_a_plan_to_a_parameter_target_says_the_target_and_what_it_reached(
                  "--input-shape", "1,3,16,16", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert f"above the model's {total:,} parameters" in err and not (tmp_path / "x").exists()
+
+
+def test_routing_groups_reach_analyze_and_the_plan_records_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--routing-groups keep`` is ``fxsym.analyze(routing_groups="keep")``: the experts'
+    unit is one expert position of every routing group (2 of each of 4 routing groups), not
+    a routing group (4 of 2 experts); ``fxsym prune`` records it and ``fxsym.load`` replays
+    it."""
+    from test_grouped_routing import GroupedRouterExperts, _inputs
+
+    import fxsym
+
+    spec, shape = "test_grouped_routing:GroupedRouterExperts", ["--input-shape", "2,5,8"]
+    assert main(["analyze", spec, *shape, "--routing-groups", "keep", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (g,) = [g for g in data["groups"] if ["", "router:0"] in g["members"]]
+    assert (g["size"], g["unit"], data["analysis"]) == (2, 1, {"routing_groups": "keep"})
+    assert main(["analyze", spec, *shape, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    (g,) = [g for g in data["groups"] if ["", "router:0"] in g["members"]]
+    assert (g["size"], g["unit"], data["analysis"]) == (4, 2, {})
+    out = tmp_path / "pruned"
+    assert main(["prune", spec, *shape, "--routing-groups", "keep", "--ratio", "0.25",
+                 "-o", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["extra"]["analysis"] == {
+        "routing_groups": "keep"}
+    fresh = fxsym.load(GroupedRouterExperts(), out, example_inputs=_inputs())
+    assert (fresh.num_experts, fresh.num_group) == (8, 4)

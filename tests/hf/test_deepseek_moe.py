@@ -232,3 +232,48 @@ def test_kept_routing_groups_each_lose_the_same_experts(n_group: int, topk_group
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids).logits,
                                    reference(input_ids=ids).logits, rtol=0, atol=0)
+
+
+def test_a_checkpoint_keeps_its_routing_groups_as_in_memory(tmp_path: Any) -> None:
+    """``fxsym.prune_checkpoint(..., routing_groups="keep")`` of a DeepSeek-V3 checkpoint with
+    two routing groups of 4 experts, 2 positions kept per MoE layer (l2): ``n_routed_experts``
+    4 and ``n_group`` 2 in the output, and plain ``from_pretrained`` of it gives the logits of
+    the in-memory model pruned by the same plan."""
+    from ckpt_helpers import checkpoint
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    config = {k: v for k, v in _BASE.items() if k not in ("vocab_size", "hidden_size")}
+    config.update(n_group=2, topk_group=1, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=4)
+    checkpoint(src, "deepseek_v3", **config)
+    plan = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 2},
+                                  routing_groups="keep")
+    assert plan.extra["analysis"] == {"routing_groups": "keep"}
+    assert [g.kept for g in plan.groups if g.name.endswith("gate.weight:0#0")] == [2, 2]
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model, routing_groups="keep")
+    plan.apply(model, sm)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (4, 2)
+    ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
+
+
+def test_the_command_keeps_a_checkpoints_routing_groups(tmp_path: Any) -> None:
+    """``fxsym prune CKPT --routing-groups keep --experts 2``: 2 expert positions of each of
+    the 2 routing groups, ``n_routed_experts`` 4 and ``n_group`` 2 for plain
+    ``from_pretrained``."""
+    from ckpt_helpers import checkpoint
+
+    from fxsym.cli import main
+
+    src, out = tmp_path / "in", tmp_path / "out"
+    config = {k: v for k, v in _BASE.items() if k not in ("vocab_size", "hidden_size")}
+    config.update(n_group=2, topk_group=1)
+    checkpoint(src, "deepseek_v3", **config)
+    assert main(["prune", str(src), "--routing-groups", "keep", "--experts", "2",
+                 "--importance", "l2", "-o", str(out)]) == 0
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (4, 2)

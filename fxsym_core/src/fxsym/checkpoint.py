@@ -82,6 +82,7 @@ import torch
 from torch import nn
 
 from .analysis import analyze
+from .analysis.options import checked_options
 from .depth import choose_blocks, renamed
 from .errors import CalibrationError, CheckpointError, PlanError, ResizeWarning
 from .importance import ActivationRecorder, Layout, element_scores, layout
@@ -1221,6 +1222,7 @@ def prune_checkpoint(
     max_shard_size: int = DEFAULT_SHARD_BYTES,
     progress: bool = False,
     status: Callable[[str], Any] | None = None,
+    routing_groups: str = "follow",
 ) -> Plan:
     """Prune the checkpoint in ``directory`` into ``output`` (see the module docstring);
     return the plan.
@@ -1249,7 +1251,9 @@ def prune_checkpoint(
     config can describe (:func:`fxsym.plan`'s ``describable``: Llama's hidden size a multiple
     of its heads), so the output loads with the library's own reader; where no such sizes meet
     the target, the plan is made without and ``plan.extra["notes"]`` says so (the output is
-    then fxsym's own model type). ``status(message)`` (a context manager
+    then fxsym's own model type). ``routing_groups`` is :func:`fxsym.analyze`'s
+    (``"keep"``: DeepSeek's experts drop the same positions of every routing group,
+    ``n_group`` kept). ``status(message)`` (a context manager
     factory, e.g. a spinner) is entered around each step. Raises
     :class:`~fxsym.errors.CheckpointError` /
     :class:`~fxsym.errors.CalibrationError` on bad input and
@@ -1265,6 +1269,7 @@ def prune_checkpoint(
     import contextlib
 
     step = status or (lambda message: contextlib.nullcontext())
+    checked_options(routing_groups=routing_groups)
     reader = open_checkpoint(directory)
     request = checkpoint_request(
         calibration=calibration is not None, importance=importance, ratio=ratio,
@@ -1302,7 +1307,7 @@ def prune_checkpoint(
         raise PlanError(f"target_params {target_params:,} is above the checkpoint's {whole:,} "
                         f"parameters: nothing to prune; give a target under {whole:,}")
     with step("analyzing"):
-        sm = analyze(model)
+        sm = analyze(model, routing_groups=routing_groups)
     sized = None if sizes is None else sizes_for(sm, **sizes)
     if layers is not None:
         choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()})

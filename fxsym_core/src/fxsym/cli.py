@@ -124,12 +124,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         label = args.model
     inputs = _example_inputs(args.input_shape, inputs, args.model)
     norm_groups = _norm_groups(args, manifest)
+    routing = _routing_groups(args, manifest)
     start = time.perf_counter()
     outputs: Any = args.outputs or None
     if outputs and outputs != "*":
         outputs = [int(k) if k.lstrip("-").isdigit() else k for k in outputs.split(",")]
     with status(f"analyzing {label}"):
-        sm = analyze(model, example_inputs=inputs, outputs=outputs, norm_groups=norm_groups)
+        sm = analyze(model, example_inputs=inputs, outputs=outputs, norm_groups=norm_groups,
+                     routing_groups=routing)
     elapsed = time.perf_counter() - start
     _write_pictures(sm, label, args)
     groups = sm.groups()
@@ -195,6 +197,17 @@ def _norm_groups(args: argparse.Namespace, manifest: dict[str, Any] | None) -> s
     return recorded.get("norm_groups", "follow")
 
 
+def _routing_groups(args: argparse.Namespace, manifest: dict[str, Any] | None) -> str:
+    """``--routing-groups``; left out, the mode a saved directory's last plan was analyzed
+    in, else ``"follow"``."""
+    if args.routing_groups is not None:
+        return str(args.routing_groups)
+    from .planning import analysis_options
+
+    recorded = {} if manifest is None else analysis_options(manifest["plan"])
+    return recorded.get("routing_groups", "follow")
+
+
 def _add_norm_groups(p: argparse.ArgumentParser) -> None:
     """``--norm-groups``: the values of :data:`fxsym.analysis.options.NORM_GROUPS` (written
     out: importing fxsym.analysis would import torch for ``--help``)."""
@@ -202,6 +215,10 @@ def _add_norm_groups(p: argparse.ArgumentParser) -> None:
                    "change: follow (default), a whole norm group at a time and num_groups "
                    "follows; keep, num_groups stays and every norm group loses as many "
                    "channels (what a config with one norm_num_groups describes)")
+    p.add_argument("--routing-groups", choices=("follow", "keep"), help="how a router's "
+                   "routing groups change (DeepSeek's n_group): follow (default), experts go "
+                   "a whole routing group at a time and n_group follows; keep, n_group stays "
+                   "and every routing group keeps the same expert positions")
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -509,7 +526,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         history = [*manifest["history"], manifest["plan"]]
     inputs = _example_inputs(args.input_shape, inputs, source)
     with status(f"analyzing {args.model}"):
-        sm = analyze(model, example_inputs=inputs, norm_groups=_norm_groups(args, manifest))
+        sm = analyze(model, example_inputs=inputs, norm_groups=_norm_groups(args, manifest),
+                     routing_groups=_routing_groups(args, manifest))
     if inputs is None:
         inputs = sm.example_inputs
     if args.param_ratio is not None:
@@ -643,6 +661,7 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
         target_active_params=args.target_active_params,
         search=_searching(args, shape, layers),
         layers=layers, sizes=shape or None, scope=args.scope or "uniform",
+        routing_groups=args.routing_groups or "follow",
         round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
         describable=args.describable,
         max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None else args.max_shard_size),
