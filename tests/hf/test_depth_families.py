@@ -244,3 +244,20 @@ def test_blocks_sharing_a_transformer_are_refused(tmp_path: Path) -> None:
     with pytest.raises(fxsym.PlanError, match=r"blocks model.layers.1 and model.layers.3 share "
                        r"the parameter shared_transformer"):
         fxsym.prune_checkpoint(src, tmp_path / "out", layers=[0, 1])
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "bamba"])
+def test_keeping_no_attention_layer_warns_that_generate_fails(family: str,
+                                                              tmp_path: Path) -> None:
+    """Layers 0 and 2 of these hybrids are linear (state-space) ones only: transformers'
+    cache of such a model has no sequence length and generate fails (so it does for an
+    unpruned config of linear layers only); the prune says so (before: silently written).
+    The model itself runs."""
+    src = _source(tmp_path, family)
+    out = tmp_path / "out"
+    with pytest.warns(fxsym.ResizeWarning, match=r"keeping the blocks \[0, 2\] of "
+                      r"model.layers: transformers' cache of the pruned model cannot be used "
+                      r".*keep at least one attention layer"):
+        fxsym.prune_checkpoint(src, out, layers=[0, 2])
+    with torch.no_grad():
+        assert torch.isfinite(_plain(out, family)(IDS, use_cache=False).logits).all()

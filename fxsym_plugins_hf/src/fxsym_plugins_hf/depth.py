@@ -37,6 +37,10 @@ that differs and how. Where, besides, the blocks read values the model chooses b
 field setting the count is refused too.
 Per-module sizes the config records for a non-uniform plan follow the blocks' new names.
 
+Where transformers' cache of the unpruned model works and the pruned one's does not (a
+hybrid keeping none of its attention layers: ``generate`` then fails in transformers, as for
+an unpruned config of linear layers only), a :class:`fxsym.ResizeWarning` says so.
+
 The config is copied, never changed in place (every module holding it gets the copy), and
 the config from before fxsym's first resize is kept as for a width resize.
 """
@@ -102,12 +106,42 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
         followed += _search(check, config, new, count, positions, n, k)
         if check.mismatches(new):
             _undescribed(model, check, new, group, kept, nonuniform)
+    _warn_uncached(model, config, new, group, kept)
     for mod in model.modules():
         state = vars(mod)
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
     return [f for f in dict.fromkeys(followed) if f != count]
+
+
+def _cache_refusal(config: Any) -> str | None:
+    """Why transformers' cache for a model of ``config`` cannot be used (``None`` if it
+    can): the error its ``get_seq_length`` raises, as ``generate`` calls it."""
+    import transformers
+
+    try:
+        transformers.DynamicCache(config=config).get_seq_length()
+    except Exception as exc:  # whatever transformers refuses a cache of this config for
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _warn_uncached(model: nn.Module, old: Any, new: Any, group: Any,
+                   kept: Sequence[int]) -> None:
+    """Warn where the cache of the unpruned model works and the pruned one's does not (a
+    hybrid keeping none of its attention layers: transformers' cache of linear layers only
+    has no sequence length, so ``generate`` fails, as for an unpruned config of linear layers
+    only)."""
+    if _cache_refusal(old) is not None:
+        return
+    why = _cache_refusal(new)
+    if why is not None:
+        warnings.warn(
+            f"{type(model).__name__} keeping the blocks {list(kept)} of {group.container}: "
+            f"transformers' cache of the pruned model cannot be used ({why}); generate will "
+            "fail (forward without a cache works): keep at least one attention layer",
+            ResizeWarning, stacklevel=2)
 
 
 def _length(model: nn.Module | None, container: str) -> int | None:
