@@ -205,3 +205,17 @@ def test_a_saved_plan_replays_kept_routing_groups(tmp_path: Any) -> None:
     loaded = fxsym.load(fresh, tmp_path, example_inputs=_inputs())
     assert (loaded.num_experts, loaded.num_group) == (4, 2)
     assert torch.equal(loaded(*_inputs()), model(*_inputs()))
+
+
+def test_active_parameters_of_kept_routing_groups() -> None:
+    """With ``routing_groups="keep"`` a token still reads ``top_k = 2`` of the 8 experts: the
+    group has 2 units (positions), each held by 4 experts, so the expert tensors count 2/8
+    of their entries, not the 2 of 2 units the in-group ``topk`` picks."""
+    from fxsym.search import active_params
+
+    torch.manual_seed(0)
+    model = GroupedRouterExperts()
+    sm = fxsym.analyze(model, example_inputs=_inputs(), routing_groups="keep")
+    experts = (model.gate_up.numel() + model.down.numel()) * 2 // 8
+    whole = model.router.numel() + sum(p.numel() for p in model.out.parameters())
+    assert active_params(model, sm)[0] == experts + whole

@@ -74,7 +74,7 @@ from .console import format_table
 from .depth import block_importance, renamed
 from .errors import PlanError
 from .importance import run_batch
-from .paramlayout import layout
+from .paramlayout import Slices, layout
 from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan, with_extra
 from .symbols import SymMap
 
@@ -321,13 +321,23 @@ def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[float, st
         downstream = [n for n in _closure(starts, lambda n: list(n.users)) if n in picks]
         pick = min(downstream, key=order.__getitem__, default=None)
         upstream = set() if pick is None else _closure([pick], lambda n: n.all_input_nodes)
-        entries = next((k for k in (_entries_picked(n, g.size * g.unit) for n in sorted(
+        copies = _copies(lay.slices.get(g.name, ()), symmap)
+        entries = next((k for k in (_entries_picked(n, g.size * g.unit * copies) for n in sorted(
             downstream, key=order.__getitem__)) if k is not None), None)
-        share = g.min_size if entries is None else entries / g.unit
+        share = g.min_size if entries is None else entries / (g.unit * copies)
         for p in params:
             if not upstream.intersection(uses.get(p, ())):
                 out[p] = (share, g.name)
     return out
+
+
+def _copies(slices: Sequence[Slices], symmap: SymMap) -> int:
+    """How many times a parameter dim holds each unit of a routed group: ``n_group`` for the
+    expert positions of routing groups kept (``routing_groups="keep"``), else 1."""
+    if symmap.analysis_options.get("routing_groups") != "keep":
+        return 1
+    return max((sl.index.numel() // max(1, len(set(sl.unit.tolist()))) for sl in slices),
+               default=1)
 
 
 def _entries_picked(node: fx.Node, length: int) -> int | None:
