@@ -191,19 +191,22 @@ def test_a_checkpoint_with_one_routing_group_prunes_experts_as_in_memory(tmp_pat
                                    rtol=0, atol=0)
 
 
-@pytest.mark.parametrize(("n_group", "topk_group", "n_experts", "kept"),
-                         [(1, 1, 8, 3), (2, 1, 8, 2), (4, 2, 8, 2), (4, 2, 16, 2)])
-def test_kept_routing_groups_each_lose_the_same_experts(n_group: int, topk_group: int,
-                                                        n_experts: int, kept: int,
-                                                        tmp_path: Any) -> None:
+@pytest.mark.parametrize(("model_type", "n_group", "topk_group", "n_experts", "kept"),
+                         [("deepseek_v3", 1, 1, 8, 3), ("deepseek_v3", 2, 1, 8, 2),
+                          ("deepseek_v3", 4, 2, 8, 2), ("deepseek_v3", 4, 2, 16, 2),
+                          ("deepseek_v2", 2, 1, 8, 1)])
+def test_kept_routing_groups_each_lose_the_same_experts(model_type: str, n_group: int,
+                                                        topk_group: int, n_experts: int,
+                                                        kept: int, tmp_path: Any) -> None:
     """``routing_groups="keep"``: the experts' unit is one expert position of every routing
     group (``n_routed_experts // n_group`` of them; with one routing group, one expert as
     without the option) and the permutation oracle holds. A plan keeping ``kept`` positions
     gives ``n_routed_experts = n_group * kept`` with ``n_group`` kept, and plain
     ``from_pretrained`` of the saved model gives exactly the logits of a model transformers
     builds from that config holding the same experts' weights. (``n_group`` 4 of 8 experts
-    keeps both of each routing group: the router sums the best two of each.)"""
-    model = build("deepseek_v3", n_group=n_group, topk_group=topk_group,
+    keeps both of each routing group: V3's router sums the best two of each; V2's
+    ``group_limited_greedy`` scores a routing group by its best expert, so one may stay.)"""
+    model = build(model_type, n_group=n_group, topk_group=topk_group,
                   n_routed_experts=n_experts)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     inputs = resolve_example_inputs(model, None)
@@ -222,8 +225,9 @@ def test_kept_routing_groups_each_lose_the_same_experts(n_group: int, topk_group
     assert (model.config.n_routed_experts, model.config.n_group) == (n_group * kept, n_group)
     model.save_pretrained(tmp_path)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
-    config = transformers.AutoConfig.for_model("deepseek_v3", **{
-        **_BASE, "n_group": n_group, "topk_group": topk_group, "n_routed_experts": n_group * kept})
+    config = transformers.AutoConfig.for_model(model_type, **{
+        **CONFIGS[model_type], "n_group": n_group, "topk_group": topk_group,
+        "n_routed_experts": n_group * kept})
     reference = transformers.AutoModelForCausalLM.from_config(config).eval()
     experts = ("mlp.gate.weight", "mlp.gate.e_score_correction_bias", "mlp.experts.")
     reference.load_state_dict({k: v[rows] if any(e in k for e in experts) else v
