@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hf"))
 
-from ckpt_helpers import LAYERED, TEXT, checkpoint, tiny_config
+from ckpt_helpers import LAYERED, TEXT, block_importance, checkpoint, tiny_config
 
 #: small values for the size fields a family's config has (set only where it has the field)
 TINY: dict[str, Any] = dict(
@@ -79,12 +79,10 @@ def meta_params(family: str) -> int:
 def compare(src: Path) -> str:
     """The largest relative differences between streamed and in-memory scores and block
     importance of the checkpoint ``src``."""
-    import torch
     import transformers
 
     import fxsym
     import fxsym.checkpoint as ckpt
-    from fxsym.importance import run_batch
 
     reader = ckpt.open_checkpoint(src)
     batches = reader.calibration([TEXT], tokens=64, seq_len=24)
@@ -111,28 +109,7 @@ def compare(src: Path) -> str:
     found = ckpt.block_list(model)
     assert found is not None
     blocks = found[1]
-    sums = [0.0] * len(blocks)
-    counts = [0] * len(blocks)
-    seen: dict[int, torch.Tensor] = {}
-    handles = []
-    for i, b in enumerate(blocks):
-        handles.append(b.register_forward_pre_hook(
-            lambda m, a, k, i=i: seen.__setitem__(i, a[0] if a else next(
-                v for v in k.values() if isinstance(v, torch.Tensor))), with_kwargs=True))
-
-        def after(m: Any, a: Any, out: Any, i: int = i) -> None:
-            o = out if isinstance(out, torch.Tensor) else out[0]
-            sim = torch.nn.functional.cosine_similarity(
-                seen[i].flatten(0, -2).double(), o.flatten(0, -2).double(), dim=-1)
-            sums[i] += float(sim.sum())
-            counts[i] += sim.numel()
-        handles.append(b.register_forward_hook(after))
-    with torch.no_grad():
-        for batch in batches:
-            run_batch(model, batch)
-    for h in handles:
-        h.remove()
-    want = [1 - s / max(n, 1) for s, n in zip(sums, counts)]
+    want = block_importance(model, blocks, batches)
     block = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(streamed.block_importance, want))
     return f"{len(loaded)} groups, {len(blocks)} blocks | {score:.1e} | {block:.1e}"
 

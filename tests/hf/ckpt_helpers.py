@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+import fxsym.importance
+
 TEXT = ("The quick brown fox jumps over the lazy dog. " * 3 + "Pack my box with five dozen "
         "liquor jugs. How vexingly quick daft zebras jump! Sphinx of black quartz, judge my "
         "vow. ") * 20
@@ -109,3 +111,36 @@ def checkpoint(directory: Path, model_type: str, *, seed: int = 0, shard: str = 
     if with_tokenizer:
         tokenizer(config.vocab_size).save_pretrained(directory)
     return model
+
+
+def block_importance(model: torch.nn.Module, blocks: torch.nn.ModuleList,
+                     batches: list[Any]) -> list[float]:
+    """``1 - cos`` of each block's input and output hidden states over every token, from
+    hooks on ``model`` loaded whole (what a streamed run's block importance must equal)."""
+    sums = [0.0] * len(blocks)
+    counts = [0] * len(blocks)
+    seen: dict[int, torch.Tensor] = {}
+
+    def before(i: int) -> Any:
+        def hook(m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen[i] = args[0] if args else next(iter(kwargs.values()))
+        return hook
+
+    def after(i: int) -> Any:
+        def hook(m: Any, args: Any, out: Any) -> None:
+            o = out if isinstance(out, torch.Tensor) else out[0]
+            sim = torch.nn.functional.cosine_similarity(
+                seen[i].flatten(0, -2).double(), o.flatten(0, -2).double(), dim=-1)
+            sums[i] += float(sim.sum())
+            counts[i] += sim.numel()
+        return hook
+
+    handles = [h for i, b in enumerate(blocks)
+               for h in (b.register_forward_pre_hook(before(i), with_kwargs=True),
+                         b.register_forward_hook(after(i)))]
+    with torch.no_grad():
+        for batch in batches:
+            fxsym.importance.run_batch(model, batch)
+    for h in handles:
+        h.remove()
+    return [1 - s / n for s, n in zip(sums, counts)]

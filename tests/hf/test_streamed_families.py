@@ -28,45 +28,12 @@ from typing import Any
 import pytest
 import torch
 import transformers
-from ckpt_helpers import LAYERED, TEXT, checkpoint
+from ckpt_helpers import LAYERED, TEXT, block_importance, checkpoint
 
 import fxsym
 import fxsym.checkpoint as ckpt
 from fxsym.importance import run_batch
 from fxsym.search import next_token_loss
-
-
-def _block_importance(model: torch.nn.Module, blocks: torch.nn.ModuleList,
-                      batches: list[Any]) -> list[float]:
-    """``1 - cos`` of each block's input and output hidden states over every token, from
-    hooks on the loaded model."""
-    sums = [0.0] * len(blocks)
-    counts = [0] * len(blocks)
-    seen: dict[int, torch.Tensor] = {}
-
-    def before(i: int) -> Any:
-        def hook(m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-            seen[i] = args[0] if args else next(iter(kwargs.values()))
-        return hook
-
-    def after(i: int) -> Any:
-        def hook(m: Any, args: Any, out: Any) -> None:
-            o = out if isinstance(out, torch.Tensor) else out[0]
-            sim = torch.nn.functional.cosine_similarity(
-                seen[i].flatten(0, -2).double(), o.flatten(0, -2).double(), dim=-1)
-            sums[i] += float(sim.sum())
-            counts[i] += sim.numel()
-        return hook
-
-    handles = [h for i, b in enumerate(blocks)
-               for h in (b.register_forward_pre_hook(before(i), with_kwargs=True),
-                         b.register_forward_hook(after(i)))]
-    with torch.no_grad():
-        for batch in batches:
-            run_batch(model, batch)
-    for h in handles:
-        h.remove()
-    return [1 - s / n for s, n in zip(sums, counts)]
 
 
 def _loss(model: torch.nn.Module, plan: fxsym.Plan, batches: list[Any]) -> float:
@@ -108,7 +75,7 @@ def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> No
     prefix, blocks = ckpt.block_list(model)  # type: ignore[misc]
     assert streamed.blocks == prefix
     torch.testing.assert_close(torch.tensor(streamed.block_importance),
-                               torch.tensor(_block_importance(model, blocks, batches)),
+                               torch.tensor(block_importance(model, blocks, batches)),
                                rtol=1e-5, atol=1e-7)
 
     lay = fxsym.importance.layout(meta, sm)
