@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +110,8 @@ def main() -> None:
     parser.add_argument("--ops", default=",".join(OPERATIONS))
     args = parser.parse_args()
     ops = args.ops.split(",")
-    show: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
-    show("| family | " + " | ".join(ops) + " |")
-    show("|---" * (len(ops) + 1) + "|")
+    print("| family | " + " | ".join(ops) + " |", flush=True)
+    print("|---" * (len(ops) + 1) + "|", flush=True)
     for family in args.families.split(","):
         work = Path(tempfile.mkdtemp(prefix="fxsym-families-"))
         start = time.perf_counter()
@@ -122,12 +120,12 @@ def main() -> None:
             try:
                 checkpoint(src, family, num_hidden_layers=4, **families[family])
             except Exception as exc:
-                show(f"| {family} | does not build: {_short(str(exc))} |")
+                print(f"| {family} | does not build: {_short(str(exc))} |", flush=True)
                 continue
             cells = [cell(src, work / "out", OPERATIONS[op]) for op in ops]
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        show(f"| {family} | " + " | ".join(cells) + " |")
+        print(f"| {family} | " + " | ".join(cells) + " |", flush=True)
         print(f"{family}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
 

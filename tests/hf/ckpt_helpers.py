@@ -3,6 +3,7 @@ a tokenizer trained here with ``tokenizers``: nothing downloaded)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,45 @@ def block_importance(model: torch.nn.Module, blocks: torch.nn.ModuleList,
     for h in handles:
         h.remove()
     return [1 - s / n for s, n in zip(sums, counts)]
+
+
+def on_reads(monkeypatch: Any, before_read: Callable[[str], None]) -> None:
+    """From now on, call ``before_read(name)`` before safetensors reads the bytes of tensor
+    ``name`` (``get_tensor``, or indexing a ``get_slice``; a header's shapes and dtypes are not
+    reads): to record the reads, or to fail one."""
+    import safetensors
+
+    real = safetensors.safe_open
+
+    class Slice:
+        def __init__(self, part: Any, name: str) -> None:
+            self.part, self.name = part, name
+
+        def __getitem__(self, key: Any) -> Any:
+            before_read(self.name)
+            return self.part[key]
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.part, attr)
+
+    class Handle:
+        def __init__(self, path: str, **kwargs: Any) -> None:
+            self.handle = real(path, **kwargs)
+
+        def __enter__(self) -> Any:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.handle.__exit__(*exc)
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(self.handle, attr)
+
+        def get_tensor(self, name: str) -> Any:
+            before_read(name)
+            return self.handle.get_tensor(name)
+
+        def get_slice(self, name: str) -> Slice:
+            return Slice(self.handle.get_slice(name), name)
+
+    monkeypatch.setattr(safetensors, "safe_open", Handle)

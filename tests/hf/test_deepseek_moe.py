@@ -10,6 +10,7 @@ own ``from_pretrained``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,6 +168,22 @@ def test_routing_groups_of_one_two_and_four(n_group: int, topk_group: int, unit:
                                    rtol=0, atol=0)
 
 
+def _assert_pruned_as_in_memory(src: Path, out: Path, plan: fxsym.Plan, *, experts: int,
+                                n_group: int, **analysis: Any) -> None:
+    """The checkpoint ``out``, pruned from ``src`` by ``plan``, loads with plain
+    ``from_pretrained`` with ``experts`` routed experts in ``n_group`` routing groups, and
+    gives exactly the logits of the model of ``src`` pruned by ``plan`` in memory (analyzed
+    with ``analysis``)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    plan.apply(model, fxsym.analyze(model, **analysis))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (experts, n_group)
+    ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
+                                   rtol=0, atol=0)
+
+
 def test_a_checkpoint_with_one_routing_group_prunes_experts_as_in_memory(tmp_path: Any) -> None:
     """``fxsym.prune_checkpoint`` of a DeepSeek-V3 checkpoint with one routing group, 5 of 8
     experts kept per MoE layer (l2): plain ``from_pretrained`` of the output gives the logits
@@ -180,15 +197,7 @@ def test_a_checkpoint_with_one_routing_group_prunes_experts_as_in_memory(tmp_pat
     checkpoint(src, "deepseek_v3", **config)
     plan = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 5})
     assert [g.kept for g in plan.groups if g.name.endswith("gate.weight:0")] == [5, 5]
-    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
-    sm = fxsym.analyze(model)
-    plan.apply(model, sm)
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (5, 1)
-    ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
-                                   rtol=0, atol=0)
+    _assert_pruned_as_in_memory(src, out, plan, experts=5, n_group=1)
 
 
 @pytest.mark.parametrize(("model_type", "n_group", "topk_group", "n_experts", "kept"),
@@ -254,15 +263,7 @@ def test_a_checkpoint_keeps_its_routing_groups_as_in_memory(tmp_path: Any) -> No
                                   routing_groups="keep")
     assert plan.extra["analysis"] == {"routing_groups": "keep"}
     assert [g.kept for g in plan.groups if g.name.endswith("gate.weight:0#0")] == [2, 2]
-    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
-    sm = fxsym.analyze(model, routing_groups="keep")
-    plan.apply(model, sm)
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    assert (loaded.config.n_routed_experts, loaded.config.n_group) == (4, 2)
-    ids = torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids=ids).logits, model(input_ids=ids).logits,
-                                   rtol=0, atol=0)
+    _assert_pruned_as_in_memory(src, out, plan, experts=4, n_group=2, routing_groups="keep")
 
 
 def test_the_command_keeps_a_checkpoints_routing_groups(tmp_path: Any) -> None:

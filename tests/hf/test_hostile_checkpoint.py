@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from ckpt_helpers import checkpoint
+from ckpt_helpers import checkpoint, on_reads
 
 import fxsym
 from fxsym.cli import main
@@ -157,43 +157,8 @@ def test_two_writers_of_one_output_cannot_both_win(
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tensors whose bytes safetensors reads from now on (``get_tensor``, or indexing a
     ``get_slice``; the header's shapes and dtypes are not reads)."""
-    import safetensors
-
-    real = safetensors.safe_open
     got: list[str] = []
-
-    class Slice:
-        def __init__(self, part: Any, name: str) -> None:
-            self.part, self.name = part, name
-
-        def __getitem__(self, key: Any) -> Any:
-            got.append(self.name)
-            return self.part[key]
-
-        def __getattr__(self, attr: str) -> Any:
-            return getattr(self.part, attr)
-
-    class Handle:
-        def __init__(self, path: str, **kwargs: Any) -> None:
-            self.handle = real(path, **kwargs)
-
-        def __enter__(self) -> Any:
-            return self
-
-        def __exit__(self, *exc: Any) -> None:
-            self.handle.__exit__(*exc)
-
-        def __getattr__(self, attr: str) -> Any:
-            return getattr(self.handle, attr)
-
-        def get_tensor(self, name: str) -> Any:
-            got.append(name)
-            return self.handle.get_tensor(name)
-
-        def get_slice(self, name: str) -> Slice:
-            return Slice(self.handle.get_slice(name), name)
-
-    monkeypatch.setattr(safetensors, "safe_open", Handle)
+    on_reads(monkeypatch, got.append)
     return got
 
 

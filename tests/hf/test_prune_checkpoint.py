@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import transformers
-from ckpt_helpers import TEXT, checkpoint, n_params
+from ckpt_helpers import TEXT, checkpoint, n_params, on_reads
 
 import fxsym
 from fxsym.checkpoint import read_calibration_text
@@ -196,42 +195,19 @@ def test_a_failure_while_writing_shards_leaves_the_output_as_it_was(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The tenth tensor read while shards are written fails: shards are on disk by then,
     in the temporary sibling, which is removed; the output keeps its old contents."""
-    import safetensors
 
     src = tmp_path / "in"
     checkpoint(src, "llama", num_hidden_layers=2)
     out = tmp_path / "out"
     before = _occupied(out)
-    real = safetensors.safe_open
     reads: list[Path] = []
 
-    class Failing:
-        def __init__(self, path: str, **kwargs: Any) -> None:
-            self.handle = real(path, **kwargs)
+    def fail(name: str) -> None:
+        reads.extend(tmp_path.glob(".out.fxsym-*/*.safetensors"))
+        if len(reads) >= 2:
+            raise OSError(5, "Input/output error (injected)")
 
-        def __enter__(self) -> Any:
-            return self
-
-        def __exit__(self, *exc: Any) -> None:
-            self.handle.__exit__(*exc)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.handle, name)
-
-        def _fail(self) -> None:
-            reads.extend(tmp_path.glob(".out.fxsym-*/*.safetensors"))
-            if len(reads) >= 2:
-                raise OSError(5, "Input/output error (injected)")
-
-        def get_tensor(self, name: str) -> torch.Tensor:
-            self._fail()
-            return self.handle.get_tensor(name)
-
-        def get_slice(self, name: str) -> Any:
-            self._fail()
-            return self.handle.get_slice(name)
-
-    monkeypatch.setattr(safetensors, "safe_open", Failing)
+    on_reads(monkeypatch, fail)
     with pytest.raises(fxsym.CheckpointError, match="injected"):
         fxsym.prune_checkpoint(src, out, importance="l2", ratio=0.5, max_shard_size=SHARD)
     assert reads  # shards were written when it failed
