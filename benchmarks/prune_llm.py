@@ -419,13 +419,15 @@ def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
         calib = reader.calibration(order, tokens=setup.calib_tokens, seq_len=setup.seq_len)
         made: dict[str, tuple[nn.Module, float, str]] = {}
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            for name, how in (("fxsym width", {"param_ratio": 0.5, "round_to": width_step}),
+            for name, how in (("fxsym width", {"param_ratio": 0.5, "round_to": width_step,
+                                                 "search": False}),
                               ("fxsym width searched", {
                                   "search": True, "target_params": params // 2,
                                   "layers": setup.layers, "round_to": width_step}),
                               ("fxsym depth", {"layers": keep}),
                               ("fxsym both", {"layers": both_layers, "round_to": both_step,
-                                              "target_params": params // 2}),
+                                              "target_params": params // 2,
+                                              "search": False}),
                               ("fxsym searched", {"search": True,
                                                   "target_params": params // 2,
                                                   "round_to": width_step})):

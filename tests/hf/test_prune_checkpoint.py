@@ -32,7 +32,7 @@ def test_a_sharded_checkpoint_pruned_to_a_parameter_target_loads_with_from_pretr
     out = tmp_path / "out"
     plan = fxsym.prune_checkpoint(src, out, calibration=calib, target_params=target,
                                   calibration_tokens=256, seq_len=32, round_to=8,
-                                  max_shard_size=SHARD)
+                                  max_shard_size=SHARD, search=False)  # one plan of widths
     assert plan.importance == "activation"
     assert plan.params_after <= target
     files = set(os.listdir(out))

@@ -180,8 +180,8 @@ def test_a_target_above_the_model_is_an_error(
             fxsym.prune_checkpoint(src, tmp_path / "out", target_params=above, **kwargs)
     assert not (tmp_path / "out").exists()
     capsys.readouterr()
-    assert main(["prune", str(src), "--target-params", str(above), "-o",
-                 str(tmp_path / "out")]) == 2
+    assert main(["prune", str(src), "--target-params", str(above), "--importance", "l2",
+                 "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert [line for line in err if line.startswith("fxsym: ")] == [
         f"fxsym: PlanError: target_params {above:,} is above the checkpoint's {above - 1:,} "

@@ -84,7 +84,13 @@ from torch import nn
 from .analysis import analyze
 from .analysis.options import checked_options
 from .depth import choose_blocks, renamed
-from .errors import CalibrationError, CheckpointError, PlanError, ResizeWarning
+from .errors import (
+    CalibrationError,
+    CheckpointError,
+    ImportanceWarning,
+    PlanError,
+    ResizeWarning,
+)
 from .importance import ActivationRecorder, Layout, element_scores, layout
 from .options import checkpoint_request
 from .paths import kind, overlap, writing
@@ -1211,7 +1217,7 @@ def prune_checkpoint(
     target_params: int | None = None,
     param_ratio: float | None = None,
     target_active_params: int | None = None,
-    search: bool = False,
+    search: bool | None = None,
     layers: int | Sequence[int] | None = None,
     sizes: Mapping[str, int] | None = None,
     scope: str = "uniform",
@@ -1229,7 +1235,9 @@ def prune_checkpoint(
 
     ``calibration`` is a text file (:func:`read_calibration_text`) or the texts themselves;
     ``importance`` is ``"activation"`` (the default with calibration text: Minitron's, on the
-    consumers' inputs), ``"l1"`` or ``"l2"`` (the default without). ``param_ratio`` is the
+    consumers' inputs), ``"l1"`` or ``"l2"`` (the default without, with an
+    :class:`~fxsym.errors.ImportanceWarning` where units are ranked: weight magnitude is far
+    worse on a pretrained LLM). ``param_ratio`` is the
     fraction of parameters to remove (a ``target_params`` of the rest). ``layers`` keeps that
     many decoder layers (ranked by the block importance of the calibration run: calibration
     text needed) or the layers at those positions (:func:`fxsym.plan`'s ``layers``); the
@@ -1237,24 +1245,25 @@ def prune_checkpoint(
     architecture sizes by role instead of an amount (``{"hidden": 48, "experts": 3}``; roles
     ``hidden``, ``ffn``, ``expert_ffn``, ``shared_ffn``, ``heads``, ``kv_heads``, ``experts``:
     :func:`fxsym.search.sizes_for`),
-    each group keeping its units of highest importance. With ``search`` (and
-    ``target_params`` or ``param_ratio``) or ``target_active_params`` (parameters a token
-    uses: :func:`fxsym.search.active_params`), the plan is the best of a few uniform
-    candidate architectures meeting the target (:func:`fxsym.search.search`), each scored by
-    its next-token loss on the calibration text computed layer by layer on its pruned tensors
-    (:func:`stream_loss`); a number of ``layers`` with it fixes the candidates' depth (a
-    width-only search); the candidates are recorded as ``plan.extra["search"]``
-    (:meth:`fxsym.search.SearchResult.rows`). ``ratio``, ``target_params``, ``scope``,
-    ``round_to``, ``min_keep`` and ``exclude`` are :func:`fxsym.plan`'s (the search gives
-    ``exclude`` and ``min_keep`` to every candidate: an excluded group keeps its size in all of
-    them). ``describable`` (default: for a uniform plan) keeps the sizes the checkpoint's
-    config can describe (:func:`fxsym.plan`'s ``describable``: Llama's hidden size a multiple
-    of its heads), so the output loads with the library's own reader; where no such sizes meet
-    the target, the plan is made without and ``plan.extra["notes"]`` says so (the output is
-    then fxsym's own model type). ``routing_groups`` is :func:`fxsym.analyze`'s
-    (``"keep"``: DeepSeek's experts drop the same positions of every routing group,
-    ``n_group`` kept). ``status(message)`` (a context manager
-    factory, e.g. a spinner) is entered around each step. Raises
+    each group keeping its units of highest importance. A parameter target with calibration
+    text (``target_params`` or ``param_ratio``; or ``target_active_params``, parameters a
+    token uses: :func:`fxsym.search.active_params`) is searched unless ``search`` is
+    ``False`` (:func:`fxsym.options.searches`, the command line's meaning too): the plan is
+    the best of a few uniform candidate architectures meeting the target
+    (:func:`fxsym.search.search`), each scored by its next-token loss on the calibration text
+    computed layer by layer on its pruned tensors (:func:`stream_loss`); a number of
+    ``layers`` with it fixes the candidates' depth (a width-only search); the candidates are
+    recorded as ``plan.extra["search"]`` (:meth:`fxsym.search.SearchResult.rows`).
+    ``ratio``, ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
+    :func:`fxsym.plan`'s (the search gives ``exclude`` and ``min_keep`` to every candidate: an
+    excluded group keeps its size in all of them). ``describable`` (default: for a uniform
+    plan) keeps the sizes the checkpoint's config can describe (:func:`fxsym.plan`'s
+    ``describable``: Llama's hidden size a multiple of its heads), so the output loads with
+    the library's own reader; where no such sizes meet the target, the plan is made without
+    and ``plan.extra["notes"]`` says so (the output is then fxsym's own model type).
+    ``routing_groups`` is :func:`fxsym.analyze`'s (``"keep"``: DeepSeek's experts drop the
+    same positions of every routing group, ``n_group`` kept). ``status(message)`` (a context
+    manager factory, e.g. a spinner) is entered around each step. Raises
     :class:`~fxsym.errors.CheckpointError` /
     :class:`~fxsym.errors.CalibrationError` on bad input and
     :class:`~fxsym.errors.PlanError` for a target the model cannot meet (sizes no group can
@@ -1278,6 +1287,8 @@ def prune_checkpoint(
         sizes=sizes is not None, scope=scope, calibration_tokens=calibration_tokens,
         seq_len=seq_len)
     importance, searching = request.importance, request.searching
+    if request.warning:
+        warnings.warn(request.warning, ImportanceWarning, stacklevel=2)
     texts: Sequence[str] | None = None
     if calibration is not None:
         texts = (read_calibration_text(calibration,

@@ -27,13 +27,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .errors import FxsymError
+from .errors import FxsymError, ImportanceWarning
 from .options import (
     Spelling,
     check_amount_values,
     check_param_ratio,
-    check_search_layers,
     checkpoint_request,
+    searches,
 )
 
 if TYPE_CHECKING:
@@ -453,8 +453,8 @@ _SIZE_FLAGS = "--hidden, --ffn, --expert-ffn, --shared-ffn, --heads, --kv-heads,
 
 #: ``fxsym prune``'s flags, as the options' rules name them (:mod:`fxsym.options`)
 FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="--layers",
-                 scope="--scope", search="--target-params or --param-ratio with --calib",
-                 no_search="leave --calib out", target_active_params="--target-active-params",
+                 scope="--scope", search="--search", no_search="--no-search",
+                 target_active_params="--target-active-params",
                  calibration_tokens="--calib-tokens", seq_len="--seq-len",
                  param_ratio="--param-ratio", target_params="--target-params",
                  ratio="--ratio", target_macs="--target-macs", round_to="--round-to",
@@ -494,8 +494,7 @@ def check_prune_options(args: argparse.Namespace
                 raise CliError(f"{flag} is for a checkpoint directory (what save_pretrained "
                                f"writes); {args.model} is not one (an in-memory model is "
                                "calibrated on --batches random batches of --input-shape)")
-        if args.target_active_params is not None:
-            check_search_layers(layers, FLAGS.target_active_params, FLAGS)
+        _searched(args, shape, layers)
         if not _parameter_target(args):  # the way of pruning is known without the model
             _refuse_unused(args, shape, bool(shape or layers is not None))
         if not Path(args.model).is_dir():
@@ -535,6 +534,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         args.target_params = int(before * (1 - args.param_ratio))
     architecture = bool(shape or args.layers is not None or (
         sm.depth_groups() and (args.target_params or args.target_active_params)))
+    if args.search and not sm.depth_groups():
+        raise CliError("--search: the architecture search plans candidates of a model with a "
+                       "stack of residual blocks, and this one has none; leave --search out")
     if args.target_active_params is not None and not sm.depth_groups():
         raise CliError("--target-active-params searches uniform architectures of a model with "
                        "a stack of residual blocks, and this one has none; give "
@@ -626,10 +628,8 @@ def _refuse_unused(args: argparse.Namespace, shape: dict[str, int], architecture
     activation, ranking ``--layers K`` and the search. ``architecture``: a plan by depth and
     sizes or the search (known from the options alone without a parameter target:
     :func:`check_prune_options` checks it then, before the model is loaded)."""
-    target = args.target_params or args.target_active_params
+    searching = architecture and _searched(args, shape, _layers(args.layers))
     layers = _layers(args.layers)
-    searching = architecture and target and not shape and (
-        layers is None or args.target_active_params is not None)
     if searching and args.scope == "global":
         raise CliError("--scope global: the architecture search (--target-params or "
                        "--target-active-params on a model with a stack of residual blocks) "
@@ -652,20 +652,24 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     from .checkpoint import loading_note, prune_checkpoint
     from .console import status
 
-    plan = prune_checkpoint(
-        args.model, args.output, calibration=args.calib,
-        calibration_tokens=CALIB_TOKENS if args.calib_tokens is None else args.calib_tokens,
-        seq_len=SEQ_LEN if args.seq_len is None else args.seq_len,
-        importance=args.importance, ratio=args.ratio,
-        target_params=args.target_params, param_ratio=args.param_ratio,
-        target_active_params=args.target_active_params,
-        search=_searching(args, shape, layers),
-        layers=layers, sizes=shape or None, scope=args.scope or "uniform",
-        routing_groups=args.routing_groups or "follow",
-        round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
-        describable=args.describable,
-        max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None else args.max_shard_size),
-        progress=True, status=status)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ImportanceWarning)  # said by check_prune_options
+        plan = prune_checkpoint(
+            args.model, args.output, calibration=args.calib,
+            calibration_tokens=(CALIB_TOKENS if args.calib_tokens is None
+                                else args.calib_tokens),
+            seq_len=SEQ_LEN if args.seq_len is None else args.seq_len,
+            importance=args.importance, ratio=args.ratio,
+            target_params=args.target_params, param_ratio=args.param_ratio,
+            target_active_params=args.target_active_params,
+            search=args.search, layers=layers, sizes=shape or None,
+            scope=args.scope or "uniform",
+            routing_groups=args.routing_groups or "follow",
+            round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
+            describable=args.describable,
+            max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None
+                                  else args.max_shard_size),
+            progress=True, status=status)
     if args.json:
         print(plan.to_json())
         return 0
@@ -693,7 +697,8 @@ def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
                               layers: int | list[int] | None) -> None:
     """An option a checkpoint directory's way of pruning would not use is an error naming
     it (see :func:`_refuse_unused` for an in-memory model); the rules it shares with
-    :func:`fxsym.prune_checkpoint` are :func:`fxsym.options.checkpoint_request`'s."""
+    :func:`fxsym.prune_checkpoint` are :func:`fxsym.options.checkpoint_request`'s, and so is
+    the warning it prints (a default ranking known to cost quality)."""
     if args.target_macs is not None:
         raise CliError("--target-macs is not available for a checkpoint directory; give "
                        "--ratio, --param-ratio or --target-params")
@@ -715,21 +720,26 @@ def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     request = checkpoint_request(
         calibration=args.calib is not None, importance=args.importance, ratio=args.ratio,
         target_params=args.target_params, param_ratio=args.param_ratio,
-        target_active_params=args.target_active_params, search=_searching(args, shape, layers),
+        target_active_params=args.target_active_params, search=args.search,
         layers=layers, sizes=bool(shape), scope=args.scope or "uniform",
         calibration_tokens=CALIB_TOKENS if args.calib_tokens is None else args.calib_tokens,
         seq_len=SEQ_LEN if args.seq_len is None else args.seq_len, names=FLAGS)
     if not request.searching:
         _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.param_ratio),
                              "layers")
+    if request.warning:  # said at once, in the flags' words (the API's is silenced)
+        print(f"fxsym: ImportanceWarning: {request.warning}", file=sys.stderr, flush=True)
 
 
-def _searching(args: argparse.Namespace, shape: dict[str, int],
-               layers: int | list[int] | None) -> bool:
-    """Whether ``fxsym prune CKPT_DIR`` asks for the architecture search of a parameter
-    target (``--target-params`` or ``--param-ratio`` with ``--calib``, no sizes or layers)."""
-    return args.calib is not None and layers is None and not shape and (
-        args.target_params is not None or args.param_ratio is not None)
+def _searched(args: argparse.Namespace, shape: dict[str, int],
+              layers: int | list[int] | None) -> bool:
+    """Whether ``fxsym prune``'s flags ask for the architecture search
+    (:func:`fxsym.options.searches`, the API's meaning: a parameter target without sizes,
+    unless ``--no-search``); on an in-memory model, if it has a stack of residual blocks."""
+    return searches(search=args.search, target=args.target_params is not None
+                    or args.param_ratio is not None,
+                    active=args.target_active_params is not None, sizes=bool(shape),
+                    layers=layers, names=FLAGS)
 
 
 def _refuse_unused_scope(args: argparse.Namespace, shape: dict[str, int],
@@ -768,7 +778,7 @@ def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inpu
     batches = _random_batches(inputs, args.batches)
     target = args.target_params or args.target_active_params
     layers = _layers(args.layers)
-    if target and not shape and (layers is None or args.target_active_params is not None):
+    if _searched(args, shape, layers):
         with status("searching uniform architectures (each planned and scored)"):
             result = search(model, sm, target_params=target, batches=batches,
                             active=args.target_active_params is not None,
@@ -855,6 +865,11 @@ def add_prune_parser(sub: Any) -> _Parser:
     p.add_argument("--batches", type=int, help="random batches of an in-memory model for "
                    "taylor and activation, ranking --layers K and the architecture search "
                    f"(default {RANDOM_BATCHES})")
+    p.add_argument("--search", action=argparse.BooleanOptionalAction, help="search uniform "
+                   "candidate architectures for a parameter target, each scored by its loss "
+                   "(default: on for --target-params, --param-ratio and --target-active-params "
+                   "without sizes, at the depth of --layers K if given; a checkpoint "
+                   "directory's needs --calib); --no-search: one plan of widths to the target")
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
                    "for a checkpoint (every layer keeps the same shape, so its config says it) "
                    "and with --layers; the architecture search is uniform only")

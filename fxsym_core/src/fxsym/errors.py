@@ -85,5 +85,10 @@ class ResizeWarning(UserWarning):
     """A resize did something the caller may not expect (it untied a shared parameter)."""
 
 
+class ImportanceWarning(UserWarning):
+    """The ranking of units chosen for the caller (no ranking asked) is known to cost quality:
+    weight magnitude where no calibration text was given."""
+
+
 class PluginWarning(UserWarning):
     """A plugin failed to load or to contribute and was skipped."""

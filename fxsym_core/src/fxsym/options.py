@@ -63,19 +63,21 @@ class CheckpointRequest:
     importance: str
     #: whether the plan is the architecture search's (a parameter target searched)
     searching: bool
+    #: why the ranking chosen for the caller may cost quality (``None``: nothing to say)
+    warning: str | None = None
 
 
 def checkpoint_request(
     *, calibration: bool, importance: str | None, ratio: float | None,
     target_params: int | None, param_ratio: float | None, target_active_params: int | None,
-    search: bool, layers: int | Sequence[int] | None, sizes: bool, scope: str,
+    search: bool | None, layers: int | Sequence[int] | None, sizes: bool, scope: str,
     calibration_tokens: int, seq_len: int, names: Spelling = API,
 ) -> CheckpointRequest:
     """Check the options of a checkpoint prune (:func:`fxsym.prune_checkpoint`'s meaning;
     ``calibration`` and ``sizes``: whether they are given) against each other; raise
     :class:`~fxsym.errors.PlanError` or :class:`~fxsym.errors.CalibrationError` naming them
     as ``names`` spells them."""
-    importance = importance or ("activation" if calibration else "l2")
+    given, importance = importance, importance or ("activation" if calibration else "l2")
     if importance not in CHECKPOINT_IMPORTANCE:
         raise PlanError(f"{names.importance} {importance!r}: a checkpoint is pruned with "
                         f"activation (with {names.calibration}), l1 or l2")
@@ -88,12 +90,10 @@ def checkpoint_request(
     if calibration_tokens < 1 or seq_len < 1:
         raise CalibrationError(f"{names.calibration_tokens} ({calibration_tokens}) and "
                                f"{names.seq_len} ({seq_len}) must be positive")
-    searching = target_active_params is not None or (
-        search and (target_params is not None or param_ratio is not None))
-    if search and not searching:
-        raise PlanError(f"{names.search} searches candidates for a parameter count: give "
-                        f"{names.target_params}, {names.param_ratio} or "
-                        f"{names.target_active_params}, or no search")
+    searching = searches(
+        search=search, target=target_params is not None or param_ratio is not None,
+        active=target_active_params is not None, sizes=sizes, layers=layers, names=names
+    ) and (calibration or search is True or target_active_params is not None)
     if calibration and importance != "activation" and not searching and (
             not isinstance(layers, int)):
         raise PlanError(f"{names.calibration} with {names.importance} {importance!r} is used "
@@ -119,7 +119,41 @@ def checkpoint_request(
         raise CalibrationError(f"keeping a number of layers ranks them on calibration text; "
                                f"give {names.calibration}, or the positions of the layers to "
                                "keep")
-    return CheckpointRequest(importance, searching)
+    warning = None
+    if given is None and not calibration and (ratio is not None or sizes or target_params
+                                              is not None or param_ratio is not None):
+        warning = (f"ranking units by weight magnitude ({names.importance} l2), as no "
+                   f"{names.calibration} is given: on a pretrained LLM it removes far more "
+                   f"quality than the activation ranking on calibration text; give "
+                   f"{names.calibration}, or {names.importance} l2 to choose it")
+    return CheckpointRequest(importance, searching, warning)
+
+
+def searches(*, search: bool | None, target: bool, active: bool, sizes: bool,
+             layers: int | Sequence[int] | None, names: Spelling = API) -> bool:
+    """Whether the plan is the architecture search: the one meaning of each combination of
+    options, the command line's and the API's alike. A parameter target (``target``: a count
+    or fraction of parameters; ``active``: of the parameters a token uses) without sizes is
+    searched, at the depth of a number of ``layers`` when one is given (a width-only search),
+    unless ``search`` is ``False`` (a plan of widths to the target, and ``layers`` ranked);
+    positions of ``layers`` are kept as given, with a plan of widths. ``search=True`` where
+    nothing is searched, and an active-parameter target that is not searched, raise
+    :class:`~fxsym.errors.PlanError`. Whether a search can run also depends on what it is
+    scored with (calibration text, a stack of blocks): the caller's to check."""
+    if active and search is False:
+        raise PlanError(f"{names.target_active_params} is met by the architecture search "
+                        f"only; leave out {names.no_search}")
+    if not (target or active) or search is False:
+        if search:
+            raise PlanError(f"{names.search} searches candidates for a parameter count: give "
+                            f"{names.target_params}, {names.param_ratio} or "
+                            f"{names.target_active_params}, or no search")
+        return False
+    if search or active:
+        check_search_layers(layers, names.target_active_params if active else names.search,
+                            names)
+        return True
+    return not sizes and not isinstance(layers, Sequence)
 
 
 def check_param_ratio(param_ratio: float | None, names: Spelling = API) -> None:
