@@ -45,13 +45,15 @@ from .slicing import getattr_rule, getitem
 from .spatial import interpolate, pad, patch_merging_pad, pixel_shuffle, trailing_spatial
 from .views import (
     expand,
+    flatten,
     matrix_transpose,
     permute,
-    reshape_as_value,
     squeeze,
     transpose,
+    unflatten,
     unsqueeze,
     view,
+    view_as,
     view_as_complex,
     view_as_real,
 )
@@ -93,8 +95,12 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
         register(t, split)
     for t in ("view", "reshape", torch.reshape):
         register(t, view)
-    for t in (torch.flatten, "flatten", "unflatten", torch.unflatten, "view_as", "reshape_as"):
-        register(t, reshape_as_value)
+    for t in (torch.flatten, "flatten"):
+        register(t, flatten)
+    for t in ("unflatten", torch.unflatten):
+        register(t, unflatten)
+    for t in ("view_as", "reshape_as"):
+        register(t, view_as)
     register(torch.view_as_complex, view_as_complex)
     register(torch.view_as_real, view_as_real)
     for t in (torch.permute, "permute"):

@@ -194,8 +194,6 @@ def _unflatten_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequ
 
 def view(ctx: OpContext) -> Layout:
     """``view``/``reshape`` (method or function) to an explicit shape."""
-    x = ctx.arg(0, "input")
-    lay = ctx.tensor_layout(x)
     node = ctx.node
     shape_args: Any = node.args[1:] if node.op == "call_method" else node.args[1:2]
     if node.op == "call_method" and len(shape_args) == 1 and isinstance(
@@ -205,6 +203,35 @@ def view(ctx: OpContext) -> Layout:
         shape_args = shape_args[0]
     if not shape_args:
         shape_args = node.kwargs.get("shape", ())
+    items, raws = _shape_items(ctx, shape_args)
+    return reshape_to(ctx, ctx.arg(0, "input"), items, raws)
+
+
+def unflatten(ctx: OpContext) -> Layout:
+    """``unflatten(x, dim, sizes)`` (method or function): the view of ``x``'s shape with
+    ``dim`` replaced by ``sizes``, under :func:`reshape_to`'s rule. The dims it does not
+    name keep their own sizes, so only ``sizes`` are checked."""
+    x = ctx.arg(0, "input")
+    rank = len(ctx.shape(x))
+    d = norm_dim(int(ctx.val(ctx.arg(1, "dim"))), rank)
+    items, raws = _shape_items(ctx, ctx.arg(2, "sizes"))
+    keep: list[Any] = [None] * d
+    rest: list[Any] = [None] * (rank - d - 1)
+    return reshape_to(ctx, x, [*keep, *items, *rest], [*keep, *raws, *rest])
+
+
+def view_as(ctx: OpContext) -> Layout:
+    """``x.view_as(y)``/``x.reshape_as(y)``: ``x.view(y.shape)``, each size read from a dim
+    of ``y``."""
+    other = ctx.tensor_layout(ctx.arg(1, "other"))
+    items = [SizeLayout((dim,)) for dim in other]
+    return reshape_to(ctx, ctx.arg(0, "input"), items, [None] * len(items))
+
+
+def _shape_items(ctx: OpContext, shape_args: Any) -> tuple[list[Any], list[Any]]:
+    """The size arguments of a reshape, one per output dim: each a traced size's layout or a
+    value (``items``), with the argument it was written as (``raws``; ``None`` for a size of
+    a shape read from a tensor)."""
     items: list[Any] = []
     raws: list[Any] = []
     for a in shape_args if isinstance(shape_args, (tuple, list)) else (shape_args,):
@@ -215,6 +242,16 @@ def view(ctx: OpContext) -> Layout:
         else:
             items.append(a if al is None else al)
             raws.append(a)
+    return items, raws
+
+
+def reshape_to(ctx: OpContext, x: Any, items: Sequence[Any], raws: Sequence[Any]) -> Layout:
+    """The one rule of every op that reshapes ``x`` to a shape given size by size
+    (``view``, ``reshape``, ``unflatten``, ``view_as``): ``items`` holds, per output dim, a
+    traced size's layout, a number (or ``-1``), or ``None`` for a dim the op keeps without
+    naming it. A number cannot follow a resize (the dim it sizes is fixed); a traced size must
+    keep sizing its dim (:func:`_size_follows_dim`), else both are pinned."""
+    lay = ctx.tensor_layout(x)
     literal = [_is_literal_size(ctx, a) for a in items]
     fused = _split_fixed_part(ctx, lay, ctx.shape(x), ctx.out_shape(), items, raws)
     if fused is not None:
@@ -352,8 +389,8 @@ def _joined_shape_args(ctx: OpContext, node: torch.fx.Node) -> list[Any] | None:
     return out
 
 
-def reshape_as_value(ctx: OpContext) -> Layout:
-    """``flatten``/``unflatten``/``view_as``...: the target shape is the node's value."""
+def flatten(ctx: OpContext) -> Layout:
+    """``flatten``: dims merged, none split; the target shape is the node's value."""
     x = ctx.arg(0, "input")
     return reshape_layout(ctx, ctx.tensor_layout(x), ctx.shape(x), ctx.out_shape())
 
