@@ -6,9 +6,11 @@ steps use. Its ``forward`` walks the list, so tracing it unrolls the steps into 
 steps are the forms the analysis has rules for — convolutions (plain, depthwise, grouped),
 linears over channels, norms (batch, group, layer), activations, residual adds,
 concatenations, ``chunk`` and gating, slices and ``narrow`` counted from the start or from
-the end, reshapes between maps and tokens, multi-head attention — and the forms of issue 19
-that need the analysis to see what Python reads (:data:`GUARDED`): branches and values on
-sizes, sizes merged back from another tensor's shape, caches filled by a forward.
+the end, reshapes between maps and tokens, multi-head attention, channels split into groups
+by ``unflatten`` (:class:`SplitChannels`: by a number, an attribute, both factors; issue 30)
+— and the forms of issue 19 that need the analysis to see what Python reads
+(:data:`GUARDED`): branches and values on sizes, sizes merged back from another tensor's
+shape, caches filled by a forward.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ STEPS: dict[str, int] = {
     "conv": 4, "depthwise": 2, "grouped": 1, "pointwise_linear": 1, "batch_norm": 2,
     "group_norm": 1, "layer_norm": 1, "act": 3, "residual": 2, "concat": 2, "chunk_gate": 1,
     "chunk_swap": 1, "slice": 2, "narrow": 2, "tokens": 1, "attention": 1, "split_reshape": 1,
+    "unflatten": 2,
 }
 
 #: the forms of issue 19 whose analysis reads sizes in Python (sections 1, 3 and 4)
@@ -56,6 +59,48 @@ class Attention(nn.Module):
         else:
             out = out.transpose(1, 2).flatten(2)
         return self.proj(out)
+
+
+class SplitChannels(nn.Module):
+    """A conv to ``groups * width`` channels split by ``unflatten`` into ``(groups, width)``,
+    written as ``form`` says, then ``tail``: softmax within each group (flattened back), the
+    mean of each group (``groups`` channels), the sum of the groups (``width`` channels), or
+    flattened back as it is."""
+
+    FORMS = ("number", "attribute", "function", "keywords", "inner", "pair")
+    TAILS = ("softmax", "mean", "sum", "flatten")
+
+    def __init__(self, conv: nn.Conv2d, groups: int, form: str, tail: str) -> None:
+        super().__init__()
+        self.conv, self.groups, self.form, self.tail = conv, groups, form, tail
+        # private: the tracer reads them as the numbers a model would write
+        self._g, self._width = groups, conv.out_channels // groups
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        g = self._g
+        if self.form == "number":
+            z = y.unflatten(1, (g, -1))
+        elif self.form == "attribute":
+            z = y.unflatten(1, (self.groups, -1))
+        elif self.form == "function":
+            z = torch.unflatten(y, -3, (g, -1))
+        elif self.form == "keywords":
+            z = y.unflatten(dim=1, sizes=[g, -1])
+        elif self.form == "inner":
+            z = y.unflatten(1, (-1, self._width))
+        else:
+            z = y.unflatten(1, (g, self._width))
+        if self.tail == "softmax":
+            return z.softmax(2).flatten(1, 2)
+        if self.tail == "mean":
+            return z.mean(2)
+        if self.tail == "sum":
+            return z.sum(1)
+        return z.flatten(1, 2)
+
+    def out_channels(self) -> int:
+        return {"mean": self._g, "sum": self._width}.get(self.tail, self._g * self._width)
 
 
 class CachedScale(nn.Module):
@@ -95,7 +140,7 @@ class FuzzNet(nn.Module):
         kind, key = step[0], step[1]
         m = self.mods
         if kind in ("conv", "depthwise", "grouped", "batch_norm", "group_norm", "stem",
-                    "cache"):
+                    "cache", "unflatten"):
             return m[key](h)
         if kind == "head":
             return m[key](h.mean((2, 3)))
@@ -271,6 +316,14 @@ def _add_step(rng: random.Random, kind: str, key: str, c: int, mods: dict[str, n
         mods[key] = _conv(c, g * out, rng)
         steps.append((kind, key, g))
         return out
+    if kind.split("/")[0] == "unflatten":  # "unflatten/FORM/TAIL" forces both
+        g, width = rng.choice([2, 3, 4]), rng.choice([2, 3, 4])
+        conv = _conv(c, g * width, rng)
+        drawn = rng.choice(SplitChannels.FORMS), rng.choice(SplitChannels.TAILS)
+        form, tail = kind.split("/")[1:] or drawn
+        mods[key] = split = SplitChannels(conv, g, form, tail)
+        steps.append(("unflatten", key, form, tail))
+        return split.out_channels()
     if kind in ("branch_parity", "branch_equal"):
         out = rng.choice([w for w in widths if w % 2 == 0])
         mods[key] = _conv(c, out, rng)

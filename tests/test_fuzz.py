@@ -5,13 +5,16 @@ The default suite runs :data:`DEFAULT` nets; ``pytest -m zoo`` runs the rest of 
 may have no group (every size pinned) — the oracles then report "not checked", which passes —
 but no oracle may fail. The forms of issue 19 (branches and values on sizes, sizes merged
 from the input's shape, caches) are put into ten more nets each; the value oracle is the one
-that fails on the branch and value forms when the analysis keeps a group a guard read.
+that fails on the branch and value forms when the analysis keeps a group a guard read. So are
+the ``unflatten`` forms of issue 30 (each way of writing the split, each tail in turn): there
+the value oracle fails, and the shrink oracle crashes, when the split's units disagree with
+the number the program splits by.
 """
 
 from __future__ import annotations
 
 import pytest
-from fuzz_nets import GUARDED, STEPS, random_net
+from fuzz_nets import GUARDED, STEPS, SplitChannels, random_net
 
 import fxsym
 from fxsym.oracles import check_permutation, check_shrink, check_values
@@ -58,3 +61,11 @@ def test_fuzzed_nets_with_issue19_forms(form: str) -> None:
     """Ten nets, each with ``form`` once among its random steps."""
     for seed in range(10):
         _check(1000 + seed, (form,))
+
+
+@pytest.mark.parametrize("form", SplitChannels.FORMS)
+def test_fuzzed_nets_with_unflatten(form: str) -> None:
+    """Ten nets, each with channels split by ``unflatten`` written as ``form`` (issue 30),
+    each tail in turn."""
+    for seed in range(10):
+        _check(2000 + seed, (f"unflatten/{form}/{SplitChannels.TAILS[seed % 4]}",))
