@@ -63,6 +63,21 @@ LAYERED: dict[str, dict[str, Any]] = {
                         interleave_moe_layer_step=2, pad_token_id=0, attention_chunk_size=6,
                         no_rope_layers=[1, 1, 1, 0],
                         layer_types=["chunked_attention"] * 3 + ["full_attention"]),
+    # one stored tensor split into several parameters by transformers' loading: HRM's
+    # gqkv_proj (4 equal chunks) and gate_up_proj, both stacks' layers called in cycles
+    "hrm_text": dict(head_dim=16, intermediate_size=128, pad_token_id=0),
+    # Lara's in_proj split into the gated delta net's 4 input projections by their sizes;
+    # linear, sliding and full attention layers, MoE with a shared expert
+    "lara_mini": dict(WINDOW, head_dim=16, layer_types=["linear_attention", "sliding_attention",
+                                                        "linear_attention", "full_attention"],
+                      linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+                      linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=32, shared_expert_intermediate_size=32,
+                      pad_token_id=0),
+    # Sarvam-MoE's query_key_value split into q, k, v (GQA) by their sizes, dense then MoE
+    "sarvam_moe": dict(head_dim=16, intermediate_size=128, first_k_dense_replace=1,
+                       n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                       n_shared_experts=1, n_group=1, topk_group=1, pad_token_id=0),
 }
 
 

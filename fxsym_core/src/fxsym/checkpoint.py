@@ -7,8 +7,9 @@ library: a plugin's ``fxsym_checkpoint_reader`` hook gives a :class:`CheckpointR
 builds the model with its parameters on the meta device (buffers real), says which file holds
 each tensor, how tensors are stored where not under the model's names and layout (a
 :class:`StoredLayout`: the hf plugin applies transformers' conversion mapping, which fuses a MoE
-layer's per-expert tensors) and tokenises calibration text (the hf plugin: transformers' meta
-construction and the checkpoint's own tokenizer).
+layer's per-expert tensors and splits a stored ``query_key_value`` into q, k and v) and
+tokenises calibration text (the hf plugin: transformers' meta construction and the
+checkpoint's own tokenizer).
 
 The steps, none of which holds more than one decoder layer's weights:
 
@@ -42,7 +43,8 @@ The steps, none of which holds more than one decoder layer's weights:
    plan keeps along each dim (the Layout says which slice of which parameter belongs to which
    unit), renamed as the kept layers are renumbered (a dropped layer's tensors are not
    written), stored as the reader stores it (a fused tensor made whole, cut, and split again
-   by :meth:`StoredLayout.store`: one layer's experts at a time), checked against the shape
+   by :meth:`StoredLayout.store`: one layer's experts at a time; the parameters one stored
+   tensor becomes, cut, and fused again), checked against the shape
    of the resized meta model, read in chunks of rows
    (safetensors' ``get_slice``) and written straight into its
    shard (safetensors files of at most ``max_shard_size`` bytes,
@@ -167,24 +169,28 @@ class CheckpointReader(Protocol):
 class StoredLayout(Protocol):
     """The tensors a checkpoint stores under other names or in another layout than the model
     holds them (the hf plugin: transformers' checkpoint conversion mapping; a MoE layer's
-    experts, fused in the model, are one tensor per expert in the files).
+    experts, fused in the model, are one tensor per expert in the files; a ``query_key_value``
+    of the files is q, k and v in the model).
 
     Names here are the model's (parameters and buffers of :meth:`CheckpointReader.build`'s
     model) or the files' (*stored* names)."""
 
     #: ``{model tensor: stored tensor}``: stored whole under another name
     renamed: Mapping[str, str]
-    #: ``{model tensor: its stored tensors}``: made of several (:meth:`load`)
+    #: ``{model tensor: its stored tensors}``: made of several, or with others of one
+    #: (:meth:`load`); the model tensors made together have the same stored tensors
     fused: Mapping[str, Sequence[str]]
 
     def load(self, name: str, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Fused model tensor ``name`` made from its stored tensors (by stored name)."""
+        """Model tensor ``name`` of :attr:`fused` made from its stored tensors (by stored
+        name)."""
 
     def store(self, model: nn.Module, tensors: Mapping[str, torch.Tensor]
               ) -> dict[str, torch.Tensor]:
         """The stored tensors (by stored name) of ``tensors`` (tensors of ``model`` by name: a
         renamed one, or every tensor made of the same stored ones), for ``model`` pruned;
-        on meta tensors, the names and shapes."""
+        on meta tensors, the names and shapes. A layout that cannot hold them (they would not
+        load back as they are) raises :class:`~fxsym.errors.CheckpointError`."""
 
 
 def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
@@ -337,9 +343,14 @@ class _Tensors:
         plain = [n for n in names if n not in self.fused]
         got = self._read([self.renamed.get(n, n) for n in plain])
         out = {n: got.pop(self.renamed.get(n, n)) for n in plain}
-        for name in fused:
+        by_sources: dict[tuple[str, ...], list[str]] = {}
+        for name in fused:  # the model tensors made of the same stored ones: read once
+            by_sources.setdefault(tuple(self.fused[name]), []).append(name)
+        for sources, made in by_sources.items():
             assert self.stored is not None
-            out[name] = self.stored.load(name, self._read(self.fused[name]))
+            held = self._read(sources)
+            for name in made:
+                out[name] = self.stored.load(name, held)
         return out
 
     def _read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -1031,8 +1042,9 @@ def _pruned_unit(tensors: _Tensors, unit: Sequence[str], after: Sequence[str],
     as the reader stores them for the pruned ``model``."""
     assert tensors.stored is not None
     made = {}
+    read = tensors.read(unit)
     for old, new in zip(unit, after):
-        t = tensors.one(old)
+        t = read.pop(old)
         for dim in range(t.dim()):
             index = cuts.get((first.get(old, old), dim))
             if index is not None:
