@@ -45,6 +45,7 @@ ORDER = [
     "analysis",    # layouts, groups, op-rule context, analyze
     "resizing",    # the resize engine and its helpers
     "paramlayout",  # where each group's units lie in the parameters
+    "embeddings",  # which parameters are embedding tables (read by integer inputs)
     "importance",  # importance criteria
     "depth",       # block importance and the blocks a plan keeps
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
@@ -78,10 +79,11 @@ ALLOWED: dict[str, set[str]] = {
     "paramlayout": {"errors", "modstate", "resizing", "symbols"},
     "importance": {"errors", "paramlayout", "symbols"},
     "depth": {"errors", "importance", "symbols"},  # console inside a function
-    "planning": {"console", "depth", "errors", "importance", "options", "paramlayout",
-                 "plugins", "resizing", "symbols"},
-    "search": {"analysis", "console", "depth", "errors", "importance", "paramlayout", "planning",
-               "symbols"},
+    "embeddings": {"symbols"},
+    "planning": {"console", "depth", "embeddings", "errors", "importance", "options",
+                 "paramlayout", "plugins", "resizing", "symbols"},
+    "search": {"analysis", "console", "depth", "embeddings", "errors", "importance",
+               "paramlayout", "planning", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "options", "paths", "persist",

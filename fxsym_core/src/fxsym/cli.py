@@ -608,9 +608,13 @@ def _reached_text(args: argparse.Namespace, plan: Any) -> str:
     if not target:
         return ""
     removed = 100 * (plan.params_before - plan.params_after) / max(plan.params_before, 1)
+    counts = plan.extra.get("non_embedding")
+    also = "" if not counts else (
+        f"; {100 * (counts['before'] - counts['after']) / max(counts['before'], 1):.1f}% of its "
+        "non-embedding parameters")
     return (f"\n\ntarget: {_target_text(args, plan)}; reached {target['reached']:,}"
             f"{' active' if target.get('active') else ''} parameters ({removed:.1f}% of the "
-            f"model's parameters removed)")
+            f"model's parameters removed{also})")
 
 
 def _parameter_target(args: argparse.Namespace) -> bool:

@@ -31,8 +31,8 @@ the reason in ``plan.extra["steps"]``), or the whole group; groups listed in
 ``exclude`` (names or ``fnmatch`` patterns), groups the criterion cannot score and groups of
 one unit stay whole; groups tied by ``same_size`` keep as many units as each other.
 
-Imports from fxsym: console, depth, errors, importance, options, paramlayout, plugins,
-resizing, symbols.
+Imports from fxsym: console, depth, embeddings, errors, importance, options, paramlayout,
+plugins, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from torch import fx, nn
 
 from .console import format_table
 from .depth import block_importance, choose_blocks, renamed
+from .embeddings import embedding_tables
 from .errors import PlanError, PlanMismatchError
 from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
 from .options import check_amount_values
@@ -104,7 +105,9 @@ class Plan:
     inputs it was analyzed with (:func:`input_spec`) and ``outputs`` its output contract, so a
     fresh model can be analyzed the same way (with the analysis options in
     ``extra["analysis"]``, such as ``{"norm_groups": "keep"}``); ``shapes`` is every
-    parameter's shape after the plan.
+    parameter's shape after the plan. ``extra["non_embedding"]`` (``{"before", "after"}``)
+    counts the parameters but the embedding tables (:mod:`fxsym.embeddings`), where the model
+    has any.
     """
 
     model: str
@@ -130,9 +133,14 @@ class Plan:
         def change(before: int, after: int) -> str:
             return f"{100 * (after - before) / before:+.1f}%" if before else "-"
 
+        non_embedding = self.extra.get("non_embedding") or {}
         totals = format_table([
             ["parameters", f"{self.params_before:,}", f"{self.params_after:,}",
              change(self.params_before, self.params_after)],
+            *([["non-embedding parameters", f"{non_embedding['before']:,}",
+                f"{non_embedding['after']:,}",
+                change(non_embedding["before"], non_embedding["after"])]]
+              if non_embedding else []),
             ["MACs", f"{self.macs_before:,}", f"{self.macs_after:,}",
              change(self.macs_before, self.macs_after)]], ["", "before", "after", "change"])
         groups = format_table([[g.name, g.size, g.kept, f"{g.params_removed:,}"]
@@ -718,6 +726,13 @@ def plan(
                for g in groups if steps[g.name][0] > 1 and kept.get(g.name, g.size) < g.size}
     if stepped:
         made = with_extra(made, steps=stepped)
+    tables = embedding_tables(model, symmap)
+    if tables:
+        after = lay.shapes_after(kept)
+        made = with_extra(made, non_embedding={
+            "before": made.params_before - sum(math.prod(lay.shapes[t]) for t in tables),
+            "after": made.params_after - sum(math.prod(after[t]) for t in tables)
+            - sum(math.prod(after[n]) for n in dropped if n not in tables)})
     return _with_depth(made, symmap, blocks, dropped, macs)
 
 

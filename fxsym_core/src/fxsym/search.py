@@ -53,8 +53,8 @@ whole. The experts of each MoE layer are a role of their own, ``experts``, sized
 asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active count by
 the router's rows only).
 
-Imports from fxsym: analysis, console, depth, errors, importance, paramlayout, planning,
-symbols.
+Imports from fxsym: analysis, console, depth, embeddings, errors, importance, paramlayout,
+planning, symbols.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from torch import fx, nn
 from .analysis import TensorLayout
 from .console import format_table
 from .depth import block_importance, renamed
+from .embeddings import embedding_tables
 from .errors import PlanError
 from .importance import run_batch
 from .paramlayout import Slices, layout
@@ -285,7 +286,7 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
 def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]]:
     """The parameters a token uses (see the module docstring), and the names of those it does
     not use at all (looked up only)."""
-    skipped = _lookup_only(model, symmap)
+    skipped = embedding_tables(model, symmap, only_looked_up=True)
     shares = expert_shares(model, symmap)
     experts = {g.name: g.size for g in symmap.groups() if g.routed}
     total = 0.0
@@ -353,25 +354,6 @@ def _entries_picked(node: fx.Node, length: int) -> int | None:
     if not isinstance(d, int) or not -x.dim() <= d < x.dim():
         return None
     return int(out[1].shape[d]) if int(x.shape[d]) == length else None
-
-
-def _lookup_only(model: nn.Module, symmap: SymMap) -> frozenset[str]:
-    """The parameters only looked up (read by integer inputs), never computed with."""
-    graph = symmap.graph
-    modules = dict(model.named_modules())
-    lookup: set[int] = set()
-    computing: set[int] = set()
-    for node in [] if graph is None else graph.nodes:
-        if node.op != "call_module" or not node.args or not isinstance(node.args[0], fx.Node):
-            continue
-        mod = modules.get(str(node.target))
-        val = node.args[0].meta.get("val")
-        if mod is None or not isinstance(val, torch.Tensor):
-            continue
-        ids = {id(p) for p in mod.parameters()}
-        (computing if val.is_floating_point() else lookup).update(ids)
-    return frozenset(n for n, p in model.named_parameters()
-                     if id(p) in lookup and id(p) not in computing)
 
 
 def _tensors(v: Any) -> list[torch.Tensor]:
@@ -690,7 +672,7 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool
     """``count(sizes, layers)``: the (active) parameters of the plan of those sizes and
     blocks, without building it."""
     shapes_after = param_shapes(model, symmap)
-    skipped = _lookup_only(model, symmap) if active else frozenset()
+    skipped = embedding_tables(model, symmap, only_looked_up=True) if active else frozenset()
     shares = expert_shares(model, symmap) if active else {}
     sizes_now = {g.name: g.size for g in symmap.groups()}
     groups = symmap.depth_groups()
