@@ -522,7 +522,8 @@ def _fields_read_by_name(model: nn.Module, new: Any, skip: set[str], read: froze
     for attr, where in list(differences.items()):
         values = {v for v in where.values() if type(v) is int}
         if (attr.endswith(".shape") or attr in skip or attr.startswith("_") or len(values) != 1
-                or len(where) != sum(type(v) is int for v in where.values())):
+                or len(where) != sum(type(v) is int for v in where.values())
+                or isinstance(getattr(type(new), attr, None), property)):  # computed, not set
             continue
         value = values.pop()
         setattr(new, attr, value)
