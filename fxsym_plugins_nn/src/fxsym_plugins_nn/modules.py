@@ -380,7 +380,8 @@ FAMILIES: list[Family] = [
      batchnorm_resize, None),
     # LayerNorm subclasses of optional packages that only change how they compute: named, so
     # torchvision and timm stay optional
-    ((nn.LayerNorm, "timm.layers.norm.LayerNorm"), layernorm_info, layernorm_resize, None),
+    ((nn.LayerNorm, nn.RMSNorm, "timm.layers.norm.LayerNorm"), layernorm_info, layernorm_resize,
+     None),
     (("torchvision.models.convnext.LayerNorm2d", "timm.layers.norm.LayerNorm2d"),
      layernorm2d_info, layernorm_resize, None),
     (nn.GroupNorm, groupnorm_info, groupnorm_resize, None),

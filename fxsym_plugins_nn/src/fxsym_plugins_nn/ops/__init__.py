@@ -91,7 +91,8 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
     register(torch.concat, concat)
     register(torch.concatenate, concat)
     register(torch.stack, stack)
-    for t in (torch.split, torch.chunk, torch.unbind, "split", "chunk", "unbind"):
+    for t in (torch.split, torch.chunk, torch.unbind, torch.split_with_sizes, "split",
+              "split_with_sizes", "chunk", "unbind"):
         register(t, split)
     for t in ("view", "reshape", torch.reshape):
         register(t, view)

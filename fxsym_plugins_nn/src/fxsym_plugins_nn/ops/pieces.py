@@ -89,8 +89,8 @@ def split(ctx: OpContext) -> Layout:
     lay = ctx.tensor_layout(x)
     name = op_name(ctx)
     default_dim = 0
-    d = ctx.val(ctx.arg(2 if name in ("split", "chunk", "tensor_split") else 1, "dim",
-                        default_dim))
+    at = 2 if name in ("split", "split_with_sizes", "chunk", "tensor_split") else 1
+    d = ctx.val(ctx.arg(at, "dim", default_dim))
     d = norm_dim(int(d), len(lay))
     pieces = ctx.value
     sizes = [p.shape[d] for p in pieces] if name != "unbind" else []
