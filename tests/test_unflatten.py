@@ -177,3 +177,73 @@ def test_view_as_a_fixed_shape_is_pinned() -> None:
     sm = fxsym.analyze(model, example_inputs=(x,))
     assert not has_group_with(sm, "a", "out_features")
     assert "[boundary] node view_as" in str(sm.trace_report), sm.trace_report
+
+
+class AttributeHeadDim(nn.Module):
+    """16 features split into heads of ``self.d`` features (``unflatten(-1, (-1, d))``, as
+    diffusers' Flux writes it), softmax per head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = 4
+        self.a = nn.Linear(8, 16)
+        self.b = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.a(x).unflatten(-1, (-1, self.d))
+        return self.b(z.softmax(-1).flatten(1))
+
+
+def test_a_head_size_attribute_keeps_whole_heads() -> None:
+    """A split into ``(-1, self.d)``: the heads, counted by ``-1``, are the units and ``d``
+    stays (a shrink to heads 0 and 2 equals the model sliced by hand)."""
+    model, x = _model(AttributeHeadDim())
+    _traced_is_eager(model, x)
+    sm = assert_oracles(model, x)
+    (group,) = [g for g in sm.groups() if ("a", "out_features") in g.members]
+    assert group.size == 4
+    small, small_sm = copy.deepcopy((model, sm))
+    fxsym.resize(small, small_sm, {group.name: [0, 2]})
+    assert small.d == 4
+    rows = [h * 4 + p for h in (0, 2) for p in range(4)]
+    z = F.linear(x, model.a.weight[rows], model.a.bias[rows]).view(-1, 2, 4)
+    expected = F.linear(z.softmax(-1).flatten(1), model.b.weight[:, rows], model.b.bias)
+    torch.testing.assert_close(small(x), expected)
+
+
+class WeightedHeads(nn.Module):
+    """16 features split into heads of ``self.d`` features, each head scaled by its own
+    number (``torch.arange(4)``: the 4 heads cannot change), softmax per head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = 4
+        self.a = nn.Linear(8, 16)
+        self.b = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.a(x).unflatten(-1, (-1, self.d))
+        z = z * torch.arange(1, 5, dtype=z.dtype)[:, None]
+        return self.b(z.softmax(-1).flatten(1))
+
+
+def test_head_features_follow_a_head_size_attribute_when_heads_are_pinned() -> None:
+    """A split into ``(-1, self.d)`` whose heads something pins (a tensor of 4 numbers
+    broadcast along them): the analysis reads the split as tied blocks instead, so the
+    head's features are the units and ``d`` is a member (a shrink to features 1 and 3 of
+    every head sets ``d`` to 2 and equals the model sliced by hand). Before, ``d`` stayed 4,
+    so the shrunk model's ``unflatten`` made 2 heads of 4 features (diffusers' Flux: query
+    and value heads no longer equal)."""
+    model, x = _model(WeightedHeads())
+    _traced_is_eager(model, x)
+    sm = assert_oracles(model, x)
+    (group,) = [g for g in sm.groups() if ("a", "out_features") in g.members]
+    assert ("", "attr:d") in group.members and group.size == 4
+    small, small_sm = copy.deepcopy((model, sm))
+    fxsym.resize(small, small_sm, {group.name: [1, 3]})
+    assert small.d == 2
+    rows = [h * 4 + p for h in range(4) for p in (1, 3)]
+    z = F.linear(x, model.a.weight[rows], model.a.bias[rows]).view(-1, 4, 2)
+    z = z * torch.arange(1, 5, dtype=z.dtype)[:, None]
+    expected = F.linear(z.softmax(-1).flatten(1), model.b.weight[:, rows], model.b.bias)
+    torch.testing.assert_close(small(x), expected)
