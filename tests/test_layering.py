@@ -83,7 +83,7 @@ ALLOWED: dict[str, set[str]] = {
     "planning": {"console", "depth", "embeddings", "errors", "importance", "options",
                  "paramlayout", "plugins", "resizing", "symbols"},
     "search": {"analysis", "console", "depth", "embeddings", "errors", "importance",
-               "paramlayout", "planning", "symbols"},
+               "paramlayout", "planning", "plugins", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "options", "paths", "persist",

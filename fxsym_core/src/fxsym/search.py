@@ -7,16 +7,28 @@ groups by what the groups hold, not by config field names:
 * inside the blocks of a depth group (every member in one block), a group rooted at an
   attention module's ``heads`` symbol is a *heads* group (key/value heads where queries are
   grouped over them), one rooted at its ``queries_per_kv`` symbol a *queries* group (query
-  heads per key/value head); one an attention's products hold (:func:`_batch_of_products`:
+  heads per key/value head); one an attention's products hold (:func:`_products`:
   the heads or channels of a head of an attention traced through, such as OLMoE's, which
   normalises queries and keys over every head) an *attention* group, which no size flag
   names. Of the others, a group whose modules
   hold no other group but the hidden size and the experts is an FFN-like width of one of three
-  roles: *expert_ffn* where it shares a module with a routed group (a fused expert tensor),
-  *shared_ffn* where its block holds routed experts it does not share (a shared expert, used
-  by every token), *ffn* in a block without experts (a dense MLP). Any other (a rank between
-  two sized groups, such as MLA's ``q_lora_rank``) is *other*: no size names it;
+  roles: *expert_ffn* where it shares a module with a routed group (a fused expert tensor)
+  or lies in the matrices of a stack of weights a batched product multiplies (Llama 4's
+  experts, ``bmm(act, gate_up_proj)``: every token through every expert, none routed in the
+  trace), *shared_ffn* where its block holds experts it does not share (a shared expert,
+  used by every token), *ffn* in a block without experts (a dense MLP). Any other (a rank
+  between two sized groups, such as MLA's ``q_lora_rank``) is *other*: no size names it, and
+  so is a group read from where the residual stream is read (its *source*, below) and as long
+  as it: the hidden size again, not a width of its own (LFM2's short convolution);
 * *layers*: the depth group's blocks.
+
+**Width classes.** Equal numbers are not the same thing: where a group's size is read from
+is what a plugin says (``fxsym_group_sources``, :func:`group_sources`; the hf plugin probes
+the config field whose change changes the group's parameter dims, by meta builds:
+Llama 4's dense MLP reads ``intermediate_size_mlp``, its shared expert
+``intermediate_size``). The FFN-like groups of one role read from one source and as long (in
+entries, of one unit) are one *width class* (:attr:`Roles.classes`); a role may hold several
+(a model whose widths differ by layer), and the search sizes each class from its own range.
 
 So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28`` (:func:`sizes_for`) keeps
 3072 stream channels, 9216 units in every dense FFN group, 8 key/value heads and 24 / 8 queries
@@ -27,8 +39,8 @@ other FFN-like roles). A size no group holds is an error.
 (every group of a role keeps the same size): a few depths (all blocks, then 7/8, 3/4, 5/8
 and 1/2 of them) times a few hidden sizes (the same fractions, rounded down to a multiple of
 ``round_to``), each with the widest FFN-like widths that meet the target (one fraction for
-every FFN-like role, each role's width that fraction of its own, rounded down to its step and
-``round_to``); heads stay whole. A candidate lands as close under the target as the steps
+every width class, each class's width that fraction of its own, rounded down to its step
+and ``round_to``); heads stay whole. A candidate lands as close under the target as the steps
 allow (one further under is not offered, see :func:`candidates`); a target above the model's
 (active) parameters is an error; the kept plan records the target and the count reached
 (``extra["target"]``). Each candidate is planned (blocks by block importance, units by
@@ -54,13 +66,14 @@ asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active
 the router's rows only).
 
 Imports from fxsym: analysis, console, depth, embeddings, errors, importance, paramlayout,
-planning, symbols.
+planning, plugins, symbols.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -77,11 +90,12 @@ from .errors import PlanError
 from .importance import run_batch
 from .paramlayout import Slices, layout
 from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan, with_extra
+from .plugins.calls import call_hook
 from .symbols import SymMap
 
 __all__ = ["WIDTHS", "Candidate", "Roles", "SearchResult", "active_params", "candidates",
-           "expert_shares", "next_token_loss", "roles", "search", "sizes_for", "table",
-           "target_record"]
+           "expert_shares", "group_sources", "next_token_loss", "roles", "search", "sizes_for",
+           "table", "target_record"]
 
 #: the fractions of blocks and of the hidden size the search tries
 FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)
@@ -108,12 +122,20 @@ class Roles:
     #: the other groups inside one block (a rank between two sized groups, such as MLA's
     #: ``q_lora_rank``): no size flag names them and the search keeps them
     other: tuple[str, ...] = ()
+    #: ``(label, groups)`` of each width class: the FFN-like groups of one role read from
+    #: one source and as long (see the module docstring), labelled by their role where the
+    #: role has one class, else by role and width (``"ffn 16384"``)
+    classes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def widths(self) -> dict[str, tuple[str, ...]]:
         """``{role: groups}`` of the FFN-like widths the search sizes, each from its own
         range: ``ffn``, ``expert_ffn``, ``shared_ffn`` (the roles the model has)."""
         return {k: v for k, v in (("ffn", self.ffn), ("expert_ffn", self.expert_ffn),
                                   ("shared_ffn", self.shared_ffn)) if v}
+
+    def role_of(self, label: str) -> str:
+        """The role of the width class ``label``."""
+        return label.partition(" ")[0]
 
 
 #: the roles of FFN-like widths, in the order the search and its table give them
@@ -127,8 +149,11 @@ def roles(symmap: SymMap) -> Roles:
     blocks = [b for d in depth for b in d.blocks]
     found: dict[str, list[str]] = {k: [] for k in (
         "ffn", "heads", "queries", "experts", "attention", "expert_ffn", "shared_ffn", "other")}
-    batched = _batch_of_products(symmap)
+    batched, stacked = _products(symmap)
     groups = symmap.groups()
+    by_name = {g.name: g for g in groups}
+    sources = group_sources(symmap)
+    stream = {(sources[h], by_name[h].size * by_name[h].unit) for h in hidden if h in sources}
     routed = {g.name for g in groups if g.routed}
     held: dict[str, set[str]] = {}  # module -> the groups holding one of its symbols
     for g in groups:
@@ -140,7 +165,8 @@ def roles(symmap: SymMap) -> Roles:
                  for q, _ in g.members}
         return next(iter(homes)) if len(homes) == 1 else None
 
-    routed_homes = {home(g) for g in groups if g.routed} - {None}
+    expert_homes = {home(g) for g in groups if g.routed}
+    dense: list[Any] = []
     for g in groups:
         if g.name in hidden:
             continue
@@ -152,36 +178,97 @@ def roles(symmap: SymMap) -> Roles:
             continue
         root = g.members[0][1]
         beside = set().union(*(held[q] for q, _ in g.members)) - {g.name}
-        ffn_like = not beside - routed - set(hidden)
+        again = (sources.get(g.name), g.size * g.unit) in stream  # the hidden size, read again
+        ffn_like = not beside - routed - set(hidden) and not again
         role = ("heads" if root == "heads" else "queries" if root == "queries_per_kv"
-                else "expert_ffn" if ffn_like and beside & routed
+                else "expert_ffn" if ffn_like and (beside & routed or g.id in stacked)
                 else "attention" if g.id in batched
-                else "other" if not ffn_like
-                else "shared_ffn" if block in routed_homes else "ffn")
-        found[role].append(g.name)
+                else "other" if not ffn_like else "ffn")
+        if role == "expert_ffn":
+            expert_homes.add(block)
+        if role == "ffn":
+            dense.append((g, block))
+        else:
+            found[role].append(g.name)
+    for g, block in dense:  # beside experts: a shared expert
+        found["shared_ffn" if block in expert_homes else "ffn"].append(g.name)
+    order = {g.name: i for i, g in enumerate(groups)}
+    for k in ("ffn", "shared_ffn"):
+        found[k].sort(key=order.__getitem__)
     return Roles(hidden, tuple(found["ffn"]), tuple(found["heads"]), tuple(found["queries"]),
                  depth[0].name if len(depth) == 1 else None, tuple(found["experts"]),
                  tuple(found["attention"]), tuple(found["expert_ffn"]),
-                 tuple(found["shared_ffn"]), tuple(found["other"]))
+                 tuple(found["shared_ffn"]), tuple(found["other"]),
+                 _classes(by_name, sources, {k: found[k] for k in WIDTHS}))
+
+
+def _classes(groups: Mapping[str, Any], sources: Mapping[str, str],
+             widths: Mapping[str, Sequence[str]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The width classes of the FFN-like roles (``widths``: ``{role: groups}``): groups of a
+    role read from one source (``sources``; none said: one) and of one length and unit."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for role, names in widths.items():
+        keyed: dict[tuple[str, int, int], list[str]] = {}
+        for n in names:
+            g = groups[n]
+            keyed.setdefault((sources.get(n, ""), g.size * g.unit, g.unit), []).append(n)
+        taken: set[str] = set()
+        for (source, entries, unit), members in keyed.items():
+            label = role if len(keyed) == 1 else f"{role} {entries}"
+            if label in taken or sum(k[1] == entries for k in keyed) > 1:
+                label += f" ({source or f'unit {unit}'})"
+            while label in taken:
+                label += "'"
+            taken.add(label)
+            out.append((label, tuple(members)))
+    return tuple(out)
+
+
+#: the sources said for the groups of each SymMap (``fxsym_group_sources``), asked once
+_SOURCES: weakref.WeakKeyDictionary[SymMap, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def group_sources(symmap: SymMap) -> dict[str, str]:
+    """``{group name: source}``: where the plugins say each group's size is read from
+    (``fxsym_group_sources``; the first plugin to name a group decides), asked once per
+    SymMap."""
+    cached = _SOURCES.get(symmap)
+    if cached is None:
+        names = {g.name for g in symmap.groups()}
+        cached = {}
+        for said in call_hook("fxsym_group_sources", model=symmap.model, symmap=symmap) or ():
+            for name, source in (said or {}).items():
+                if name in names and source:
+                    cached.setdefault(str(name), str(source))
+        _SOURCES[symmap] = cached
+    return cached
 
 
 #: a product of two batched tensors added to a first operand (BLOOM's ALiBi scores)
 _ADDED_PRODUCTS = frozenset({torch.baddbmm, "baddbmm"})
 
 
-def _batch_of_products(symmap: SymMap) -> set[int]:
-    """The groups (roots) an attention's products of two tensors hold: those in a dim of
-    the queries, keys or values of ``scaled_dot_product_attention``, and, of a product of two
-    batched tensors (``q @ k.transpose(-1, -2)``, ``baddbmm``), those in a batch dim of
-    either operand (heads, also where the other operand broadcasts one head over them: a
+def _products(symmap: SymMap) -> tuple[set[int], set[int]]:
+    """The groups (roots) an attention's products of two tensors hold, and those in the
+    matrix dims of a stack of weights a batched product multiplies (Llama 4's experts:
+    ``bmm(act, gate_up_proj)``, one matrix per expert, each token through all of them).
+
+    An attention's: those in a dim of the queries, keys or values of
+    ``scaled_dot_product_attention``, and, of a product of two batched tensors computed from
+    the inputs (``q @ k.transpose(-1, -2)``, ``baddbmm``), those in a batch dim of either
+    operand (heads, also where the other operand broadcasts one head over them: a
     multi-query attention's single key) or in the dim the product sums over (the channels of
     a head). An MLP's width is not there: a projection's weight is a matrix whose width the
     product keeps (fused experts picked per token, whose width the sum runs over in
-    ``bmm(down[picked], act)``, are expert FFN widths, found first by :func:`roles`)."""
+    ``bmm(down[picked], act)``, are expert FFN widths, found first by :func:`roles`), and a
+    product with a weight (an operand no input reaches) is no attention."""
     analysis, graph = symmap.analysis, symmap.graph
     if analysis is None or graph is None:
-        return set()
+        return set(), set()
+    computed = _closure([n for n in graph.nodes if n.op == "placeholder"],
+                        lambda n: list(n.users))
     out: set[int] = set()
+    stacked: set[int] = set()
     for node in graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
@@ -197,13 +284,20 @@ def _batch_of_products(symmap: SymMap) -> set[int]:
                                        if k in node.kwargs))
         else:
             continue
-        layouts = [x for a in args if isinstance(a, fx.Node)
+        nodes = [a for a in args if isinstance(a, fx.Node)]
+        layouts = [x for a in nodes
                    if isinstance(x := analysis.node_layouts.get(a.name), TensorLayout)]
-        if len(layouts) == 2 and all(len(x) > 2 for x in layouts):
-            left, right = layouts
-            out |= (_roots(analysis, left, [*range(len(left) - 2), len(left) - 1])
-                    | _roots(analysis, right, range(len(right) - 1)))
-    return out
+        if len(layouts) != 2 or not all(len(x) > 2 for x in layouts):
+            continue
+        weights = [x for a, x in zip(nodes, layouts, strict=True) if a not in computed]
+        if weights:
+            stacked |= set().union(*(_roots(analysis, x, (len(x) - 2, len(x) - 1))
+                                     for x in weights))
+            continue
+        left, right = layouts
+        out |= (_roots(analysis, left, [*range(len(left) - 2), len(left) - 1])
+                | _roots(analysis, right, range(len(right) - 1)))
+    return out, stacked
 
 
 def _roots(analysis: Any, layout: Any, dims: Iterable[int]) -> set[int]:
@@ -242,19 +336,7 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
             raise PlanError(f"no group of the model holds {what}" + (
                 f"; its FFN widths are {' and '.join(has)}" if has and what in
                 _WIDTH_WHAT.values() else ""))
-        for name in names:
-            g = groups[name]
-            if entries % g.unit or not 1 <= entries // g.unit <= g.size:
-                raise PlanError(f"{what} {entries}: group {name} has {g.size} units of "
-                                f"{g.unit}; give a multiple of {g.unit} up to {g.size * g.unit}")
-            if entries // g.unit % g.step and entries // g.unit != g.size:
-                raise PlanError(f"{what} {entries}: group {name} keeps a multiple of "
-                                f"{g.step * g.unit} entries or all {g.size * g.unit} "
-                                f"({g.step_reason})")
-            if entries // g.unit < g.min_size:
-                raise PlanError(f"{what} {entries}: a router picks {g.min_size} of group "
-                                f"{name}'s units, so it keeps at least {g.min_size}")
-            out[name] = entries // g.unit
+        _put(groups, names, entries, what, out)
 
     if hidden is not None:
         put(r.hidden, hidden, "the hidden size (a residual stream)")
@@ -281,6 +363,25 @@ def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = No
         if count is not None:
             put(r.heads, count, "attention heads")
     return out
+
+
+def _put(groups: Mapping[str, Any], names: Iterable[str], entries: int, what: str,
+         out: dict[str, int]) -> None:
+    """``out[name] = `` the units of ``entries`` entries for each group of ``names``; a
+    :class:`~fxsym.errors.PlanError` for a size one of them cannot take."""
+    for name in names:
+        g = groups[name]
+        if entries % g.unit or not 1 <= entries // g.unit <= g.size:
+            raise PlanError(f"{what} {entries}: group {name} has {g.size} units of "
+                            f"{g.unit}; give a multiple of {g.unit} up to {g.size * g.unit}")
+        if entries // g.unit % g.step and entries // g.unit != g.size:
+            raise PlanError(f"{what} {entries}: group {name} keeps a multiple of "
+                            f"{g.step * g.unit} entries or all {g.size * g.unit} "
+                            f"({g.step_reason})")
+        if entries // g.unit < g.min_size:
+            raise PlanError(f"{what} {entries}: a router picks {g.min_size} of group "
+                            f"{name}'s units, so it keeps at least {g.min_size}")
+        out[name] = entries // g.unit
 
 
 def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]]:
@@ -401,7 +502,9 @@ def _param_nodes(model: nn.Module, graph: fx.Graph) -> dict[str, list[fx.Node]]:
 @dataclass(frozen=True)
 class Candidate:
     """One uniform architecture the search tried: its depth, hidden size and the width of
-    each FFN-like role (``None``: the model has no such role or the search keeps it)."""
+    each FFN-like role (``None``: the model has no such role or the search keeps it; a role
+    of several width classes: its widest class's), and of each width class searched
+    (``classes``: ``(label, entries)``, :attr:`Roles.classes`)."""
 
     layers: int
     hidden: int | None
@@ -411,6 +514,7 @@ class Candidate:
     plan: Plan | None = field(default=None, repr=False, compare=False)
     expert_ffn: int | None = None
     shared_ffn: int | None = None
+    classes: tuple[tuple[str, int], ...] = ()
 
     def widths(self) -> dict[str, int]:
         """``{role: entries}`` of the FFN-like widths the candidate sets."""
@@ -433,7 +537,8 @@ class SearchResult:
         """The candidates as JSON data (what :func:`fxsym.prune_checkpoint` records in the
         plan's ``extra["search"]``), the kept one marked ``kept``."""
         return [{"layers": c.layers, "hidden": c.hidden, "ffn": c.ffn,
-                 "expert_ffn": c.expert_ffn, "shared_ffn": c.shared_ffn, "params": c.params,
+                 "expert_ffn": c.expert_ffn, "shared_ffn": c.shared_ffn,
+                 "classes": dict(c.classes), "params": c.params,
                  "loss": None if math.isnan(c.loss) else c.loss, "kept": c is self.best}
                 for c in self.candidates]
 
@@ -444,19 +549,29 @@ class SearchResult:
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Candidates (:meth:`SearchResult.rows`) as a table, the kept one marked: a column for
-    each FFN-like role some candidate sets (``ffn`` where none does)."""
-    shown = [k for k in WIDTHS if any(r.get(k) is not None for r in rows)] or ["ffn"]
-    return format_table([[r["layers"], r["hidden"], *(r.get(k) for k in shown),
+    each FFN-like role some candidate sets (``ffn`` where none does), or for each of its
+    width classes where it has several."""
+    roles_set = [k for k in WIDTHS if any(r.get(k) is not None for r in rows)] or ["ffn"]
+    labels = list(dict.fromkeys(k for r in rows for k in r.get("classes") or {}))
+    shown: list[tuple[str, str | None]] = []  # (column, role or width class)
+    for k in roles_set:
+        own = [c for c in labels if c.partition(" ")[0] == k and c != k]
+        shown += [(c, None) for c in own] if own else [(k, k)]
+
+    def value(r: Mapping[str, Any], column: str, role: str | None) -> Any:
+        return r.get(role) if role is not None else (r.get("classes") or {}).get(column)
+
+    return format_table([[r["layers"], r["hidden"], *(value(r, c, k) for c, k in shown),
                           f"{r['params']:,}",
                           "nan" if r["loss"] is None else f"{r['loss']:.4f}",
                           "<- kept" if r["kept"] else ""] for r in rows],
-                        ["layers", "hidden", *(k.replace("_", " ") for k in shown),
+                        ["layers", "hidden", *(c.replace("_", " ") for c, _ in shown),
                          "params", "calib loss", ""])
 
 
 @dataclass(frozen=True)
 class _Range:
-    """What the search may give one FFN-like role: its width now, the step of entries every
+    """What the search may give one width class: its width now, the step of entries every
     group of it takes at a time, and the fewest entries it keeps."""
 
     now: int
@@ -466,16 +581,17 @@ class _Range:
 
 def _ranges(symmap: SymMap, r: Roles, kept: frozenset[str], whole: Mapping[str, str],
             step: Mapping[str, int], round_to: int, min_keep: int) -> dict[str, _Range]:
-    """The range of each FFN-like role the search sizes: one with no group left to it
-    (every group excluded) or with a group the model's description cannot follow is kept."""
+    """The range of each width class the search sizes (``{label: range}``): one with no
+    group left to it (every group excluded) or with a group the model's description cannot
+    follow is kept."""
     groups = {g.name: g for g in symmap.groups()}
     out: dict[str, _Range] = {}
-    for role, names in r.widths().items():
+    for label, names in r.classes:
         own = [groups[n] for n in names if n not in kept]
         if not own or whole.keys() & set(names):
             continue
         unit = math.lcm(*(step[g.name] for g in own))
-        out[role] = _Range(
+        out[label] = _Range(
             max(g.size * g.unit for g in own),
             math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit,
             max(min_keep * g.unit for g in own))
@@ -531,7 +647,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     ranges = _ranges(symmap, r, kept, whole, step, round_to, min_keep)
     fixed = bool((whole.keys() | kept) & set(r.hidden))
     widths = (1.0,) if fixed or not hidden_now else fractions
-    sized = partial(_sizes, symmap, kept)
+    sized = partial(_sizes, symmap, r, kept)
     found: list[tuple[Candidate, bool, bool]] = []
     tried: set[tuple[Any, ...]] = set()
     counts = ([0] if depth is None else list(depths) if depths is not None
@@ -559,9 +675,13 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                             and hidden < hidden_now and count(sized(
                                 min(hidden_now, hidden + hidden_step), {}), layers)
                             > target_params)
-            found.append((Candidate(n_layers or 0, hidden, chosen.get("ffn"), params,
-                                    expert_ffn=chosen.get("expert_ffn"),
-                                    shared_ffn=chosen.get("shared_ffn")),
+            role = {k: chosen[max((c for c in chosen if r.role_of(c) == k),
+                                  key=lambda c: ranges[c].now)]
+                    for k in WIDTHS if any(r.role_of(c) == k for c in chosen)}
+            found.append((Candidate(n_layers or 0, hidden, role.get("ffn"), params,
+                                    expert_ffn=role.get("expert_ffn"),
+                                    shared_ffn=role.get("shared_ffn"),
+                                    classes=tuple(chosen.items())),
                           widths_bind, hidden_binds))
     if not found:
         raise PlanError(f"no uniform candidate reaches {target_params:,} "
@@ -612,22 +732,21 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
                        min_keep=min_keep)
     kept = excluded_groups(symmap, exclude)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
-    now = {k: max((groups[n].size * groups[n].unit for n in names if n not in kept),
-                  default=None) for k, names in r.widths().items()}
+    now = _class_now(symmap, r, kept)
     scored = []
     reference = _references(model, batches) if loss is None and evaluate is None else None
 
     def label(c: Candidate) -> str:
         return ", ".join([f"layers {c.layers}", f"hidden {c.hidden}",
-                          *(f"{k.replace('_', ' ')} {w}" for k, w in c.widths().items())]
+                          *(f"{k.replace('_', ' ')} {w}" for k, w in c.classes)]
                          or ["ffn None"])
 
     for c in (track(found, description="scoring candidates", label=label)
               if progress else found):
         blocks = _top(block_scores.get(r.layers or "", None), c.layers, depth)
         p = plan(model, symmap, importance=importance, scope="uniform",
-                 sizes=_sizes(symmap, kept, c.hidden if c.hidden != hidden_now else None,
-                              {k: w for k, w in c.widths().items() if w != now.get(k)}),
+                 sizes=_sizes(symmap, r, kept, c.hidden if c.hidden != hidden_now else None,
+                              {k: w for k, w in c.classes if w != now.get(k)}),
                  layers=_layers_arg(r.layers, blocks), describable=describable,
                  exclude=exclude, min_keep=min_keep)
         value = (evaluate(p) if evaluate is not None
@@ -646,12 +765,28 @@ def target_record(target: int, active: bool, reached: int) -> dict[str, Any]:
     return {"params": target, "active": active, "reached": reached}
 
 
-def _sizes(symmap: SymMap, kept: frozenset[str], hidden: int | None,
+def _sizes(symmap: SymMap, r: Roles, kept: frozenset[str], hidden: int | None,
            widths: Mapping[str, int]) -> dict[str, int]:
-    """:func:`sizes_for` a hidden size and FFN-like widths (``{role: entries}``), but for
-    the groups kept whole."""
-    return {k: v for k, v in sizes_for(symmap, hidden=hidden, **widths).items()
-            if k not in kept}
+    """:func:`sizes_for` a hidden size and the widths of width classes (``{label:
+    entries}``, :attr:`Roles.classes`), but for the groups kept whole."""
+    groups = {g.name: g for g in symmap.groups()}
+    out: dict[str, int] = {}
+    if hidden is not None:
+        if not r.hidden:
+            raise PlanError("no group of the model holds the hidden size (a residual stream)")
+        _put(groups, r.hidden, hidden, "the hidden size (a residual stream)", out)
+    classes = dict(r.classes)
+    for label, entries in widths.items():
+        _put(groups, (n for n in classes[label] if n not in kept), entries,
+             f"{_WIDTH_WHAT[r.role_of(label)]} ({label})", out)
+    return {k: v for k, v in out.items() if k not in kept}
+
+
+def _class_now(symmap: SymMap, r: Roles, kept: frozenset[str]) -> dict[str, int]:
+    """The width now of each width class (of its groups not kept whole)."""
+    groups = {g.name: g for g in symmap.groups()}
+    return {label: max(groups[n].size * groups[n].unit for n in own)
+            for label, names in r.classes if (own := [n for n in names if n not in kept])}
 
 
 def _layers_arg(name: str | None, blocks: list[int] | None) -> Any:
@@ -694,10 +829,10 @@ def _widest(count: Callable[[Mapping[str, int], Any], int],
             sized: Callable[[int | None, Mapping[str, int]], dict[str, int]],
             hidden: int | None, ranges: Mapping[str, _Range], layers: Any,
             target: int) -> dict[str, int] | None:
-    """The widest FFN-like widths (``{role: entries}``) meeting ``target`` with that hidden
-    size and those blocks, or ``None``: one fraction for every role, each role's width that
-    fraction of its own, rounded down to its step, at least its least (and one step);
-    ``sized(hidden, widths)`` gives the groups' sizes."""
+    """The widest widths of the width classes (``{label: entries}``) meeting ``target``
+    with that hidden size and those blocks, or ``None``: one fraction for every class, each
+    class's width that fraction of its own, rounded down to its step, at least its least
+    (and one step); ``sized(hidden, widths)`` gives the groups' sizes."""
     hidden_sizes = sized(hidden, {}) if hidden is not None else {}
     if not ranges:
         return None if count(hidden_sizes, layers) > target else {}

@@ -11,7 +11,8 @@ work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
 (op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.describable` (the
 sizes a config can describe), :mod:`.kernels` (sizes transformers' kernels take),
-:mod:`.checkpoint` (the files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
+:mod:`.sources` (the config fields each group's size is read from), :mod:`.checkpoint` (the
+files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
 ``save_pretrained`` directory read for ``fxsym.prune_checkpoint``).
 """
 
@@ -38,6 +39,7 @@ from . import (
     kernels,
     modules,
     rotary,
+    sources,
 )
 from .perhead import PerHeadInputs
 
@@ -119,6 +121,12 @@ class HuggingFacePlugin:
     def fxsym_group_steps(self, model: Any, symmap: Any) -> dict[str, tuple[int, str]] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             return kernels.group_steps(model, symmap) or None
+        return None
+
+    @fxsym.hookimpl
+    def fxsym_group_sources(self, model: Any, symmap: Any) -> dict[str, str] | None:
+        if _transformers_imported() and context.is_transformers_model(model):
+            return sources.group_sources(model, symmap) or None
         return None
 
     @fxsym.hookimpl

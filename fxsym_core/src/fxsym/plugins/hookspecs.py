@@ -168,6 +168,21 @@ def fxsym_group_steps(model: Any, symmap: Any) -> Any:
 
 
 @hookspec
+def fxsym_group_sources(model: Any, symmap: Any) -> Any:
+    """Where the sizes of the searchable groups of ``symmap`` are read from: ``{group name:
+    source}`` (a string naming what sizes the group: the hf plugin gives the config fields
+    whose change changes the group's parameter dims, ``"intermediate_size"``), or ``None``.
+
+    Groups read from different sources are different things even where their sizes are
+    equal: :func:`fxsym.search.roles` makes them different width classes, which the search
+    sizes each from its own range, and a group read from where a residual stream is read, as
+    long as it, is that hidden size again (no FFN width). Called once per analysis when roles
+    are first asked for; it must not change the model. Several plugins: the first to name a
+    group decides.
+    """
+
+
+@hookspec
 def fxsym_after_depth(model: Any, group: Any, kept: Any) -> Any:
     """Bring what describes ``model`` up to date after :func:`fxsym.resize` dropped blocks of
     the depth group ``group`` (a :class:`~fxsym.symbols.DepthGroup`); ``kept`` is the list of
