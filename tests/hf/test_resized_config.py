@@ -132,11 +132,12 @@ def test_gpt2_mlp_rebuilds_from_n_inner_and_a_head_dim_shrink_is_marked() -> Non
     torch.testing.assert_close(_logits(_rebuilt(model), inputs), _logits(model, inputs),
                                rtol=0, atol=0)
     # hidden 32 with 4 heads of 8 has the config's shapes, but the attention keeps scaling
-    # by 1/sqrt(16), where a model built from the config scales by 1/sqrt(8)
+    # by 1/sqrt(16), where a model built from the config scales by 1/sqrt(8): the fields keep
+    # their old values, so no model built from them fits the weights (issue 30 §5)
     sm = fxsym.analyze(model)
     with pytest.warns(fxsym.ResizeWarning, match="scaling"):
         fxsym.resize(model, sm, _groups(sm, wte__embedding_dim=32, head_dim=8))
-    assert (model.config.n_embd, model.config.n_head) == (32, 4)
+    assert (model.config.n_embd, model.config.n_head) == (64, 4)
     assert model.config.fxsym_nonuniform == {"scaling": {
         f"transformer.h.{i}.attn": 0.25 for i in (0, 1)}}
 

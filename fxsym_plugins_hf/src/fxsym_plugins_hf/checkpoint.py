@@ -163,9 +163,10 @@ def load_pretrained(directory: str | os.PathLike[str], config: Any = None,
                     **kwargs: Any) -> nn.Module:
     """The pruned model of a checkpoint :func:`save_files` wrote for a config that cannot
     describe it: the unpruned model built from ``unpruned_config`` (a transformers class),
-    the plan of ``fxsym.json`` replayed, the weights loaded; in eval mode, of ``dtype`` if
-    given. ``config`` is the checkpoint's config as transformers read it (else
-    ``config.json`` is read); other keyword arguments of ``from_pretrained`` are ignored."""
+    the plan of ``fxsym.json`` replayed, the weights loaded (the model built in the dtype they
+    were saved in); in eval mode, of ``dtype`` if given. ``config`` is the checkpoint's config
+    as transformers read it (else ``config.json`` is read); other keyword arguments of
+    ``from_pretrained`` are ignored."""
     import torch
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -189,6 +190,10 @@ def load_pretrained(directory: str | os.PathLike[str], config: Any = None,
         raise ValueError(f"{directory}: model_class {class_name!r} is not a transformers model")
     base = CONFIG_MAPPING[unpruned["model_type"]].from_dict(unpruned)
     model: nn.Module = cls(base)
+    pruned = data.get("pruned_config")
+    stored = getattr(torch, str(pruned.get("dtype")), None) if isinstance(pruned, dict) else None
+    if isinstance(stored, torch.dtype):  # the weights' dtype (fxsym.load never casts)
+        model.to(stored)
     fxsym.load(model, path)
     dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
     if isinstance(dtype, str) and dtype != "auto":

@@ -45,7 +45,12 @@ Such a config must not load a model as the original architecture: :func:`fxsym.s
 it as a checkpoint of fxsym's own model type, with the sizes per module and a loader
 (:mod:`.checkpoint`). Where the largest sizes would fail the config class's own checks
 (``hidden_size`` a multiple of the heads), the fields keep their values from before the
-resize, so the config can still be copied, validated and written.
+resize, so the config can still be copied, validated and written. They keep them too where a
+model built from the config would hold the resized weights (every parameter at its shape) but
+compute something else (Gemma's embeddings scaled by ``sqrt`` of the new hidden size, where the
+resized model keeps the old scale): transformers' own ``save_pretrained`` then writes a
+checkpoint whose weights no model of that config fits, so ``from_pretrained`` refuses it
+instead of loading another model.
 
 The config is copied, never changed in place: every module holding the old config (or one of
 its sub-configs) is given the copy, so a failing resize transaction restores the old one. A
@@ -174,13 +179,18 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
     if nonuniform:
         why = undescribed(model, before, new, changed, nonuniform)
         setattr(new, NONUNIFORM, nonuniform)
-        if not config_accepted(new):
+        fits = _weights_fit(model, new)
+        if fits or not config_accepted(new):
             for field in changed:
                 if field not in written:
                     setattr(new, field, getattr(before, field))
+        kept = (f"; its size fields keep their values from before the resize, since a "
+                f"{type(model).__name__} built from them would hold these weights and compute "
+                "something else (fxsym.save writes a checkpoint that loads the resized model)"
+                if fits else "")
         warnings.warn(
             f"{type(model).__name__}.config does not describe the resized model: "
-            f"{'; '.join(why)} (config.{NONUNIFORM} holds each module's value)",
+            f"{'; '.join(why)} (config.{NONUNIFORM} holds each module's value){kept}",
             ResizeWarning, stacklevel=2)
     else:
         if NONUNIFORM in vars(new):
@@ -192,6 +202,18 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
         for key, value in list(state.items()):
             if id(value) in memo and hasattr(value, "to_dict"):
                 state[key] = memo[id(value)]
+
+
+def _weights_fit(model: nn.Module, config: Any) -> bool:
+    """Whether a model of ``model``'s class built from ``config`` (on the meta device) holds
+    every parameter of ``model`` at its shape: then ``save_pretrained`` and ``from_pretrained``
+    would load the weights into it without a word."""
+    built = meta_build(model, config)
+    if built is None:
+        return False
+    theirs = dict(built.named_parameters(remove_duplicate=False))
+    return all(n in theirs and theirs[n].shape == p.shape
+               for n, p in model.named_parameters(remove_duplicate=False))
 
 
 def undescribed(model: nn.Module, before: Any, new: Any, changed: list[str],
@@ -557,7 +579,7 @@ class _Prober:
         if not self._built:
             self._built = True
             self._base = meta_shapes(self.model, self.before)
-            self._now = _shapes(self.model)
+            self._now = tensor_shapes(self.model)
         if self._base is None or not old:
             return None
         probe = copy.deepcopy(self.before)
@@ -689,7 +711,7 @@ def _meta_modules(model: nn.Module, config: Any) -> dict[str, dict[str, int]] | 
         "_")} for name, mod in fresh.named_modules()}
 
 
-def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
+def tensor_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     """Every parameter and buffer of ``model`` by qualified name (each place of a shared
     one): its shape."""
     named = [*model.named_parameters(remove_duplicate=False),
@@ -698,9 +720,9 @@ def _shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
 
 
 def meta_shapes(model: nn.Module, config: Any) -> dict[str, tuple[int, ...]] | None:
-    """:func:`_shapes` of :func:`meta_build`'s model; ``None`` if it cannot be built."""
+    """:func:`tensor_shapes` of :func:`meta_build`'s model; ``None`` if it cannot be built."""
     fresh = meta_build(model, config)
-    return None if fresh is None else _shapes(fresh)
+    return None if fresh is None else tensor_shapes(fresh)
 
 
 def _attention_layouts(model: nn.Module) -> dict[str, tuple[int, int, int, int]]:
