@@ -8,7 +8,8 @@ For the duration of one trace, and restored afterwards even when tracing raises:
   whose masks and kernels run on the meta device; mixture-of-experts layers use the
   ``batched_mm`` experts kernel (``eager`` loops over the experts hit, which depends on data;
   ``grouped_mm`` has no meta kernel for float32);
-* the attention-mask builders become single opaque calls (:mod:`.masks`);
+* the attention-mask builders become single opaque calls (:mod:`.masks`), and transformers'
+  checks of the inputs' values leave traced conditions unchecked (:mod:`.checks`);
 * attention leaves handed a per-head tensor are recorded (:mod:`.perhead`);
   rotary modules whose update depends on data compute their trace-time value without it
   (:mod:`.rotary`).
@@ -27,6 +28,7 @@ from typing import Any
 from torch import nn
 
 from . import rotary
+from .checks import value_checks_on_proxies
 from .masks import mask_builders_as_leaves
 from .perhead import PerHeadInputs
 
@@ -106,5 +108,6 @@ def hf_trace_context(model: nn.Module, per_head: PerHeadInputs) -> Iterator[None
         stack.enter_context(per_head.watch(model))
         stack.enter_context(_config_overrides(model_configs(model)))
         stack.enter_context(mask_builders_as_leaves())
+        stack.enter_context(value_checks_on_proxies())
         stack.enter_context(rotary.meta_friendly(model))
         yield

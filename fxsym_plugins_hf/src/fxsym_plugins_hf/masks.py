@@ -12,6 +12,13 @@ depends on the shapes of its inputs, never on their feature dimensions.
 The node's value at trace time is the builder run on meta tensors, which count as traced
 for that call (the builders skip their data-dependent shortcuts for traced values).
 
+A builder whose trace-time value is ``None`` (Bamba's and Qwen3-Next's
+``create_recurrent_attention_mask`` without an attention mask: no padding to zero) gives the
+model a plain ``None`` (fxsym's tracer does so for every call of value ``None``), so its
+``mask is not None`` checks answer as they do when it runs. That value is computed with meta
+tensors counting as traced, so it follows from the builder's static arguments and the
+inputs' shapes only, which the trace fixes anyway, never from the inputs' values.
+
 The builders may return ``None`` at run time when no padding is seen (a shortcut for SDPA's
 ``is_causal``), while the traced attention was recorded with an explicit mask. The leaf
 therefore always asks for the mask (``allow_is_causal_skip=False``,
@@ -22,13 +29,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.fx
+
+from .namespaces import replaced
 
 #: ``module.qualname`` of every recorded mask leaf (the op-rule key)
 MASK_LEAF_NAME = f"{__name__}.mask_leaf"
@@ -110,20 +118,5 @@ def _leaf_wrapper(builder: Callable[..., Any]) -> Callable[..., Any]:
 def mask_builders_as_leaves() -> Iterator[None]:
     """Replace every imported mask builder by its leaf wrapper; always restore."""
     builders = {id(fn): fn for fn in mask_builders().values()}
-    wrappers = {i: _leaf_wrapper(fn) for i, fn in builders.items()}
-    saved: list[tuple[Any, str, Any]] = []
-    try:
-        for modname, mod in list(sys.modules.items()):
-            if mod is None or modname.partition(".")[0] != "transformers":
-                continue
-            space = getattr(mod, "__dict__", None)
-            if not space:
-                continue
-            for attr, value in list(space.items()):
-                if id(value) in builders and value is builders[id(value)]:
-                    saved.append((mod, attr, value))
-                    setattr(mod, attr, wrappers[id(value)])
+    with replaced({fn: _leaf_wrapper(fn) for fn in builders.values()}):
         yield
-    finally:
-        for mod, attr, value in reversed(saved):
-            setattr(mod, attr, value)

@@ -130,7 +130,25 @@ class ShapeProxy(torch.fx.Proxy):
             if isinstance(val, torch.Tensor):
                 attr = getattr(val, name)
                 return attr if name in CONCRETE_ATTRIBUTES else _Constant(attr)
+        if not (self.pending or isinstance(self, torch.fx.proxy.Attribute)):
+            val = value_of(self.node)
+            if isinstance(val, torch.Tensor) and not hasattr(val, name) and not hasattr(
+                    _held(self), name):
+                # what the value answers (``hasattr(weight, "SCB")`` is False for a tensor)
+                raise AttributeError(f"{type(val).__name__!r} object has no attribute {name!r}")
         return ShapeAttribute(self, name)
+
+
+def _held(proxy: ShapeProxy) -> Any:
+    """The object a ``get_attr`` proxy reads (a parameter may carry attributes its meta value
+    does not: bitsandbytes' ``SCB``); ``None`` for any other proxy."""
+    read = getattr(proxy.tracer, "attribute_object", None)
+    if proxy.node.op != "get_attr" or read is None:
+        return None
+    try:
+        return read(str(proxy.node.target))
+    except AttributeError:
+        return None
 
 
 class _Constant:

@@ -297,6 +297,15 @@ class FxsymTracer(torch.fx.Tracer):
         finally:
             self._quiet = was
 
+    def attribute_object(self, target: str) -> Any:
+        """The object the traced root holds at ``target`` (a ``get_attr`` node's), read
+        without recording anything."""
+        obj: Any = self.root
+        with self._quietly():
+            for part in target.split("."):
+                obj = getattr(obj, part)
+        return obj
+
     def _rollback(self, last: torch.fx.Node) -> None:
         while self.graph._root.prev is not last:
             node = self.graph._root.prev
@@ -455,6 +464,22 @@ class FxsymTracer(torch.fx.Tracer):
         return ShapeProxy.deferred(self, create, f"{owner}.{name}" if owner else name)
 
     # -- values ----------------------------------------------------------------------------
+    def create_proxy(self, kind: str, target: Any, args: tuple[Any, ...],
+                     kwargs: dict[str, Any], name: str | None = None,
+                     type_expr: Any | None = None, proxy_factory_fn: Any = None) -> Any:
+        """A proxy of the new node; plain ``None`` for a call whose value is ``None`` (a leaf
+        returning ``(out, None)``, a mask builder finding no mask). A proxy there would pass
+        the model's ``x is not None`` checks, which the value does not, and the branch taken
+        would then fail (``None[...]``); ``None`` allows nothing but identity checks, which it
+        answers as the model does. The node stays in the graph (the call may write state)."""
+        proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr,
+                                     proxy_factory_fn)
+        node = getattr(proxy, "node", None)
+        if (kind in ("call_function", "call_method", "call_module") and node is not None
+                and "val" in node.meta and node.meta["val"] is None):
+            return None
+        return proxy
+
     def create_node(
         self,
         kind: str,
@@ -485,10 +510,7 @@ class FxsymTracer(torch.fx.Tracer):
         if node.op == "get_attr":
             if node.target in self._attribute_values:
                 return self._attribute_values[str(node.target)]
-            obj: Any = self.root
-            with self._quietly():
-                for part in str(node.target).split("."):
-                    obj = getattr(obj, part)
+            obj = self.attribute_object(str(node.target))
             if _tensor_kinds(obj) == _NUMBER:  # a number kept as a tensor (``self.stride[i]``):
                 return obj  # its value, which a fill or a scale may need (``new_full``)
             return to_meta(obj)
