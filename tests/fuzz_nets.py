@@ -10,12 +10,14 @@ the end, reshapes between maps and tokens, multi-head attention, channels split 
 by ``unflatten`` (:class:`SplitChannels`: by a number, an attribute, both factors; issue 30)
 — and the forms of issue 19 that need the analysis to see what Python reads
 (:data:`GUARDED`): branches and values on sizes, sizes merged back from another tensor's
-shape, caches filled by a forward.
+shape, caches filled by a forward; and the hooks of issue 30 (:data:`HOOKED`): weights
+computed by ``weight_norm``'s pre-hook, user hooks that reorder what a conv reads or returns.
 """
 
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
 
 import torch
@@ -32,6 +34,26 @@ STEPS: dict[str, int] = {
 
 #: the forms of issue 19 whose analysis reads sizes in Python (sections 1, 3 and 4)
 GUARDED = ("branch_parity", "branch_equal", "size_value", "input_merge", "cache")
+
+#: the forms of issue 30 (sections 2 and 3): a conv whose weight torch's ``weight_norm``
+#: pre-hook computes (the norm along dim 0, 1 or over all), a conv whose input a user's
+#: pre-hook flips or rolls along the channels, one whose output a user's hook does
+HOOKED = ("weight_norm", "pre_hook", "post_hook")
+
+
+def flip_channels(mod: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A user's forward pre-hook: the module reads its input's channels reversed."""
+    return (args[0].flip(1),)
+
+
+def roll_channels(mod: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A user's forward pre-hook: the module reads its input's channels rotated by one."""
+    return (args[0].roll(1, 1),)
+
+
+def roll_output(mod: nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> torch.Tensor:
+    """A user's forward hook: the module's output channels rotated by one."""
+    return out.roll(1, 1)
 
 
 class Attention(nn.Module):
@@ -140,7 +162,7 @@ class FuzzNet(nn.Module):
         kind, key = step[0], step[1]
         m = self.mods
         if kind in ("conv", "depthwise", "grouped", "batch_norm", "group_norm", "stem",
-                    "cache", "unflatten"):
+                    "cache", "unflatten", *HOOKED):
             return m[key](h)
         if kind == "head":
             return m[key](h.mean((2, 3)))
@@ -338,4 +360,18 @@ def _add_step(rng: random.Random, kind: str, key: str, c: int, mods: dict[str, n
         mods[key] = CachedScale(c)
         steps.append((kind, key))
         return c
+    if kind in HOOKED:
+        out = rng.choice(widths)
+        conv = _conv(c, out, rng)
+        if kind == "weight_norm":
+            with warnings.catch_warnings():  # the hook version, deprecated
+                warnings.simplefilter("ignore", FutureWarning)
+                conv = nn.utils.weight_norm(conv, dim=rng.choice([0, 1, None]))
+        elif kind == "pre_hook":
+            conv.register_forward_pre_hook(rng.choice([flip_channels, roll_channels]))
+        else:
+            conv.register_forward_hook(roll_output)
+        mods[key] = conv
+        steps.append((kind, key))
+        return out
     raise ValueError(kind)

@@ -14,7 +14,7 @@ the number the program splits by.
 from __future__ import annotations
 
 import pytest
-from fuzz_nets import GUARDED, STEPS, SplitChannels, random_net
+from fuzz_nets import GUARDED, HOOKED, STEPS, SplitChannels, random_net
 
 import fxsym
 from fxsym.oracles import check_permutation, check_shrink, check_values
@@ -69,3 +69,14 @@ def test_fuzzed_nets_with_unflatten(form: str) -> None:
     each tail in turn."""
     for seed in range(10):
         _check(2000 + seed, (f"unflatten/{form}/{SplitChannels.TAILS[seed % 4]}",))
+
+
+@pytest.mark.parametrize("form", HOOKED)
+def test_fuzzed_nets_with_hooks(form: str) -> None:
+    """Ten nets, each with ``form`` once among its random steps: a ``weight_norm`` conv
+    keeps its groups and resizes ``weight_g``/``weight_v`` with them; a user's hook that
+    does not run in the trace pins the groups around its conv (issue 30, sections 2, 3)."""
+    for seed in range(10):
+        sm = _check(2000 + seed, (form,))
+        hidden = sm.trace_report.of_kind("hidden-hook")
+        assert bool(hidden) == (form != "weight_norm"), hidden

@@ -247,6 +247,11 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fxsym/passes/copying.py", "_non_persistent_buffers_set"): "nn.Module storage",
     ("fxsym/cli.py", "_actions"): "argparse's arguments: the only way to list a parser's "
                                   "options (the close match of an unknown one)",
+    ("fxsym/resizing/helpers.py", "_forward_pre_hooks"): "nn.Module's pre-hooks: which "
+        "of them computes a tensor a rule keeps entries of (no public reader)",
+    ("fxsym/resizing/helpers.py", "_parameters"): "nn.Module storage: a tensor that is "
+        "neither a parameter nor a buffer may be computed by a pre-hook",
+    ("fxsym/resizing/helpers.py", "_buffers"): "nn.Module storage (as _parameters)",
     ("fxsym/tracer/tracer.py", "_parameters"): "nn.Module storage, meta copy",
     ("fxsym/tracer/tracer.py", "_buffers"): "nn.Module storage, meta copy",
     ("fxsym/tracer/tracer.py", "_modules"): "nn.Module storage, meta copy",

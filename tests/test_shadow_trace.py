@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import fxsym
-from fxsym.plugins import default_plugin_manager
+from fxsym.plugins import PluginManager, default_plugin_manager, use_plugins
 
 
 class Config:
@@ -101,10 +101,34 @@ class _Pausing(nn.Module):
         return y
 
 
-def test_another_thread_sees_the_model_as_it_is_during_a_trace() -> None:
+class _DeclaresObservers:
+    """Declares the hooks in ``observers`` harmless (they change no value): they stay hidden
+    while traced and pin nothing."""
+
+    def __init__(self) -> None:
+        self.observers: list[Any] = []
+
+    @fxsym.hookimpl
+    def fxsym_hook_computes(self, module: Any, hook: Any) -> bool | None:
+        return False if hook in self.observers else None
+
+
+@pytest.fixture
+def observers() -> Iterator[list[Any]]:
+    """Hooks appended to this list are declared harmless observers for the test."""
+    pm = PluginManager()
+    fxsym.load_plugins(manager=pm)
+    plugin = _DeclaresObservers()
+    pm.register(plugin, name="observers")
+    with use_plugins(pm):
+        yield plugin.observers
+
+
+def test_another_thread_sees_the_model_as_it_is_during_a_trace(observers: list[Any]) -> None:
     go, done = threading.Event(), threading.Event()
     model = _Pausing(Net().eval(), go, done)
-    model.inner.attn.register_forward_hook(lambda m, a, o: m.calls.append(1))
+    observers.append(lambda m, a, o: m.calls.append(1))
+    model.inner.attn.register_forward_hook(observers[-1])
     before = _identity_state(model)
     seen: dict[str, Any] = {}
 
@@ -130,11 +154,12 @@ def test_another_thread_sees_the_model_as_it_is_during_a_trace() -> None:
     assert sm.groups()
 
 
-def test_a_serving_thread_is_never_disturbed_by_analyses() -> None:
+def test_a_serving_thread_is_never_disturbed_by_analyses(observers: list[Any]) -> None:
     torch.manual_seed(0)
     model = Net().eval()
     hooked: list[int] = []
-    model.attn.register_forward_hook(lambda m, a, o: hooked.append(1))
+    observers.append(lambda m, a, o: hooked.append(1))
+    model.attn.register_forward_hook(observers[-1])
     with torch.no_grad():
         expected = model(X)
     stop = threading.Event()
@@ -159,6 +184,7 @@ def test_a_serving_thread_is_never_disturbed_by_analyses() -> None:
         for _ in range(199):
             sm = fxsym.analyze(model, example_inputs=(X,))
             assert [(g.name, g.size) for g in sm.groups()] == first
+        assert first
     finally:
         stop.set()
         thread.join()

@@ -211,7 +211,12 @@ def test_user_hooks_do_not_run_and_stay_registered() -> None:
                model.a.register_full_backward_hook(lambda *a: calls.append("backward"))]
     before = state_of(model)
     sm = fxsym.analyze(model, example_inputs=(torch.randn(1, 3, 12, 12),))
-    assert [g.name for g in sm.groups()] == ["a.out_channels"]
+    assert [g.name for g in sm.groups()] == []  # not seen by the trace: what they touch pins
+    hidden = [(e.where, e.message.split(" does not run")[0])
+              for e in sm.trace_report.of_kind("hidden-hook")]
+    assert hidden == [("Hooked", f"its forward hook {__name__}.{post_kw.__qualname__}"),
+                      ("a", f"its forward pre-hook {__name__}.{pre.__qualname__}"),
+                      ("b", f"its forward hook {__name__}.{post.__qualname__}")], hidden
     assert calls == []
     assert state_of(model) == before
     assert not hasattr(model.a, "touched_by_pre") and not hasattr(model.b, "touched_by_post")

@@ -159,3 +159,17 @@ def _same_dict(container: dict[Any, Any], keys: Collection[Any], values: Iterabl
 
 
 __all__ = ["CACHE", "DERIVED", "ModuleTreeState"]
+
+
+def computed_tensors(model: nn.Module, *, meta: bool = False) -> dict[int, torch.Tensor]:
+    """A ``deepcopy`` memo for the tensors the modules of ``model`` hold as plain attributes
+    that were computed with grad (``weight_norm``'s ``weight`` before a forward without
+    grad), which ``deepcopy`` refuses: each id mapped to a detached copy (``meta``: an empty
+    meta tensor of its shape). Their forward pre-hooks compute them again."""
+    memo: dict[int, torch.Tensor] = {}
+    for mod in model.modules():
+        for value in vars(mod).values():
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                memo[id(value)] = torch.empty(value.shape, dtype=value.dtype, device="meta") \
+                    if meta else value.detach().clone()
+    return memo

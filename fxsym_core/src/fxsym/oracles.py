@@ -55,7 +55,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .analysis import TensorLayout, analyze
 from .analysis.analyzer import resolve_dim
 from .analysis.outputs import Contract, select_outputs
-from .modstate import CACHE
+from .modstate import CACHE, computed_tensors
 from .resizing import resize
 from .resizing.declared import symbol_sizes
 from .symbols import ATTRIBUTE_PREFIX, SymGroup, SymMap, attribute_value
@@ -160,6 +160,10 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None, *,
     to ``perturbed(model, seed).to(dtype)`` (the noise rounded to each tensor's own dtype
     first) without a copy in the model's own dtype in between (ViT-H's float32 copy is 2.5
     GB).
+
+    A tensor attribute computed with grad (``weight_norm``'s ``weight`` before a forward
+    without grad), which ``deepcopy`` refuses, is copied detached: its forward pre-hook
+    computes it again.
     """
     memo: dict[int, Any] = {}
     native: dict[int, torch.dtype] = {}
@@ -167,6 +171,7 @@ def perturbed(model: nn.Module, seed: int, symmap: SymMap | None = None, *,
         for tensor in _floating_tensors(model):
             memo[id(tensor)] = _converted(tensor, dtype)
             native[id(memo[id(tensor)])] = tensor.dtype
+    memo.update(computed_tensors(model))
     if symmap is not None:
         clone, sm = copy.deepcopy((model, symmap), memo)
     else:

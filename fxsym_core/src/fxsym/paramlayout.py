@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from .errors import PlanError
-from .modstate import ModuleTreeState
+from .modstate import ModuleTreeState, computed_tensors
 from .resizing import dim_index, observe_keeps, resize
 from .symbols import GroupIndex, Segment, SymGroup, SymMap
 
@@ -199,7 +199,8 @@ class _Deriver:
         for _, b in model.named_buffers():
             self.standins[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
         self.standin_ids = {id(s) for s in self.standins.values()}
-        self.memo_base: dict[int, Any] = dict(self.standins)
+        self.memo_base: dict[int, Any] = {**computed_tensors(model, meta=True),
+                                          **self.standins}
         self.cache: dict[Any, dict[tuple[str, int], torch.Tensor]] = {}
         self.clones: dict[int, tuple[nn.Module, ModuleTreeState]] = {}
         #: per module: its slots, its signature and its kind (:func:`_signature`), these two
@@ -782,7 +783,8 @@ def _survivors(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Paramet
                ) -> dict[str, list[torch.Tensor]]:
     """Resize a probe copy of ``model`` with ``choices``; for every parameter and dim, which
     slices survived (a bool mask over the original slices)."""
-    memo: dict[int, Any] = {id(p): probes[name] for name, p in params.items()}
+    memo: dict[int, Any] = computed_tensors(model, meta=True)
+    memo.update((id(p), probes[name]) for name, p in params.items())
     for _, b in model.named_buffers():
         memo[id(b)] = torch.empty(b.shape, dtype=b.dtype, device="meta")
     memo[id(symmap.graph_module)] = None

@@ -40,3 +40,10 @@ def fxsym_register_patterns(register: Any) -> None:
 @fxsym.hookimpl(trylast=True)
 def fxsym_example_inputs(model: Any) -> Any:
     return modules.guess_example_inputs(model)
+
+
+@fxsym.hookimpl
+def fxsym_derived_tensors(module: Any, hook: Any) -> Any:
+    from . import hooks
+
+    return hooks.derived_tensors(hook)

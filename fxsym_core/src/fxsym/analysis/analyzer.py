@@ -144,12 +144,31 @@ class Analyzer:
                 self.env[node] = self._visit(node)
             for guard in due.get(node, ()):  # its reads have layouts now
                 decide(self, guard, node)
+        self._pin_hook_sites()
         if self.config_reads:
             self._hidden_config_readers()
         resolve = self.table.resolve_layout  # read groups split since as their blocks
         self.symbol_dims = {k: resolve(d) for k, d in self.symbol_dims.items()}
         self.param_reads = {k: resolve(v) for k, v in self.param_reads.items()}
         tie_shared_tensors(self)
+
+    def _pin_hook_sites(self) -> None:
+        """Pin the groups of the inputs and outputs of every call of a module whose hooks the
+        trace does not see, and of the module's own sizes (:mod:`fxsym.tracer.hooksites`)."""
+        sites = getattr(self.gm, "hook_sites", ())
+        if not sites:
+            return
+        nodes = {n.name: n for n in self.gm.graph.nodes}
+        for site in sites:
+            names = site.inputs + site.outputs
+            dims = [d for n in names if n in nodes
+                    for d in iter_dims(self.env.get(nodes[n]))]
+            dims += [d for (q, _), d in self.symbol_dims.items() if q == site.path]
+            reason = site.reason
+            for dim in dims:
+                for seg in dim:
+                    if seg.group is not None and self.table.fix(seg.group, reason):
+                        self.pin_sites.append((seg.group, site.path, reason))
 
     def _fix_outputs(self, node: torch.fx.Node) -> None:
         """Groups reaching an output of the contract are constant; the contract is resolved

@@ -37,6 +37,7 @@ from typing import Any
 from pluggy import HookImpl
 
 from ..errors import FxsymError
+from .hookroles import DerivedTensors
 from .manager import PLUGIN_ERRORS, PluginManager, blame, get_plugin_manager
 
 
@@ -179,6 +180,13 @@ def hook_computes(module: Any, hook: Any, pm: PluginManager | None = None) -> bo
     """The plugins' answer to ``fxsym_hook_computes``: ``True``/``False``, or ``None``."""
     vote: object = call_hook("fxsym_hook_computes", pm, module=module, hook=hook)
     return None if vote is None else bool(vote)
+
+
+def derived_tensors(module: Any, hook: Any, pm: PluginManager | None = None) -> Any:
+    """The plugins' answer to ``fxsym_derived_tensors``: a
+    :class:`~fxsym.plugins.hookroles.DerivedTensors`, or ``None``."""
+    answer: object = call_hook("fxsym_derived_tensors", pm, module=module, hook=hook)
+    return answer if isinstance(answer, DerivedTensors) else None
 
 
 def leaf_vote(module: Any, qualname: str, pm: PluginManager | None = None) -> bool | None:

@@ -7,7 +7,8 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
   Each plugin gets its own
   ``register`` callable, so conflicts and ``fxsym plugins`` name the distribution behind each
   contribution;
-* *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_example_inputs``,
+* *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_hook_computes``,
+  ``fxsym_derived_tensors``, ``fxsym_example_inputs``,
   ``fxsym_default_outputs``, ``fxsym_checkpoint_reader``) answer one question per call: the
   first implementation in pluggy's order that returns something other than ``None``
   decides, and hook wrappers see (and may replace) that answer.
@@ -62,11 +63,26 @@ def fxsym_hook_computes(module: Any, hook: Any) -> bool | None:
     how the model computes (``True``: it runs while the model is traced), an observer of the
     user's (``False``: hidden while traced), or leaves the question to others (``None``).
 
-    When no plugin answers, torch's own hooks compute (``weight_norm``'s pre-hook computes
-    the weight) and every other hook is hidden, named by a ``hidden-hook`` trace-report line.
-    A library that carries values between modules through hooks (transformers 5 collects
-    hidden states that way) declares its hooks here: hidden, they would make the traced
-    program another one than the model runs.
+    When no plugin answers (here or in ``fxsym_derived_tensors``), the hook is hidden and
+    its effect not seen: the groups of the module call's inputs and outputs and of the
+    module's own sizes are pinned, and a ``hidden-hook`` trace-report line names the hook
+    (:mod:`fxsym.plugins.hookroles`). A library that carries values between modules through
+    hooks (transformers 5 collects hidden states that way) declares its hooks ``True`` here:
+    hidden, they would make the traced program another one than the model runs; a hook that
+    changes no value (a logger, a timer) is declared ``False``.
+    """
+
+
+@hookspec(firstresult=True)
+def fxsym_derived_tensors(module: Any, hook: Any) -> Any:
+    """A :class:`fxsym.plugins.hookroles.DerivedTensors` if forward pre-hook ``hook`` on
+    ``module`` recomputes tensors of the module from others before every forward (``weight``
+    from ``weight_g``/``weight_v``: ``torch.nn.utils.weight_norm``), else ``None``.
+
+    Such a hook is part of the computation: it stays on the module while traced, the
+    module's family describes the tensor it computes, and a resize keeps entries of that
+    tensor through the answer's ``keep`` (its sources resized consistently); an answer
+    without ``keep`` pins the module's groups, its ``reason`` in the trace report.
     """
 
 

@@ -11,9 +11,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
+
+from ..errors import ResizeError
+from ..plugins.calls import derived_tensors
+from ..plugins.hookroles import DerivedTensors, describe_hook
 
 #: ``observer(old, dim, index, new)``: ``new`` (bound in place of ``old``) holds the entries
 #: ``index`` of ``old`` along ``dim``
@@ -39,7 +44,22 @@ def keep_entries(module: nn.Module, name: str, dim: int, index: torch.Tensor) ->
     A parameter stays a parameter (same ``requires_grad``); ``None`` entries are left alone.
     The old tensor is never written: a new one is bound in its place, through the module's
     ``__setattr__``, which is what lets :func:`fxsym.resize` undo a failed resize.
+
+    A tensor that a forward pre-hook computes from others (``weight`` under
+    ``torch.nn.utils.weight_norm``) keeps its entries through its sources, as the plugin
+    declaring the hook says (``fxsym_derived_tensors``, :mod:`fxsym.plugins.hookroles`); one
+    whose sources cannot be resized so raises :class:`~fxsym.errors.ResizeError`.
     """
+    if module._forward_pre_hooks and name not in module._parameters and (
+            name not in module._buffers):
+        derived = _derived(module, name)
+        if derived is not None:
+            hook, role = derived
+            if role.keep is None:
+                raise ResizeError(f"{name} of {type(module).__name__} is computed by its "
+                                  f"forward pre-hook {describe_hook(hook)}: {role.reason}")
+            role.keep(module, hook, name, dim, index)
+            return
     tensor = getattr(module, name, None)
     if tensor is None:
         return
@@ -56,6 +76,16 @@ def keep_entries(module: nn.Module, name: str, dim: int, index: torch.Tensor) ->
     if observer is not None:
         observer(tensor, dim, index, new)
     setattr(module, name, new)
+
+
+def _derived(module: nn.Module, name: str) -> tuple[Any, DerivedTensors] | None:
+    """The forward pre-hook of ``module`` that computes its tensor ``name``, and what a plugin
+    declares of it (``fxsym_derived_tensors``), if any."""
+    for hook in module._forward_pre_hooks.values():
+        role = derived_tensors(module, hook)
+        if role is not None and name in role.names:
+            return hook, role
+    return None
 
 
 def l1_scores(weight: torch.Tensor, dim: int) -> torch.Tensor:

@@ -16,11 +16,14 @@ the module's own class whose ``__dict__`` is a copy of the module's, with
   overrides it in the copy; modules sharing a config share its copy;
 * methods and ``functools.partial`` objects bound to a module of the tree bound to its shadow
   (a ``forward`` set on the instance, as accelerate's hooks do);
-* the hook tables holding only hooks that are part of the computation: torch's own
-  (``weight_norm``'s pre-hook computes the weight the module uses) and those a plugin
-  declares (``fxsym_hook_computes``; transformers' capturing hooks carry hidden states to
-  heads). The user's other hooks do not run while a model is traced; the modules that held
-  some are listed (:attr:`ShadowTree.hidden_hooks`) for the trace report.
+* the hook tables holding only hooks that are part of the computation, as plugins declare
+  them (:mod:`fxsym.plugins.hookroles`): those that compute (``fxsym_hook_computes``;
+  transformers' capturing hooks carry hidden states to heads) and those that derive tensors
+  of their module (``fxsym_derived_tensors``; ``weight_norm``'s pre-hook computes the weight
+  the module uses). The other hooks do not run while a model is traced; those nobody
+  declared harmless are listed (:attr:`ShadowTree.hidden_hooks`, for the trace report) and
+  the shadows holding them noted (:attr:`ShadowTree.unseen`): the trace does not see their
+  effect, so the analysis pins what they could change.
 
 The tree answers which original a shadow stands for (:meth:`ShadowTree.original`; during
 the trace also :func:`original_module`), what a plugin deciding by identity (a leaf policy,
@@ -37,7 +40,7 @@ reports both by qualified name; a resize reads it (:mod:`fxsym.resizing.engine`)
 :meth:`ShadowTree.written` names the graph nodes of the values the forward set attributes to,
 so that the analysis can tell derived state no resize changes (:mod:`fxsym.analysis.derived`).
 
-Imports from fxsym: modstate.
+Imports from fxsym: modstate, plugins.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ import torch
 from torch import nn
 
 from ..modstate import CACHE, DERIVED
+from ..plugins.hookroles import DerivedTensors, describe_hook
 from .configs import CONFIG_ATTRIBUTES
 from .proxy import ShapeProxy
 
@@ -75,29 +79,32 @@ _ATOMS = frozenset({bool, int, float, str, type(None), torch.Tensor, nn.Paramete
 _PLAIN = frozenset({dict, OrderedDict, list, set})
 
 
-def _is_torch_hook(hook: Any) -> bool:
-    """A hook torch itself registers as part of how a module computes (weight_norm)."""
-    owner = getattr(hook, "__module__", None) or type(hook).__module__
-    return owner == "torch" or owner.startswith("torch.")
-
-
 #: ``vote(module, hook)``: whether a forward hook of the user's ``module`` is part of how the
-#: model computes, or ``None`` (torch's own hooks compute, others do not)
+#: model computes (``True``), changes no value (``False``), or ``None`` (nobody says)
 HookVote = Callable[[nn.Module, Any], "bool | None"]
+#: ``derives(module, hook)``: what a forward pre-hook computes from the module's tensors
+#: (:class:`~fxsym.plugins.hookroles.DerivedTensors`), or ``None``
+DerivedVote = Callable[[nn.Module, Any], "DerivedTensors | None"]
+_KINDS = {"_forward_pre_hooks": "forward pre-hook", "_forward_hooks": "forward hook"}
 
 
 class ShadowTree:
     """The shadows of every module of ``root``'s tree (see the module docstring)."""
 
     def __init__(self, root: nn.Module, *, empty_derived: bool = True,
-                 vote: HookVote | None = None) -> None:
+                 vote: HookVote | None = None, derives: DerivedVote | None = None) -> None:
         self._empty_derived = empty_derived
         self._vote = vote
-        #: qualified names of the modules whose forward hooks the shadows leave out
-        self.hidden_hooks: list[str] = []
-        #: ids of the shadows holding forward hooks other than torch's own (declared by a
-        #: plugin part of the computation)
+        self._derives = derives
+        #: by qualified name, the forward hooks the shadows leave out that nobody declared
+        #: harmless, and the derived tensors no resize can keep entries of: ``(kind, why)``
+        self.hidden_hooks: dict[str, list[tuple[str, str]]] = {}
+        #: ids of the shadows holding forward hooks a plugin declares part of the computation
+        #: (``fxsym_hook_computes``), which run only if the module is traced into
         self.hooked: set[int] = set()
+        #: by id of a shadow, why the groups of its calls and sizes are pinned: the hooks
+        #: whose effect the trace does not see (:mod:`fxsym.plugins.hookroles`)
+        self.unseen: dict[int, list[str]] = {}
         self._shadows: dict[int, nn.Module] = {}
         #: the user's object behind each shadow and each config copy, by id
         self._originals: dict[int, Any] = {}
@@ -162,7 +169,7 @@ class ShadowTree:
         for key in _FORWARD_HOOKS:
             hooks = source.get(key)
             if hooks is not None:
-                state[key] = self._hooks(mod, shadow, hooks) if hooks else OrderedDict()
+                state[key] = self._hooks(mod, shadow, key, hooks) if hooks else OrderedDict()
         for key in _BACKWARD_HOOKS:
             if key in source:
                 state[key] = OrderedDict()
@@ -171,19 +178,38 @@ class ShadowTree:
                                  for k, m in source["_modules"].items()}
         self._as_filled[id(shadow)] = (tuple(state), tuple(state.values()), copied)
 
-    def _hooks(self, mod: nn.Module, shadow: nn.Module, hooks: dict[int, Any]) -> Any:
-        """The forward hooks of ``mod`` that are part of the computation: torch's own and
-        those the vote declares; a module losing some is listed in :attr:`hidden_hooks`."""
-        kept = OrderedDict((k, h) for k, h in hooks.items() if self._computes(mod, h))
-        if len(kept) < len(hooks) and self._names[id(mod)] not in self.hidden_hooks:
-            self.hidden_hooks.append(self._names[id(mod)])
-        if any(not _is_torch_hook(h) for h in kept.values()):
-            self.hooked.add(id(shadow))
+    def _hooks(self, mod: nn.Module, shadow: nn.Module, key: str, hooks: dict[int, Any]
+               ) -> Any:
+        """The forward hooks of ``mod`` that are part of the computation: those a plugin
+        declares computing, or deriving tensors (see :mod:`fxsym.plugins.hookroles`). Those
+        left out that nobody declared harmless, and derived tensors without a way to keep
+        entries, are noted (:attr:`hidden_hooks`, :attr:`unseen`)."""
+        kept: OrderedDict[int, Any] = OrderedDict()
+        name = self._names[id(mod)]
+        for k, hook in hooks.items():
+            derived = None if self._derives is None or key != "_forward_pre_hooks" else (
+                self._derives(mod, hook))
+            if derived is not None:
+                kept[k] = hook
+                if derived.keep is None:
+                    self._unseen(shadow, name, "derived-weight", f"its {', '.join(derived.names)}"
+                                 f" is computed by {_KINDS[key]} {describe_hook(hook)}: "
+                                 f"{derived.reason or 'no resize rule keeps entries of it'}")
+                continue
+            answer = None if self._vote is None else self._vote(mod, hook)
+            if answer:
+                kept[k] = hook
+                self.hooked.add(id(shadow))
+            elif answer is None:
+                self._unseen(shadow, name, "hidden-hook",
+                             f"its {_KINDS[key]} {describe_hook(hook)} does not run while "
+                             "traced (no plugin declares it part of the computation or "
+                             "harmless, fxsym_hook_computes)")
         return kept
 
-    def _computes(self, mod: nn.Module, hook: Any) -> bool:
-        answer = None if self._vote is None else self._vote(mod, hook)
-        return _is_torch_hook(hook) if answer is None else answer
+    def _unseen(self, shadow: nn.Module, name: str, kind: str, why: str) -> None:
+        self.hidden_hooks.setdefault(name, []).append((kind, why))
+        self.unseen.setdefault(id(shadow), []).append(why)
 
     def _dict_attribute(self, shadow: nn.Module, key: str, value: dict[Any, Any]) -> Any:
         """A user dict attribute, watched: given empty when it holds derived tensors (and

@@ -64,6 +64,7 @@ from .guard import (
     tracing_here,
     tracing_thread,
 )
+from .hooksites import HookSite, node_names
 from .proxy import ShapeProxy, value_of
 from .questions import ATTRIBUTE_META, CONCRETE_META, drop_index_questions
 from .report import TraceReport
@@ -168,6 +169,8 @@ class FxsymTracer(torch.fx.Tracer):
         self._decided: tuple[nn.Module, str, bool] | None = None
         #: the shadow tree traced in place of the user's (:mod:`.shadow`), if any
         self.shadows: ShadowTree | None = None
+        #: the calls of modules whose hooks the trace does not see (:mod:`.hooksites`)
+        self.hook_sites: list[HookSite] = []
 
     def original(self, obj: Any) -> Any:
         """The user's module (or config) behind a shadow (or config copy): what plugins are
@@ -256,6 +259,16 @@ class FxsymTracer(torch.fx.Tracer):
             path = self.path_of_module(m)
         except NameError:  # built inside forward, not a submodule: trace through it
             return forward(*args, **kwargs)
+        unseen = None if self.shadows is None else self.shadows.unseen.get(id(m))
+        if not unseen:
+            return self._call_module_at(m, path, forward, args, kwargs)
+        out = self._call_module_at(m, path, forward, args, kwargs)
+        self.hook_sites.append(HookSite(path, tuple(unseen), node_names((args, kwargs)),
+                                        node_names(out)))
+        return out
+
+    def _call_module_at(self, m: nn.Module, path: str, forward: Callable[..., Any],
+                        args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         self._decided = None
         leaf = not path or self.is_leaf_module(m, path)
         if path:
@@ -1118,10 +1131,12 @@ def _trace(
     """Trace a shadow of ``model`` (:class:`~fxsym.tracer.shadow.ShadowTree`) with its dicts
     of derived tensors given empty; if that fails, or a module fell back to a leaf, while such
     a dict stayed empty, the forward may need it: trace again with it as it is."""
-    vote = functools.partial(plugin_calls.hook_computes, pm=active_plugins())
+    pm = active_plugins()
+    vote = functools.partial(plugin_calls.hook_computes, pm=pm)
+    derives = functools.partial(plugin_calls.derived_tensors, pm=pm)
     inputs = resolve_example_inputs(model, example_inputs)
     values, concrete, auto = _bind(model, inputs, concrete_args)
-    shadows = ShadowTree(model, vote=vote)
+    shadows = ShadowTree(model, vote=vote, derives=derives)
     try:
         gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
     except Exception:
@@ -1130,7 +1145,7 @@ def _trace(
         gm = None
     if gm is None or (shadows.unfilled() and any(
             e.kind == "leaf-fallback" for e in gm.trace_report.entries)):  # type: ignore[union-attr]
-        shadows = ShadowTree(model, empty_derived=False, vote=vote)
+        shadows = ShadowTree(model, empty_derived=False, vote=vote, derives=derives)
         gm = _trace_tree(model, shadows, inputs, values, concrete, auto, graph_module_cls)
     written = shadows.written()
     gm.derived_state = shadows.derived_state(written)  # type: ignore[assignment]
@@ -1145,11 +1160,10 @@ def _trace_tree(
 ) -> torch.fx.GraphModule:
     """One trace of the shadow tree; the GraphModule holds the user's modules."""
     report = TraceReport()
-    for name in shadows.hidden_hooks:
-        report.add("hidden-hook", name or type(model).__name__,
-                   "its forward hooks do not run while traced (no plugin declares them part "
-                   "of the computation, fxsym_hook_computes): a hook that changes or passes "
-                   "on values is not seen")
+    for name, hooks in shadows.hidden_hooks.items():
+        for kind, why in hooks:
+            report.add(kind, name or type(model).__name__, f"{why}; the groups of its "
+                       "inputs, outputs and sizes are pinned")
     tracer = FxsymTracer(values, report, defaults=auto)
     tracer.shadows = shadows
     with shadows.live(), plugin_calls.trace_contexts(shadows.root, inputs):
@@ -1172,6 +1186,7 @@ def _trace_tree(
         gm = _graph_module(graph_module_cls, graph, type(model).__name__, shadows)
     tracer.release()
     gm.trace_report = report  # type: ignore[assignment]
+    gm.hook_sites = tracer.hook_sites  # type: ignore[assignment]
     gm.example_inputs = inputs  # type: ignore[assignment]
     return gm
 
