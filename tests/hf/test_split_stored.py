@@ -151,3 +151,32 @@ def test_every_parameter_a_fused_tensor_becomes_is_found(tmp_path: Path) -> None
     model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     for name, t in tensors.read(names).items():
         assert torch.equal(t, model.get_parameter(name)), name
+
+
+@pytest.mark.parametrize("family", ["hrm_text", "sarvam_moe"])
+def test_a_global_plan_keeps_the_parameters_of_a_fused_tensor_apart(tmp_path: Path,
+                                                                    family: str) -> None:
+    """A plan whose sizes differ between layers is written in the model's own names (the
+    config cannot describe it): q, k and v apart, as fxsym.load and
+    ``from_pretrained(trust_remote_code=True)`` read them, tensor for tensor the in-memory
+    plan's model."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    checkpoint(src, family, num_hidden_layers=4, **LAYERED[family])
+    streamed = fxsym.prune_checkpoint(src, out, importance="l2", ratio=0.3, scope="global")
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    plan = fxsym.plan(model, sm, importance="l2", ratio=0.3, scope="global")
+    assert plan.choices() == streamed.choices()
+    plan.apply(model, sm)
+    fused, parts, _ = CASES[family]
+    got = stored_tensors(out)
+    assert fused not in got and all(p in got for p in parts)
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+    want, have = model.state_dict(), loaded.state_dict()
+    assert want.keys() == have.keys()
+    for name in want:
+        assert torch.equal(want[name], have[name]), name
+    ids = torch.randint(3, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(input_ids=ids).logits,
+                                   model(input_ids=ids).logits, rtol=0, atol=0)
