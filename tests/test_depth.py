@@ -4,7 +4,9 @@ depth group whose units are the blocks; dropping a block equals replacing it by 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -359,3 +361,72 @@ def test_cli_layers_and_target_search(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["prune", "test_depth:make_tower", "--experts", "2", "--input-shape", "2,5,4",
                  "-o", str(tmp_path / "x")]) == 2
     assert "no group of the model holds experts" in capsys.readouterr().err
+
+
+class _AttentionNeeded:
+    """A plugin saying, as a hybrid's library would, that a stack must keep one block
+    holding an ``attn`` (found on the blocks, as the hf plugin probes its configs)."""
+
+    @fxsym.hookimpl
+    def fxsym_depth_kinds(self, model: nn.Module, group: Any) -> Any:
+        blocks = list(model.get_submodule(group.container).children())
+        held = [i for i, b in enumerate(blocks) if hasattr(b, "attn")]
+        return {"attn blocks": (held, "the cache needs one")} if held else None
+
+
+@pytest.fixture
+def attention_needed() -> Iterator[None]:
+    pm = fxsym.load_plugins()
+    pm.register(_AttentionNeeded(), name="attention-needed")
+    try:
+        yield
+    finally:
+        pm.unregister(name="attention-needed")
+
+
+def test_a_count_keeps_a_block_of_each_needed_kind(attention_needed: None) -> None:
+    """Ranked by importance, the two blocks kept would be the gated ones (0, 2); a plugin
+    says one attention block must stay: the best-ranked of them (3) replaces the
+    lowest-ranked kept (2), the plan says so, and the model is the original with blocks 1
+    and 2 skipped (before: [0, 2], no attention left)."""
+    torch.manual_seed(0)
+    model = Stack([Gated(0), Attending(1), Gated(2), Attending(3)]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    scores = {"blocks.depth": torch.tensor([0.9, 0.1, 0.8, 0.2])}
+    plan = fxsym.plan(model, sm, layers=2, depth_importance=scores)
+    assert plan.depth[0].keep == (0, 3)
+    (note,) = plan.extra["notes"]
+    assert note.startswith("layers=2 keeps block 3 of blocks in place of block 2 (the "
+                           "lowest-ranked kept): it is the best-ranked of the kind attn blocks "
+                           "(positions [1, 3]), of which one must stay (the cache needs one)")
+    assert fxsym.plan(model, sm, layers=1, depth_importance=scores).depth[0].keep == (3,)
+    ref = copy.deepcopy(model)
+    _identity_for(ref, "blocks", [1, 2])
+    plan.apply(model, sm)
+    with torch.no_grad():
+        torch.testing.assert_close(model(*INPUTS), ref(*INPUTS))
+
+
+def test_positions_losing_a_needed_kind_are_refused(attention_needed: None) -> None:
+    """Keeping the gated blocks 0 and 2 only loses every attention block: a PlanError naming
+    the kind and where it is (before: planned)."""
+    model = Stack([Gated(0), Attending(1), Gated(2), Attending(3)]).eval()
+    sm = fxsym.analyze(model, example_inputs=INPUTS)
+    with pytest.raises(fxsym.PlanError, match=r"keeping the blocks \[0, 2\] of blocks keeps no "
+                       r"block of the kind attn blocks \(positions \[1, 3\]\): the cache needs "
+                       r"one; keep one of them"):
+        fxsym.plan(model, sm, layers=[0, 2])
+    assert fxsym.plan(model, sm, layers=[0, 1]).depth[0].keep == (0, 1)
+
+
+def test_top_blocks_keeps_the_last_block_of_another_kind() -> None:
+    """Two kinds needed: swapping in a block of the second must not drop the only block of
+    the first; fewer blocks than kinds is refused."""
+    group = fxsym.symbols.DepthGroup("s.depth", "s", 4, ("s.0", "s.1", "s.2", "s.3"))
+    kinds = [fxsym.depth.BlockKind("a", (0,), "a needed"),
+             fxsym.depth.BlockKind("b", (3,), "b needed")]
+    kept, notes = fxsym.depth.top_blocks(group, 2, torch.tensor([0.5, 0.9, 0.8, 0.1]), kinds)
+    assert kept == [0, 3] and len(notes) == 2
+    with pytest.raises(fxsym.PlanError, match=r"layers=1: s must keep a block of each of 2 "
+                       r"kinds \(a; b\): keep at least 2"):
+        fxsym.depth.top_blocks(group, 1, torch.zeros(4), kinds)

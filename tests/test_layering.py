@@ -78,7 +78,7 @@ ALLOWED: dict[str, set[str]] = {
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "paramlayout": {"errors", "modstate", "resizing", "symbols"},
     "importance": {"errors", "paramlayout", "symbols"},
-    "depth": {"errors", "importance", "symbols"},  # console inside a function
+    "depth": {"errors", "importance", "plugins", "symbols"},  # console inside a function
     "embeddings": {"symbols"},
     "planning": {"console", "depth", "embeddings", "errors", "importance", "options",
                  "paramlayout", "plugins", "resizing", "symbols"},

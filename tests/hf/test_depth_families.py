@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import torch
-from ckpt_helpers import TEXT, checkpoint
+from ckpt_helpers import LAYERED, TEXT, checkpoint
 
 import fxsym
 
@@ -64,11 +64,10 @@ FAMILIES: dict[str, tuple[dict[str, Any], list[int]]] = {
                         num_experts_per_tok=2, moe_intermediate_size=32,
                         shared_expert_intermediate_size=32, full_attention_interval=2),
                    [1, 2]),
+    "granitemoehybrid": (dict(_HYBRID_MAMBA, layer_types=["mamba", "attention"] * 2,
+                              num_local_experts=4, num_experts_per_tok=2), [1, 2]),
+    "lfm2": (dict(layer_types=["conv", "full_attention"] * 2, block_ff_dim=192), [1, 2]),
 }
-#: the layers a count keeps, where not 2: of hybrids with attention in layers 1 and 3, three,
-#: so that one attention layer is kept whichever the ranking drops (transformers' cache
-#: cannot generate without one: neither can an unpruned config of linear layers only)
-COUNT = {"bamba": 3, "qwen3_next": 3}
 IDS = torch.randint(3, 300, (1, 8), generator=torch.Generator().manual_seed(0))
 
 
@@ -129,12 +128,12 @@ def test_depth_by_positions_loads_plainly_and_generates(family: str, tmp_path: P
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_depth_by_count_loads_plainly_and_generates(family: str, tmp_path: Path) -> None:
-    """Two layers (:data:`COUNT`) kept, ranked by block importance on calibration text: the
-    output loads without remote code and generates what the in-memory prune of those layers
-    does."""
+    """Two layers kept, ranked by block importance on calibration text (a hybrid keeps one
+    attention layer whatever the ranking): the output loads without remote code and
+    generates what the in-memory prune of those layers does."""
     src = _source(tmp_path, family)
     out = tmp_path / "out"
-    count = COUNT.get(family, 2)
+    count = 2
     plan = fxsym.prune_checkpoint(src, out, layers=count, calibration=[TEXT])
     (depth,) = plan.depth
     pruned = _plain(out, family)
@@ -246,18 +245,100 @@ def test_blocks_sharing_a_transformer_are_refused(tmp_path: Path) -> None:
         fxsym.prune_checkpoint(src, tmp_path / "out", layers=[0, 1])
 
 
-@pytest.mark.parametrize("family", ["qwen3_next", "bamba"])
-def test_keeping_no_attention_layer_warns_that_generate_fails(family: str,
-                                                              tmp_path: Path) -> None:
-    """Layers 0 and 2 of these hybrids are linear (state-space) ones only: transformers'
-    cache of such a model has no sequence length and generate fails (so it does for an
-    unpruned config of linear layers only); the prune says so (before: silently written).
-    The model itself runs."""
-    src = _source(tmp_path, family)
+HYBRIDS = ["bamba", "granitemoehybrid", "jamba", "lfm2", "qwen3_next"]
+
+
+def _attention_blocks(family: str) -> list[int]:
+    """The positions of the attention layers of the family's 4 tiny layers (1 and 3 here)."""
+    return [1, 3]
+
+
+@pytest.mark.parametrize("family", ["bamba", "granitemoehybrid"])
+def test_a_count_keeps_an_attention_layer(family: str, tmp_path: Path) -> None:
+    """Ranked by block importance, the two layers kept would be the state-space ones (0 and
+    2; asserted from the scores): the best-ranked attention layer replaces the lower-ranked
+    of them, the plan's note says so, and the output loads with a plain from_pretrained and
+    generates as the in-memory prune of those layers (before: [0, 2] written, generate
+    failed in transformers' cache)."""
+    src = tmp_path / "in"
+    checkpoint(src, family, num_hidden_layers=4, pad_token_id=0, **LAYERED[family])
     out = tmp_path / "out"
-    with pytest.warns(fxsym.ResizeWarning, match=r"keeping the blocks \[0, 2\] of "
-                      r"model.layers: transformers' cache of the pruned model cannot be used "
-                      r".*keep at least one attention layer"):
+    plan = fxsym.prune_checkpoint(src, out, layers=2, calibration=[TEXT])
+    scores = torch.tensor(plan.extra["block_importance"])
+    assert sorted(scores.topk(2).indices.tolist()) == [0, 2]
+    attention = _attention_blocks(family)
+    best = max(attention, key=lambda i: float(scores[i]))
+    worst = min((0, 2), key=lambda i: float(scores[i]))
+    (depth,) = plan.depth
+    assert list(depth.keep) == sorted({0, 2, best} - {worst})
+    assert any(note.startswith(f"layers=2 keeps block {best} of model.layers in place of "
+                               f"block {worst}") for note in plan.extra["notes"])
+    pruned = _plain(out, family)
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    fxsym.plan(model, sm, layers=list(depth.keep)).apply(model, sm)
+    assert torch.equal(_generate(model), _generate(pruned))
+
+
+@pytest.mark.parametrize("family", HYBRIDS)
+def test_positions_keeping_no_attention_layer_are_refused(family: str, tmp_path: Path) -> None:
+    """Layers 0 and 2 of these hybrids are linear (state-space, convolution) ones only:
+    transformers' cache of such a model has no sequence length and generate fails (as for an
+    unpruned config of linear layers only). Refused before anything is written, in memory
+    too, naming the kind and where it is (before: written, generate failed)."""
+    src = tmp_path / "in"
+    checkpoint(src, family, num_hidden_layers=4, pad_token_id=0, **LAYERED[family])
+    out = tmp_path / "out"
+    refusal = (r"keeping the blocks \[0, 2\] of model.layers keeps no block of the kind "
+               r".+ \(positions \[1, 3\]\): without one, transformers' cache of the pruned "
+               r"model cannot be used .* so generate would fail; keep one of them")
+    with pytest.raises(fxsym.PlanError, match=refusal):
         fxsym.prune_checkpoint(src, out, layers=[0, 2])
-    with torch.no_grad():
-        assert torch.isfinite(_plain(out, family)(IDS, use_cache=False).logits).all()
+    assert not out.exists()
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    with pytest.raises(fxsym.PlanError, match=refusal):
+        fxsym.plan(model, sm, layers=[0, 2])
+    fxsym.prune_checkpoint(src, out, layers=[0, 1])
+    assert _generate(_plain(out, family)).shape == (1, 12)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "bamba"])
+def test_a_resize_keeping_no_attention_layer_is_refused(family: str, tmp_path: Path) -> None:
+    """fxsym.resize given the blocks directly: the hf plugin refuses the config it would
+    write (its cache cannot be used) and the model is left as it was (before: a
+    ResizeWarning, and a model generate fails on)."""
+    src = _source(tmp_path, family)
+    model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    sm = fxsym.analyze(model)
+    (group,) = sm.depth_groups()
+    before = _generate(model)
+    with pytest.raises(fxsym.ResizeError, match=r"keeping the blocks \[0, 2\] of "
+                       r"model.layers: transformers' cache of the pruned model cannot be used"):
+        fxsym.resize(model, sm, {group.name: [0, 2]})
+    assert len(model.model.layers) == 4
+    assert torch.equal(_generate(model), before)
+
+
+def test_the_search_skips_a_depth_the_config_cannot_say(tmp_path: Path) -> None:
+    """Jamba's three best-ranked layers here are 0, 1, 3 (Mamba, attention, attention): no
+    attention period's, and the model picks each layer's mask by position, so keeping them
+    is refused. The parameter-target search skips that depth, says so, and keeps the best
+    of the others; the output generates (before: the whole prune was refused)."""
+    src = tmp_path / "in"
+    model = checkpoint(src, "jamba", num_hidden_layers=4, pad_token_id=0, **LAYERED["jamba"])
+    target = int(sum(p.numel() for p in model.parameters()) * 0.7)
+    out = tmp_path / "out"
+    plan = fxsym.prune_checkpoint(src, out, target_params=target, search=True,
+                                  calibration=[TEXT], calibration_tokens=64, seq_len=24)
+    scores = torch.tensor(plan.extra["block_importance"])
+    assert sorted(scores.topk(3).indices.tolist()) == [0, 1, 3]
+    assert 3 not in {row["layers"] for row in plan.extra["search"]}
+    (skipped,) = [n for n in plan.extra["notes"] if n.startswith("the search skipped")]
+    assert skipped.startswith("the search skipped 3 blocks of model.layers: "
+                              "JambaForCausalLM.config cannot describe the blocks of "
+                              "model.layers kept ([0, 1, 3])")
+    assert plan.extra["target"]["reached"] <= target
+    remote = json.loads((out / "config.json").read_text())["model_type"] == "fxsym_pruned"
+    pruned = transformers.AutoModelForCausalLM.from_pretrained(out, trust_remote_code=remote)
+    assert _generate(pruned.eval()).shape == (1, 12)

@@ -1333,7 +1333,8 @@ def prune_checkpoint(
         sm = analyze(model, routing_groups=routing_groups)
     sized = None if sizes is None else sizes_for(sm, **sizes)
     if layers is not None:
-        choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()})
+        choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()},
+                      model=model)  # refused before any read: positions losing a needed kind
     target = target_active_params if target_active_params is not None else target_params
     depths = None if not isinstance(layers, int) else (layers,)
     describe = describable if describable is not None else scope == "uniform"
@@ -1383,6 +1384,7 @@ def prune_checkpoint(
             progress=progress)
         chosen = found.plan
         extra["search"] = found.rows()
+        notes += [f"the search skipped {why}" for why in found.skipped]
     else:
         with step("planning"):
             chosen, note = _describable_plan(

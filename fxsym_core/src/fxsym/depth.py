@@ -12,17 +12,29 @@ output is that input plus the block's terms.
 **Choosing** (:func:`choose_blocks`): ``layers`` is a count (keep the highest-scoring that
 many blocks, in their order), a list of positions to keep, or ``{depth group: either}``.
 
+**Kinds a model needs** (:func:`needed_kinds`): the plugins' ``fxsym_depth_kinds`` name kinds
+of blocks of which at least one must stay (a hybrid's attention layers: without any,
+transformers' cache cannot be used and ``generate`` fails; the hf plugin finds them by
+asking that cache, see :mod:`fxsym_plugins_hf.blockkinds`). Given the model, a count keeps,
+for each kind its ranking left out, that kind's best-ranked block in place of the
+lowest-ranked kept block not the last of another needed kind (:func:`top_blocks`; each swap
+said in a note); positions keeping no block of a needed kind are a
+:class:`~fxsym.errors.PlanError` naming the kind and its positions. :func:`depth_refusal`
+asks the plugins (``fxsym_depth_refusal``) whether a choice of blocks would be refused when
+dropped, without dropping anything (the search skips such depths).
+
 **Names after** (:func:`renamed`): dropping blocks renames the parameters of the blocks that
 move (``model.layers.3.mlp...`` becomes ``model.layers.2.mlp...``); a plan's parameter shapes
 are given under the new names.
 
-Imports from fxsym: errors, importance, symbols.
+Imports from fxsym: errors, importance, plugins, symbols.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -30,9 +42,11 @@ from torch import nn
 
 from .errors import PlanError
 from .importance import run_batch
+from .plugins.calls import call_hook
 from .symbols import DepthGroup, SymMap
 
-__all__ = ["DepthCriterion", "block_importance", "choose_blocks", "renamed"]
+__all__ = ["BlockKind", "DepthCriterion", "block_importance", "choose_blocks", "depth_refusal",
+           "needed_kinds", "renamed", "top_blocks", "usable_blocks"]
 
 #: ``criterion(model, symmap) -> {depth group name: one score per block}``
 DepthCriterion = Any
@@ -109,10 +123,49 @@ def _recorder(group: DepthGroup, i: int, sums: torch.Tensor, counts: torch.Tenso
     return hook
 
 
-def choose_blocks(symmap: SymMap, layers: Any, scores: Mapping[str, Any] | None
+@dataclass(frozen=True)
+class BlockKind:
+    """A kind of blocks of a depth group at least one of which must stay (a plugin's
+    ``fxsym_depth_kinds``): what tells its blocks from the others, their positions in the
+    stack, and why one must stay."""
+
+    label: str
+    positions: tuple[int, ...]
+    reason: str
+
+
+def needed_kinds(model: nn.Module, symmap: SymMap, group: DepthGroup) -> tuple[BlockKind, ...]:
+    """The kinds of blocks of ``group`` of which ``model`` must keep one (every plugin's
+    ``fxsym_depth_kinds``; see the module docstring)."""
+    out: list[BlockKind] = []
+    for found in call_hook("fxsym_depth_kinds", symmap.registry.plugin_manager, model=model,
+                           group=group) or ():
+        for label, (positions, why) in (found or {}).items():
+            kept = tuple(sorted({int(i) for i in positions if 0 <= int(i) < group.size}))
+            if kept and all(k.positions != kept for k in out):
+                out.append(BlockKind(str(label), kept, str(why)))
+    return tuple(out)
+
+
+def depth_refusal(model: nn.Module, symmap: SymMap, group: DepthGroup,
+                  kept: Sequence[int]) -> str | None:
+    """Why keeping the blocks ``kept`` of ``group`` would be refused when they are dropped
+    (the first plugin's ``fxsym_depth_refusal`` answer), or ``None``; nothing is dropped."""
+    for said in call_hook("fxsym_depth_refusal", symmap.registry.plugin_manager, model=model,
+                          group=group, kept=sorted(kept)) or ():
+        if said:
+            return str(said)
+    return None
+
+
+def choose_blocks(symmap: SymMap, layers: Any, scores: Mapping[str, Any] | None, *,
+                  model: nn.Module | None = None, notes: list[str] | None = None
                   ) -> dict[str, list[int]]:
     """``{depth group name: positions kept}`` for ``layers`` (see the module docstring);
-    ``scores`` rank blocks where a count is given."""
+    ``scores`` rank blocks where a count is given. With ``model``, the kinds of blocks it
+    needs (:func:`needed_kinds`) are kept: a count swaps in the best-ranked block of a
+    missing kind (said in ``notes``), positions that lose one are a
+    :class:`~fxsym.errors.PlanError`."""
     groups = symmap.depth_groups()
     if not groups:
         reasons = [e.message for e in sorted(  # the outermost list's first
@@ -136,11 +189,14 @@ def choose_blocks(symmap: SymMap, layers: Any, scores: Mapping[str, Any] | None
         if group is None:
             raise PlanError(f"{name!r} is not a depth group of the model "
                             f"({', '.join(by_name)})")
-        out[name] = _kept(group, want, None if scores is None else scores.get(name))
+        kinds = needed_kinds(model, symmap, group) if model is not None else ()
+        out[name] = _kept(group, want, None if scores is None else scores.get(name), kinds,
+                          notes if notes is not None else [])
     return out
 
 
-def _kept(group: DepthGroup, want: Any, scores: Any) -> list[int]:
+def _kept(group: DepthGroup, want: Any, scores: Any, kinds: Sequence[BlockKind],
+          notes: list[str]) -> list[int]:
     if isinstance(want, numbers.Integral) and not isinstance(want, bool):
         k = int(want)
         if not 1 <= k <= group.size:
@@ -155,8 +211,9 @@ def _kept(group: DepthGroup, want: Any, scores: Any) -> list[int]:
         if s.numel() != group.size or not bool(torch.isfinite(s).all()):
             raise PlanError(f"the block importance of {group.name} must be {group.size} "
                             "finite numbers")
-        top = torch.topk(s, k, sorted=False).indices
-        return sorted(int(i) for i in top)
+        kept, said = top_blocks(group, k, s, kinds)
+        notes.extend(said)
+        return kept
     if isinstance(want, (str, bytes)) or not isinstance(want, Sequence):
         raise PlanError(f"layers must be a count, a list of blocks to keep or a mapping of "
                         f"them; got {want!r}")
@@ -166,7 +223,65 @@ def _kept(group: DepthGroup, want: Any, scores: Any) -> list[int]:
             not 0 <= i < group.size for i in kept):
         raise PlanError(f"layers: the blocks to keep of {group.container} must be distinct "
                         f"positions in [0, {group.size}); got {kept!r}")
+    for kind in kinds:
+        if not set(kept) & set(kind.positions):
+            raise PlanError(f"layers: keeping the blocks {sorted(kept)} of {group.container} "
+                            f"keeps no block of the kind {kind.label} (positions "
+                            f"{list(kind.positions)}): {kind.reason}; keep one of them")
     return sorted(int(i) for i in kept)
+
+
+def top_blocks(group: DepthGroup, k: int, scores: Any, kinds: Sequence[BlockKind] = ()
+               ) -> tuple[list[int], list[str]]:
+    """The ``k`` blocks of ``group`` of highest ``scores``, in order, with a block of each of
+    ``kinds`` (see the module docstring), and a note for each swap that made; a
+    :class:`~fxsym.errors.PlanError` where ``k`` is fewer than the kinds."""
+    s = torch.as_tensor(scores, dtype=torch.float64).flatten()
+    if k >= group.size:
+        return list(range(group.size)), []
+    kept = {int(i) for i in torch.topk(s, k, sorted=False).indices}
+    if len(kinds) > k:
+        raise PlanError(f"layers={k}: {group.container} must keep a block of each of "
+                        f"{len(kinds)} kinds ({'; '.join(x.label for x in kinds)}): keep at "
+                        f"least {len(kinds)}")
+    notes = []
+
+    def rank(i: int) -> tuple[float, int]:
+        return float(s[i]), -i
+
+    for kind in kinds:
+        if kept & set(kind.positions):
+            continue
+        best = max(kind.positions, key=rank)
+        last = {i for other in kinds if other is not kind
+                for i in kept & set(other.positions) if len(kept & set(other.positions)) == 1}
+        victims = [i for i in kept if i not in last]
+        if not victims:
+            raise PlanError(f"layers={k}: no {k} blocks of {group.container} hold a block of "
+                            f"each kind it must keep ({'; '.join(x.label for x in kinds)})")
+        worst = min(victims, key=rank)
+        kept = (kept - {worst}) | {best}
+        notes.append(f"layers={k} keeps block {best} of {group.container} in place of block "
+                     f"{worst} (the lowest-ranked kept): it is the best-ranked of the kind "
+                     f"{kind.label} (positions {list(kind.positions)}), of which one must "
+                     f"stay ({kind.reason})")
+    return sorted(kept), notes
+
+
+def usable_blocks(model: nn.Module, symmap: SymMap, group: DepthGroup, k: int, scores: Any
+                  ) -> tuple[list[int] | None, str | None]:
+    """The ``k`` blocks of ``group`` a count keeps (:func:`top_blocks`, the kinds the model
+    needs kept) and ``None``; or ``None`` and why they cannot be kept: fewer blocks than
+    needed kinds, or a plugin would refuse them (:func:`depth_refusal`: a config that cannot
+    say them while the blocks read values chosen by position)."""
+    try:
+        kept, _ = top_blocks(group, k, scores, needed_kinds(model, symmap, group))
+    except PlanError as exc:
+        return None, str(exc)
+    if len(kept) == group.size:
+        return kept, None
+    why = depth_refusal(model, symmap, group, kept)
+    return (None, why) if why is not None else (kept, None)
 
 
 def renamed(name: str, groups: Sequence[DepthGroup], kept: Mapping[str, Sequence[int]]

@@ -637,7 +637,8 @@ def plan(
                         f"{lay.param_count({}):,} parameters: nothing to prune; give a target "
                         f"under {lay.param_count({}):,}")
     groups = symmap.groups()
-    blocks = _blocks_kept(model, symmap, layers, depth_importance)
+    depth_notes: list[str] = []
+    blocks = _blocks_kept(model, symmap, layers, depth_importance, depth_notes)
     dropped = frozenset(n for n in lay.shapes
                         if renamed(n, symmap.depth_groups(), blocks) is None)
     patterns = _exclude_patterns(exclude, groups)
@@ -733,6 +734,8 @@ def plan(
             "before": made.params_before - sum(math.prod(lay.shapes[t]) for t in tables),
             "after": made.params_after - sum(math.prod(after[t]) for t in tables)
             - sum(math.prod(after[n]) for n in dropped if n not in tables)})
+    if depth_notes:
+        made = with_extra(made, notes=[*(made.extra.get("notes") or ()), *depth_notes])
     return _with_depth(made, symmap, blocks, dropped, macs)
 
 
@@ -948,9 +951,10 @@ def _given_sizes(sizes: Mapping[str, int], groups: Sequence[SymGroup],
     return {c.group.name: int(sizes.get(c.group.name, c.group.size)) for c in candidates}
 
 
-def _blocks_kept(model: nn.Module, symmap: SymMap, layers: Any, importance: Any
-                 ) -> dict[str, list[int]]:
-    """The blocks ``layers`` keeps, per depth group (:func:`fxsym.depth.choose_blocks`)."""
+def _blocks_kept(model: nn.Module, symmap: SymMap, layers: Any, importance: Any,
+                 notes: list[str]) -> dict[str, list[int]]:
+    """The blocks ``layers`` keeps, per depth group (:func:`fxsym.depth.choose_blocks`, a
+    block of each kind the model needs kept: a swap that took is said in ``notes``)."""
     if layers is None:
         return {}
     counts = (layers.values() if isinstance(layers, Mapping) else [layers])
@@ -959,7 +963,7 @@ def _blocks_kept(model: nn.Module, symmap: SymMap, layers: Any, importance: Any
         if importance is None:
             importance = block_importance([symmap.example_inputs])
         scores = importance if isinstance(importance, Mapping) else importance(model, symmap)
-    return choose_blocks(symmap, layers, scores)
+    return choose_blocks(symmap, layers, scores, model=model, notes=notes)
 
 
 def _without(shapes: Mapping[str, tuple[int, ...]], dropped: frozenset[str]

@@ -84,7 +84,7 @@ from torch import fx, nn
 
 from .analysis import TensorLayout
 from .console import format_table
-from .depth import block_importance, renamed
+from .depth import block_importance, renamed, usable_blocks
 from .embeddings import embedding_tables
 from .errors import PlanError
 from .importance import run_batch
@@ -527,6 +527,8 @@ class SearchResult:
 
     candidates: tuple[Candidate, ...]
     best: Candidate
+    #: the depths not tried, each with why (:func:`candidates`' ``skipped``)
+    skipped: tuple[str, ...] = ()
 
     @property
     def plan(self) -> Plan:
@@ -543,8 +545,8 @@ class SearchResult:
                 for c in self.candidates]
 
     def table(self) -> str:
-        """The candidates as a table, the kept one marked."""
-        return table(self.rows())
+        """The candidates as a table, the kept one marked, and the depths skipped."""
+        return table(self.rows()) + "".join(f"\nskipped: {why}" for why in self.skipped)
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -604,7 +606,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                fractions: Sequence[float] = FRACTIONS,
                depths: Sequence[int] | None = None,
                describable: bool = False, exclude: str | Iterable[str] = (),
-               min_keep: int = 1) -> list[Candidate]:
+               min_keep: int = 1, skipped: list[str] | None = None) -> list[Candidate]:
     """The uniform candidates meeting ``target_params`` (see the module docstring), unscored,
     counted from the parameters' metadata only (a meta model does); ``block_scores`` rank the
     blocks of a depth group where fewer are kept (all equal without); ``depths`` are the
@@ -615,7 +617,10 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     ``fnmatch`` patterns) keeps those groups whole in every candidate, counted whole: an
     excluded hidden size is not searched, excluded FFN groups keep their width while the
     others are searched; ``min_keep`` is the fewest units a searched hidden size or FFN
-    width keeps. A :class:`~fxsym.errors.PlanError` if the target is above the model's
+    width keeps. A depth whose blocks cannot be kept (:func:`fxsym.depth.usable_blocks`:
+    fewer blocks than the kinds the model needs, or blocks the config cannot say while they
+    read values chosen by position) is skipped, and why is added to ``skipped`` (a list, if
+    given). A :class:`~fxsym.errors.PlanError` if the target is above the model's
     (active) parameters or no candidate meets it.
 
     Each candidate lands as close under the target as the steps allow: its FFN-like widths
@@ -650,6 +655,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     sized = partial(_sizes, symmap, r, kept)
     found: list[tuple[Candidate, bool, bool]] = []
     tried: set[tuple[Any, ...]] = set()
+    unusable = skipped if skipped is not None else []
     counts = ([0] if depth is None else list(depths) if depths is not None
               else [max(1, round(depth.size * lf)) for lf in fractions])
     for n_layers in counts:
@@ -662,7 +668,11 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
             if key in tried:
                 continue
             tried.add(key)
-            blocks = _top(scores.get(r.layers or "", None), n_layers, depth)
+            blocks, why = _blocks(model, symmap, depth, scores.get(r.layers or ""), n_layers)
+            if why is not None:
+                if why not in unusable:
+                    unusable.append(why)
+                continue
             layers = _layers_arg(r.layers, blocks)
             chosen = _widest(count, sized, hidden, ranges, layers, target_params)
             if chosen is None:
@@ -685,7 +695,8 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                           widths_bind, hidden_binds))
     if not found:
         raise PlanError(f"no uniform candidate reaches {target_params:,} "
-                        f"{'active ' if active else ''}parameters")
+                        f"{'active ' if active else ''}parameters" + "".join(
+                            f"; skipped {why}" for why in unusable))
     bound = [c.params for c, widths_bind, _ in found if widths_bind]
     if bound:  # within a width step of the target: others only where as close
         return [c for c, widths_bind, _ in found if widths_bind or c.params >= min(bound)]
@@ -726,10 +737,11 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     depth = symmap.depth_group(r.layers) if r.layers else None
     if block_scores is None:
         block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
+    skipped: list[str] = []
     found = candidates(model, symmap, target_params=target_params, active=active,
                        round_to=round_to, block_scores=block_scores, fractions=fractions,
                        depths=depths, describable=describable, exclude=exclude,
-                       min_keep=min_keep)
+                       min_keep=min_keep, skipped=skipped)
     kept = excluded_groups(symmap, exclude)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     now = _class_now(symmap, r, kept)
@@ -743,7 +755,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
 
     for c in (track(found, description="scoring candidates", label=label)
               if progress else found):
-        blocks = _top(block_scores.get(r.layers or "", None), c.layers, depth)
+        blocks, _ = _blocks(model, symmap, depth, block_scores.get(r.layers or ""), c.layers)
         p = plan(model, symmap, importance=importance, scope="uniform",
                  sizes=_sizes(symmap, r, kept, c.hidden if c.hidden != hidden_now else None,
                               {k: w for k, w in c.classes if w != now.get(k)}),
@@ -756,7 +768,8 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     assert best.plan is not None
     marked = replace(best, plan=with_extra(best.plan, target=target_record(
         target_params, active, best.params)))
-    return SearchResult(tuple(marked if c is best else c for c in scored), marked)
+    return SearchResult(tuple(marked if c is best else c for c in scored), marked,
+                        tuple(skipped))
 
 
 def target_record(target: int, active: bool, reached: int) -> dict[str, Any]:
@@ -793,13 +806,14 @@ def _layers_arg(name: str | None, blocks: list[int] | None) -> Any:
     return None if name is None or blocks is None else {name: blocks}
 
 
-def _top(scores: Any, k: int, depth: Any) -> list[int] | None:
+def _blocks(model: nn.Module, symmap: SymMap, depth: Any, scores: Any, k: int
+            ) -> tuple[list[int] | None, str | None]:
+    """The ``k`` blocks of ``depth`` a candidate keeps, or why that depth is skipped
+    (:func:`fxsym.depth.usable_blocks`)."""
     if depth is None:
-        return None
-    if k >= depth.size:
-        return list(range(depth.size))
-    s = torch.as_tensor(scores, dtype=torch.float64)
-    return sorted(int(i) for i in torch.topk(s, k).indices)
+        return None, None
+    kept, why = usable_blocks(model, symmap, depth, k, scores)
+    return kept, None if why is None else f"{k} blocks of {depth.container}: {why}"
 
 
 def _counter(model: nn.Module, symmap: SymMap, active: bool

@@ -37,9 +37,12 @@ that differs and how. Where, besides, the blocks read values the model chooses b
 field setting the count is refused too.
 Per-module sizes the config records for a non-uniform plan follow the blocks' new names.
 
-Where transformers' cache of the unpruned model works and the pruned one's does not (a
-hybrid keeping none of its attention layers: ``generate`` then fails in transformers, as for
-an unpruned config of linear layers only), a :class:`fxsym.ResizeWarning` says so.
+Where transformers' cache of the unpruned model works and the pruned one's would not (a
+hybrid keeping none of its attention layers: ``generate`` would fail in transformers, as for
+an unpruned config of linear layers only), the depth is refused (:class:`fxsym.ResizeError`);
+:mod:`fxsym_plugins_hf.blockkinds` asks the same before anything is dropped, so that a plan
+keeps such a layer. :func:`pruned_config` makes the config without changing the model, for
+those questions.
 
 The config is copied, never changed in place (every module holding it gets the copy), and
 the config from before fxsym's first resize is kept as for a width resize.
@@ -51,6 +54,7 @@ import copy
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -60,7 +64,8 @@ from fxsym.errors import ResizeError
 
 from .configs import NONUNIFORM, UNPRUNED, config_accepted, meta_build
 
-__all__ = ["update_config_depth"]
+__all__ = ["Pruned", "cache_refusal", "kind", "pruned_config", "refusal", "uncached",
+           "update_config_depth"]
 
 #: the key of ``config.fxsym_nonuniform`` recording a stack the config cannot describe
 BLOCKS = "blocks"
@@ -68,13 +73,62 @@ BLOCKS = "blocks"
 
 def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> list[str] | None:
     """Give ``model`` a config describing the stack ``group`` once only the blocks ``kept``
-    remain; the names of the per-layer fields it followed (``None`` without a config)."""
+    remain; the names of the per-layer fields it made follow the kept blocks (the count alone
+    where none had to change and a build showed each kept block of its kind; ``None``
+    without a config). A :class:`fxsym.ResizeError` for a choice :func:`refusal` refuses."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
         return None
-    n, k = group.size, len(kept)
     if UNPRUNED not in vars(model):
         vars(model)[UNPRUNED] = copy.deepcopy(config)
+    stack = model.get_submodule(group.container)
+    pruned = pruned_config(model, group, kept, list(stack.children()))
+    refused = refusal(model, pruned, group, kept)
+    if refused is not None:
+        raise ResizeError(refused)
+    if pruned.undescribed is not None:
+        _undescribed(model, pruned, group, kept, getattr(config, NONUNIFORM, None))
+    for mod in model.modules():
+        state = vars(mod)
+        for key, value in list(state.items()):
+            if id(value) in pruned.memo and hasattr(value, "to_dict"):
+                state[key] = pruned.memo[id(value)]
+    changed = [f for f in dict.fromkeys(pruned.followed) if f != pruned.count]
+    # a config built to give every kept block its kind makes any choice by position follow,
+    # even where no field but the count changed (Jamba's layers 0, 1: the period fits as is)
+    return changed or ([pruned.count] if pruned.built_alike else [])
+
+
+@dataclass
+class Pruned:
+    """The config :func:`pruned_config` made, and how."""
+
+    #: the new config (a copy: the old one is untouched)
+    config: Any
+    #: the field setting the number of blocks
+    count: str
+    #: every field it changed to follow the kept blocks (the count first)
+    followed: list[str]
+    #: ``copy.deepcopy``'s memo of the copy: the new object of each old one
+    memo: dict[int, Any]
+    #: where the config cannot describe the kept blocks: the first block a model built from it
+    #: has of another kind, and how (``None``: it describes them)
+    undescribed: str | None
+    #: how the config is checked against the kept blocks
+    check: _Check
+    #: whether a model built from the config was seen to have every kept block, each of its
+    #: kind in its new position
+    built_alike: bool = False
+
+
+def pruned_config(model: nn.Module, group: Any, kept: Sequence[int],
+                  blocks: Sequence[nn.Module]) -> Pruned:
+    """The config of ``model`` describing the stack ``group`` once only the blocks ``kept``
+    (positions in the unpruned stack) remain, ``blocks`` the modules of those blocks (the
+    stack once pruned, or the unpruned stack's at ``kept``); nothing of ``model`` changes.
+    A :class:`fxsym.ResizeError` where no field sets the number of blocks."""
+    config = model.config
+    n, k = group.size, len(kept)
     count = _count_field(model, config, group.container, n)
     if count is None:
         raise ResizeError(f"no field of {type(config).__name__} sets the number of blocks of "
@@ -97,25 +151,21 @@ def update_config_depth(model: nn.Module, group: Any, kept: Sequence[int]) -> li
     nonuniform = getattr(config, NONUNIFORM, None)
     if nonuniform:
         setattr(new, NONUNIFORM, _renamed(nonuniform, group, kept))
-    stack = model.get_submodule(group.container)
-    wanted = [_kind(b, shapes=not nonuniform) for b in stack.children()]
+    wanted = [kind(b, shapes=not nonuniform) for b in blocks]
     check = _Check(model, group.container, wanted)
+    why = None
     # one build where the config describes the blocks; none compared where the class
     # cannot be built on meta at all
-    if check.mismatches(new) and _length(meta_build(model, config), group.container):
+    differences = check.mismatches(new)
+    if differences and _length(meta_build(model, config), group.container):
         followed += _search(check, config, new, count, positions, n, k)
-        if check.mismatches(new):
-            _undescribed(model, check, new, group, kept, nonuniform)
-    _warn_uncached(model, config, new, group, kept)
-    for mod in model.modules():
-        state = vars(mod)
-        for key, value in list(state.items()):
-            if id(value) in memo and hasattr(value, "to_dict"):
-                state[key] = memo[id(value)]
-    return [f for f in dict.fromkeys(followed) if f != count]
+        differences = check.mismatches(new)
+        if differences:
+            why = check.first_difference(new)
+    return Pruned(new, count, followed, memo, why, check, differences == 0)
 
 
-def _cache_refusal(config: Any) -> str | None:
+def cache_refusal(config: Any) -> str | None:
     """Why transformers' cache for a model of ``config`` cannot be used (``None`` if it
     can): the error its ``get_seq_length`` raises, as ``generate`` calls it."""
     import transformers
@@ -127,21 +177,20 @@ def _cache_refusal(config: Any) -> str | None:
     return None
 
 
-def _warn_uncached(model: nn.Module, old: Any, new: Any, group: Any,
-                   kept: Sequence[int]) -> None:
-    """Warn where the cache of the unpruned model works and the pruned one's does not (a
-    hybrid keeping none of its attention layers: transformers' cache of linear layers only
-    has no sequence length, so ``generate`` fails, as for an unpruned config of linear layers
+def uncached(old: Any, new: Any) -> str | None:
+    """Why ``generate`` fails on the pruned model of config ``new`` where it works on the
+    unpruned one of ``old`` (``None`` if it does not): transformers' cache of the one can be
+    used and of the other not (a hybrid keeping none of its attention layers: a cache of
+    linear layers only has no sequence length, as for an unpruned config of linear layers
     only)."""
-    if _cache_refusal(old) is not None:
-        return
-    why = _cache_refusal(new)
-    if why is not None:
-        warnings.warn(
-            f"{type(model).__name__} keeping the blocks {list(kept)} of {group.container}: "
-            f"transformers' cache of the pruned model cannot be used ({why}); generate will "
-            "fail (forward without a cache works): keep at least one attention layer",
-            ResizeWarning, stacklevel=2)
+    if cache_refusal(old) is not None:
+        return None
+    why = cache_refusal(new)
+    if why is None:
+        return None
+    return (f"transformers' cache of the pruned model cannot be used ({why}), so generate "
+            "would fail (as it does for an unpruned config of such layers only); keep a "
+            "block of each kind the cache needs (fxsym.plan's layers=K keeps one by itself)")
 
 
 def _length(model: nn.Module | None, container: str) -> int | None:
@@ -220,7 +269,7 @@ def _signature(model: nn.Module | None, container: str) -> dict[str, Any] | None
     return {name: tuple(p.shape) for name, p in stack.named_parameters()}
 
 
-def _kind(block: nn.Module, *, shapes: bool) -> dict[str, Any]:
+def kind(block: nn.Module, *, shapes: bool) -> dict[str, Any]:
     """What makes ``block`` the block it is, beyond its weights' values: its modules'
     classes, their string, bool and ``None`` attributes, and its parameters' shapes if
     ``shapes``."""
@@ -253,7 +302,7 @@ class _Check:
         built = meta_build(self.model, config)
         if built is None or _length(built, self.container) != len(self.wanted):
             return None
-        return [_kind(b, shapes=self.shapes)
+        return [kind(b, shapes=self.shapes)
                 for b in built.get_submodule(self.container).children()]
 
     def mismatches(self, config: Any) -> int:
@@ -393,12 +442,32 @@ def _kinds(check: _Check, config: Any) -> list[dict[str, Any]] | None:
     built = meta_build(check.model, config)
     if built is None:
         return None
-    return [_kind(b, shapes=False) for b in built.get_submodule(check.container).children()]
+    return [kind(b, shapes=False) for b in built.get_submodule(check.container).children()]
 
 
-def _undescribed(model: nn.Module, check: _Check, new: Any, group: Any, kept: Sequence[int],
+def refusal(model: nn.Module, pruned: Pruned, group: Any, kept: Sequence[int]) -> str | None:
+    """Why dropping the blocks of ``group`` but ``kept`` is refused (``None`` if it is not):
+    a config that cannot describe the kept blocks while they read values the model chooses
+    by position (``group.varying_inputs``), or a pruned model whose cache cannot be used
+    (:func:`uncached`)."""
+    if pruned.undescribed is not None and group.varying_inputs:
+        return (f"{type(model).__name__}.config cannot describe the blocks of "
+                f"{group.container} kept ({list(kept)}): the search found no values of the "
+                "fields that choose each block's kind giving them in this order "
+                f"({pruned.undescribed}), and the blocks read values the model chooses by "
+                f"position ({group.varying_inputs[0]}), which would not follow them; keep "
+                "blocks whose kinds the config can give in order")
+    why = uncached(model.config, pruned.config)
+    if why is not None:
+        return f"{type(model).__name__} keeping the blocks {list(kept)} of {group.container}: {why}"
+    return None
+
+
+def _undescribed(model: nn.Module, pruned: Pruned, group: Any, kept: Sequence[int],
                  nonuniform: dict[str, dict[str, int]] | None) -> None:
-    """Record on ``new`` that it cannot describe the stack (see the module docstring)."""
+    """Record on the pruned config that it cannot describe the stack (see the module
+    docstring)."""
+    new = pruned.config
     earlier = (nonuniform or {}).get(BLOCKS, {})
     record = dict(getattr(new, NONUNIFORM, None) or {})
     entries = {q: v for q, v in record.get(BLOCKS, {}).items()
@@ -406,22 +475,14 @@ def _undescribed(model: nn.Module, check: _Check, new: Any, group: Any, kept: Se
     for j, i in enumerate(kept):
         entries[f"{group.container}.{j}"] = earlier.get(group.blocks[i], i)
     record[BLOCKS] = entries
-    why = check.first_difference(new)
-    if group.varying_inputs:
-        raise ResizeError(
-            f"{type(model).__name__}.config cannot describe the blocks of {group.container} "
-            f"kept ({list(kept)}): the search found no values of the fields that choose each "
-            f"block's kind giving them in this order ({why}), and the blocks read values the "
-            "model chooses by "
-            f"position ({group.varying_inputs[0]}), which would not follow them; keep blocks "
-            "whose kinds the config can give in order")
     setattr(new, NONUNIFORM, record)
     warnings.warn(
         f"{type(model).__name__}.config cannot describe the blocks of {group.container} kept "
         f"({list(kept)}): the search found no values of the fields that choose each block's "
-        f"kind giving them in this order ({why}); config.{NONUNIFORM}[{BLOCKS!r}] gives each "
-        "block's position in the unpruned stack, and fxsym.save writes fxsym's own checkpoint "
-        "type, whose loader replays the plan", ResizeWarning, stacklevel=2)
+        f"kind giving them in this order ({pruned.undescribed}); "
+        f"config.{NONUNIFORM}[{BLOCKS!r}] gives each block's position in the unpruned stack, "
+        "and fxsym.save writes fxsym's own checkpoint type, whose loader replays the plan",
+        ResizeWarning, stacklevel=2)
 
 
 def _renamed(nonuniform: dict[str, dict[str, int]], group: Any,

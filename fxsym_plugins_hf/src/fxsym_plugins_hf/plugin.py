@@ -146,6 +146,22 @@ class HuggingFacePlugin:
         return None
 
     @fxsym.hookimpl
+    def fxsym_depth_kinds(self, model: Any, group: Any) -> Any:
+        if _transformers_imported() and isinstance(model, nn.Module):
+            from .blockkinds import needed_kinds
+
+            return needed_kinds(model, group)
+        return None
+
+    @fxsym.hookimpl
+    def fxsym_depth_refusal(self, model: Any, group: Any, kept: Any) -> str | None:
+        if _transformers_imported() and isinstance(model, nn.Module):
+            from .blockkinds import refused
+
+            return refused(model, group, kept)
+        return None
+
+    @fxsym.hookimpl
     def fxsym_save_files(self, model: Any, plan: Any) -> dict[str, bytes] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             return checkpoint.save_files(model)

@@ -3,7 +3,8 @@
 Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 
 * *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context``,
-  ``fxsym_after_resize``, ``fxsym_after_depth`` and ``fxsym_save_files`` call every plugin.
+  ``fxsym_after_resize``, ``fxsym_after_depth``, ``fxsym_depth_kinds``,
+  ``fxsym_depth_refusal`` and ``fxsym_save_files`` call every plugin.
   Each plugin gets its own
   ``register`` callable, so conflicts and ``fxsym plugins`` name the distribution behind each
   contribution;
@@ -209,6 +210,31 @@ def fxsym_after_depth(model: Any, group: Any, kept: Any) -> Any:
     plugin and restores the model). Return the names of what selects a value per block
     that the plugin made follow the kept blocks (a Hugging Face config's ``layer_types``),
     or ``None``: a group with ``varying_inputs`` is dropped only if some plugin names one.
+    """
+
+
+@hookspec
+def fxsym_depth_kinds(model: Any, group: Any) -> Any:
+    """The kinds of blocks of the depth group ``group`` (a
+    :class:`~fxsym.symbols.DepthGroup`) of which ``model`` must keep at least one block once
+    blocks are dropped: ``{kind: (positions, why)}`` (what tells the kind's blocks from the
+    others, their positions in the stack, why one must stay: a hybrid's attention layers,
+    without which transformers' cache cannot be used), or ``None``.
+
+    Asked before any block is dropped (:func:`fxsym.depth.choose_blocks`): a count of blocks
+    keeps the best-ranked block of a missing kind in place of the worst one kept, a choice of
+    positions losing a kind is refused. It must not change the model.
+    """
+
+
+@hookspec
+def fxsym_depth_refusal(model: Any, group: Any, kept: Any) -> Any:
+    """Why the plugin's ``fxsym_after_depth`` would refuse keeping the blocks ``kept`` (old
+    positions, increasing) of the depth group ``group``, as a message, or ``None``.
+
+    Asked before any block is dropped, so that a caller choosing among several sets of
+    blocks (the architecture search's depths) skips those refused; it must not change the
+    model.
     """
 
 
