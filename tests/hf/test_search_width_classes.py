@@ -51,9 +51,10 @@ def _prune(src: Path, out: Path, calib: Path, ratio: float, **options: Any
     and the target."""
     model = transformers.AutoModelForCausalLM.from_pretrained(src)
     target = int(n_params(model) * ratio)
+    options = {"round_to": 8, **options}
     plan = fxsym.prune_checkpoint(src, out, calibration=calib, search=True,
                                   target_params=target, calibration_tokens=128, seq_len=32,
-                                  round_to=8, **options)
+                                  **options)
     return plan, target
 
 
@@ -194,3 +195,21 @@ def test_widths_of_one_role_that_differ_are_classes_of_their_own() -> None:
         dict(result.best.classes)["ffn 64"], dict(result.best.classes)["ffn 192"])
     with torch.no_grad():
         assert torch.isfinite(model(**BATCHES[0]).logits).all()
+
+
+def test_widths_read_from_one_field_keep_one_width(tmp_path: Path, calib: Path) -> None:
+    """DeepSeek-V3's ``moe_intermediate_size`` sizes its routed experts (fused, in steps of
+    8) and its shared expert (one of width ``moe_intermediate_size``, any step: ``round_to``
+    1): two roles, one field, as wide. Every candidate gives both one width (one range,
+    both steps), so the config still describes the pruned model: plain ``from_pretrained``
+    loads it, equal to the in-memory prune (before: different widths, written as fxsym's own type,
+    ``moe_intermediate_size differs between modules``)."""
+    src, out = tmp_path / "in", tmp_path / "out"
+    checkpoint(src, "deepseek_v3", **dict(LAYERED["deepseek_v3"], num_hidden_layers=4))
+    plan, target = _prune(src, out, calib, 0.7, round_to=1)
+    rows = plan.extra["search"]
+    assert rows and all(row["params"] <= target for row in rows)
+    assert all(row["expert_ffn"] == row["shared_ffn"] and row["expert_ffn"] % 8 == 0
+               for row in rows)
+    assert any(row["expert_ffn"] < 32 for row in rows)
+    _assert_loads_as_in_memory(src, out, plan, "deepseek_v3")

@@ -28,7 +28,9 @@ the config field whose change changes the group's parameter dims, by meta builds
 Llama 4's dense MLP reads ``intermediate_size_mlp``, its shared expert
 ``intermediate_size``). The FFN-like groups of one role read from one source and as long (in
 entries, of one unit) are one *width class* (:attr:`Roles.classes`); a role may hold several
-(a model whose widths differ by layer), and the search sizes each class from its own range.
+(a model whose widths differ by layer), and the search sizes each class from its own range
+(classes of different roles as wide and read from a common source share one: one field can
+still describe them).
 
 So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28`` (:func:`sizes_for`) keeps
 3072 stream channels, 9216 units in every dense FFN group, 8 key/value heads and 24 / 8 queries
@@ -585,9 +587,14 @@ def _ranges(symmap: SymMap, r: Roles, kept: frozenset[str], whole: Mapping[str, 
             step: Mapping[str, int], round_to: int, min_keep: int) -> dict[str, _Range]:
     """The range of each width class the search sizes (``{label: range}``): one with no
     group left to it (every group excluded) or with a group the model's description cannot
-    follow is kept."""
+    follow is kept. Classes of different roles as wide and read from a common source (a
+    config field changing both: DeepSeek's ``moe_intermediate_size`` sizes its experts and
+    its shared experts) share one range, the steps of both, so every candidate gives them
+    one width and the field can still describe them."""
     groups = {g.name: g for g in symmap.groups()}
+    sources = group_sources(symmap)
     out: dict[str, _Range] = {}
+    fields: dict[str, set[str]] = {}
     for label, names in r.classes:
         own = [groups[n] for n in names if n not in kept]
         if not own or whole.keys() & set(names):
@@ -597,6 +604,13 @@ def _ranges(symmap: SymMap, r: Roles, kept: frozenset[str], whole: Mapping[str, 
             max(g.size * g.unit for g in own),
             math.lcm(round_to, unit) if round_to % unit == 0 or unit % round_to == 0 else unit,
             max(min_keep * g.unit for g in own))
+        fields[label] = {f for g in own for f in sources.get(g.name, "").split("+") if f}
+    for label in out:
+        tied = [k for k in out if out[k].now == out[label].now and fields[k] & fields[label]]
+        if len(tied) > 1:
+            one = _Range(out[label].now, math.lcm(*(out[k].step for k in tied)),
+                         max(out[k].least for k in tied))
+            out.update(dict.fromkeys(tied, one))
     return out
 
 
