@@ -104,3 +104,26 @@ def test_a_block_called_again_is_entered_again() -> None:
     assert entered == [0, 1, 0]
     with torch.no_grad():
         assert all(torch.equal(g, model(b)) for g, b in zip(got, batches))
+
+
+def test_several_models_open_their_gates_in_the_order_given() -> None:
+    """Two models whose gates share places (as two pruned copies read the same checkpoint
+    block): every gate of a place opens before any gate of the next, whichever model holds
+    it, and each model's outputs are its own."""
+    first, second = Layered().eval(), Layered().eval()
+    gates = [*first.layers, *second.layers]
+    places = [0, 1, 2, 0, 2, 3]  # the second model's blocks read from places 0, 2, 3
+    batches = [(first, torch.randn(1, 4, 4)), (second, torch.randn(1, 4, 4)),
+               (second, torch.randn(1, 6, 4))]
+    opened: list[int] = []
+    got = run_in_lockstep(lambda job: job[0](job[1]), batches, gates,
+                          enter=opened.append, leave=lambda g: None, order=places)
+    with torch.no_grad():
+        want = [m(x) for m, x in batches]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert opened == [0, 3, 1, 2, 4, 5]
+    assert [places[g] for g in opened] == sorted(places)
+    with pytest.raises(ValueError, match="5 places for 6 gates"):
+        run_in_lockstep(lambda job: job[0](job[1]), batches, gates, enter=opened.append,
+                        leave=lambda g: None, order=places[:5])

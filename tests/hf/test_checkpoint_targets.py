@@ -75,7 +75,7 @@ def test_a_parameter_target_searches_candidates_scored_by_streamed_loss(
     said = capsys.readouterr()
     assert code == 0, said.err
     assert "calib loss" in said.out and "<- kept" in said.out
-    assert "] layers 4, hidden 64, ffn " in said.err  # progress: each candidate scored
+    assert ", candidate 1 of " in said.err  # progress: each candidate's blocks scored
     plan = fxsym.persist.read_manifest(out)["plan"]
     table = plan.extra["search"]
     assert len(table) >= 5 and {c["layers"] for c in table} >= {4, 3, 2}

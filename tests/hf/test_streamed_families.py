@@ -1,7 +1,8 @@
 """Streamed = in memory, family by family (issue 29 §1).
 
 A checkpoint is calibrated block by block (:func:`fxsym.checkpoint.stream_activations`) and
-its candidates scored block by block (:func:`fxsym.checkpoint.stream_loss`). Each must equal
+its candidates scored block by block (:func:`fxsym.checkpoint.stream_loss`, and all together
+as the search scores them: :func:`fxsym.checkpoint.stream_losses`). Each must equal
 the same computation on the model loaded whole by ``from_pretrained``: the activation scores
 of every group (:func:`fxsym.importance.activation`), each block's ``1 - cos`` between its
 input and output hidden states (hooks on the loaded model), and a pruned candidate's
@@ -87,6 +88,8 @@ def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> No
     if sm.depth_groups():
         candidates.append(fxsym.plan(meta, sm, importance=given,
                                      layers=DEPTH.get(family, [0, 1, 3])))
-    for candidate in candidates:
-        got = ckpt.stream_loss(meta, sm, tensors, lay, candidate, batches)
+    alone = [ckpt.stream_loss(meta, sm, tensors, lay, c, batches) for c in candidates]
+    for candidate, got in zip(candidates, alone):
         assert got == pytest.approx(_loss(model, candidate, batches), rel=1e-5), candidate
+    together = ckpt.stream_losses(meta, sm, tensors, lay, [*candidates, *candidates], batches)
+    assert together == pytest.approx(alone + alone, rel=1e-6)  # the search's run: read once

@@ -34,9 +34,10 @@ The steps, none of which holds more than one decoder layer's weights:
 
 3. **planning** with those scores (:func:`fxsym.plan`; a number of ``layers`` kept by the
    block importance of the same run), or the architecture search for a parameter target
-   (:func:`fxsym.search.search`), each uniform candidate scored by :func:`stream_loss`: the
-   same lock-step run (:func:`_stream`, shared with the activations) of the meta model
-   pruned by the candidate, each tensor read and cut as the output would hold it; the plan is
+   (:func:`fxsym.search.search`), each uniform candidate scored by its next-token loss in the
+   same lock-step run (:func:`_stream_together`, shared with the activations) of the meta
+   model pruned by the candidate, each tensor read and cut as the output would hold it, all
+   the candidates in one run that reads each tensor once (:func:`stream_losses`); the plan is
    applied to the meta model, whose resized config the plugins write
    (``fxsym_save_files``);
 4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
@@ -114,6 +115,7 @@ __all__ = [
     "read_calibration_text",
     "stream_activations",
     "stream_loss",
+    "stream_losses",
 ]
 
 #: the name of one shard of ``n`` (beside ``INDEX``, the index; one file is ``WEIGHTS``)
@@ -762,48 +764,93 @@ def _stream(model: nn.Module, loader: _Loader, batches: Sequence[Any], watch: _W
     module outside the blocks gets its tensors when it is called and gives them back when it
     returns. ``watch`` is told; ``model``'s parameters are on the meta device again when this
     returns."""
+    _stream_together([_Trial(model, loader, watch)], batches, progress=progress,
+                     description=description)
+
+
+@dataclass
+class _Trial:
+    """A meta model streamed on the calibration batches (:func:`_stream_together`): where its
+    tensors come from, what watches it, and for each of its blocks the block of the checkpoint
+    it is read from (``None``: its own positions)."""
+
+    model: nn.Module
+    loader: _Loader
+    watch: _Watch
+    sources: Sequence[int] | None = None
+
+
+def _stream_together(trials: Sequence[_Trial], batches: Sequence[Any], *,
+                     reached: Callable[[int], None] = lambda source: None,
+                     progress: bool = False, description: str = "calibration") -> None:
+    """:func:`_stream` of several models at once: every batch through every model, in one lock
+    step whose gates are all the models' blocks, opened in the order of the checkpoint's
+    blocks they are read from (``reached(i)`` before each gate of checkpoint block ``i``): a
+    source shared by the loaders reads each block once for all the models."""
     import contextlib
 
     from .console import steps
     from .importance import run_batch
     from .lockstep import run_in_lockstep
 
-    found = block_list(model)
-    if found is None:
-        raise CheckpointError("the model holds no list of blocks to stream through")
-    prefix, blocks = found
-    block_ids = {id(m) for b in blocks for m in b.modules()}
-    outside = [m for m in model.modules() if id(m) not in block_ids]
+    gates: list[nn.Module] = []
+    owners: list[tuple[_Trial, int]] = []
+    labels: list[str] = []
+    order: list[int] = []
+    handles: list[Any] = []
+    for t, trial in enumerate(trials):
+        found = block_list(trial.model)
+        if found is None:
+            raise CheckpointError("the model holds no list of blocks to stream through")
+        prefix, blocks = found
+        sources = list(range(len(blocks))) if trial.sources is None else trial.sources
+        gates += blocks
+        owners += [(trial, i) for i in range(len(blocks))]
+        which = f", candidate {t + 1} of {len(trials)}" if len(trials) > 1 else ""
+        labels += [f"{prefix}.{k}{which}" for k in sources]
+        order += sources
+        block_ids = {id(m) for b in blocks for m in b.modules()}
+        handles += trial.loader.on_call([m for m in trial.model.modules()
+                                         if id(m) not in block_ids])
+    jobs = [(trial, batch) for trial in trials for batch in batches]
     attached: list[Any] = []
 
-    def enter(i: int) -> None:
-        step(f"{prefix}.{i}")
-        loader.load(loader.names(blocks[i]))
-        attached.extend(watch.block(i))
+    def enter(g: int) -> None:
+        trial, i = owners[g]
+        reached(order[g])
+        step(labels[g])
+        trial.loader.load(trial.loader.names(gates[g]))
+        attached.extend(trial.watch.block(i))
 
-    def leave(i: int) -> None:
+    def leave(g: int) -> None:
         while attached:
             attached.pop().remove()
-        loader.release(loader.names(blocks[i]))
+        trial = owners[g][0]
+        trial.loader.release(trial.loader.names(gates[g]))
 
-    def passed(i: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        watch.pair(i, _hidden(args, kwargs), _first(out))
+    def passed(g: int, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        trial, i = owners[g]
+        trial.watch.pair(i, _hidden(args, kwargs), _first(out))
 
-    handles = loader.on_call(outside)
-    model.eval()
+    def run(job: tuple[_Trial, Any]) -> Any:
+        return run_batch(job[0].model, job[1])
+
     try:
-        loader.begin()
-        handles += watch.rest()
-        with (steps(len(blocks), description=description) if progress
+        for trial in trials:
+            trial.model.eval()
+            trial.loader.begin()
+            handles += trial.watch.rest()
+        with (steps(len(gates), description=description) if progress
               else contextlib.nullcontext(lambda label: None)) as step:
-            outputs = run_in_lockstep(partial(run_batch, model), batches, list(blocks),
-                                      enter=enter, leave=leave, on_pass=passed)
-        for batch, out in zip(batches, outputs):
-            watch.output(batch, out)
+            outputs = run_in_lockstep(run, jobs, gates, enter=enter, leave=leave,
+                                      on_pass=passed, order=order)
+        for (trial, batch), out in zip(jobs, outputs):
+            trial.watch.output(batch, out)
     finally:
         for h in handles:
             h.remove()
-        loader.end()
+        for trial in trials:
+            trial.loader.end()
 
 
 class _Activations(_Watch):
@@ -868,7 +915,7 @@ class _Pruned:
     input tensor (``before``: its name in the unpruned model) with the positions the plan
     keeps along each dim (``cuts``, by the Layout's first names ``first``)."""
 
-    def __init__(self, tensors: _Tensors, before: Mapping[str, str], first: Mapping[str, str],
+    def __init__(self, tensors: _Source, before: Mapping[str, str], first: Mapping[str, str],
                  cuts: Mapping[tuple[str, int], torch.Tensor]) -> None:
         self.tensors, self.before, self.first, self.cuts = tensors, before, first, cuts
         self.directory = tensors.directory
@@ -896,24 +943,88 @@ def stream_loss(model: nn.Module, symmap: Any, tensors: _Tensors, lay: Layout, c
     (applied to a copy), run block by block on the pruned tensors: the checkpoint's, cut as
     the written checkpoint would be (``lay``: ``model``'s Layout), one block's in memory at a
     time. ``model`` is not changed."""
+    return stream_losses(model, symmap, tensors, lay, [chosen], batches, progress=progress)[0]
+
+
+def stream_losses(model: nn.Module, symmap: Any, tensors: _Tensors, lay: Layout,
+                  plans: Sequence[Plan], batches: Sequence[Any], *, progress: bool = False
+                  ) -> list[float]:
+    """:func:`stream_loss` of each of ``plans``, all in one streamed run that reads each
+    tensor of the checkpoint once: the pruned copies run in one lock step
+    (:func:`_stream_together`) whose gates open in the order of the checkpoint's blocks, each
+    block read when the first copy keeping it reaches it and freed when the run moves to the
+    next, every copy's tensors cut from it (a block a copy drops is never read for it). The
+    tensors of the modules outside the blocks are kept for the whole run: in memory at once,
+    one block and those (the embedding, the head), plus each copy's hidden states."""
     import copy
 
     first = _first_names(model)
-    cuts = kept_positions(lay, chosen.choices())
     depth_groups = symmap.depth_groups()
-    blocks = {d.name: list(d.keep) for d in chosen.depth}
-    before: dict[str, str] = {}
-    for unit in tensors.units():
-        for n in unit:
-            new = renamed(n, depth_groups, blocks)
-            if new is not None:
-                before[new] = n
-    trial, trial_map = copy.deepcopy((model, symmap))
-    chosen.apply(trial, trial_map)
-    watch = _Loss()
-    _stream(trial, _Loader(trial, _Pruned(tensors, before, first, cuts)), batches, watch,
-            progress=progress, description="scoring")
-    return sum(watch.values) / len(watch.values)
+    found = block_list(model)
+    if found is None:
+        raise CheckpointError("the model holds no list of blocks to stream through")
+    prefix = found[0]
+    kept = _Kept(tensors, f"{prefix}.")
+    trials, watches = [], []
+    for chosen in plans:
+        blocks = {d.name: list(d.keep) for d in chosen.depth}
+        before: dict[str, str] = {}
+        for unit in tensors.units():
+            for n in unit:
+                new = renamed(n, depth_groups, blocks)
+                if new is not None:
+                    before[new] = n
+        trial, trial_map = copy.deepcopy((model, symmap))
+        chosen.apply(trial, trial_map)
+        watch = _Loss()
+        cuts = kept_positions(lay, chosen.choices())
+        sources = next((keep for d, keep in blocks.items()
+                        if symmap.depth_group(d).container == prefix), None)
+        trials.append(_Trial(trial, _Loader(trial, _Pruned(kept, before, first, cuts)), watch,
+                             sources))
+        watches.append(watch)
+    try:
+        _stream_together(trials, batches, reached=kept.reached, progress=progress,
+                         description="scoring")
+    finally:
+        kept.clear()
+    return [sum(w.values) / len(w.values) for w in watches]
+
+
+class _Kept:
+    """The checkpoint's tensors, each read once for several pruned copies
+    (:func:`stream_losses`): a block's (named under ``prefix``) kept until the run reaches
+    the next block (:meth:`reached`), the others until :meth:`clear`."""
+
+    def __init__(self, tensors: _Tensors, prefix: str) -> None:
+        self.tensors, self.prefix = tensors, prefix
+        self.directory = tensors.directory
+        self.held: dict[str, torch.Tensor] = {}
+        self.block = f"{prefix}-1."
+
+    def has(self, name: str) -> bool:
+        return self.tensors.has(name)
+
+    def read(self, names: Sequence[str]) -> dict[str, torch.Tensor]:
+        missing = [n for n in names if n not in self.held]
+        if missing:
+            self.held.update(self.tensors.read(missing))
+        return {n: self.held[n] for n in names}
+
+    def reached(self, block: int) -> None:
+        """The run is at checkpoint block ``block``: the tensors of the one before go."""
+        if self.block == f"{self.prefix}{block}.":
+            return
+        gone = [n for n in self.held if n.startswith(self.block)]
+        for n in gone:
+            del self.held[n]
+        self.block = f"{self.prefix}{block}."
+        if gone:
+            _trim()
+
+    def clear(self) -> None:
+        self.held.clear()
+        _trim()
 
 
 def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str, lay: Layout,
@@ -1379,7 +1490,8 @@ def prune_checkpoint(
         found = architecture_search(
             model, sm, target_params=target, active=target_active_params is not None,
             round_to=round_to, importance=given, block_scores=depth_scores or {},
-            evaluate=lambda p: stream_loss(model, sm, tensors, lay, p, batches),
+            evaluate_all=lambda plans: stream_losses(model, sm, tensors, lay, plans, batches,
+                                                     progress=progress),
             depths=depths, describable=describe, exclude=exclude, min_keep=min_keep,
             progress=progress)
         chosen = found.plan

@@ -13,6 +13,12 @@ block runs. When every batch is stopped (at a gate, or done), the conductor open
 another, each until it reaches its next gate or ends; then ``leave(i)`` (give the tensors
 back). The model decides what each block receives; a gate only decides when.
 
+Several models can run together (each batch is then a model and its input): each gate has a
+place in an ``order`` (the block of the checkpoint a pruned model's block is read from), and
+the conductor opens, of the gates batches wait at, the first in that order. A batch passes
+its gates in increasing order, so every gate of one place is opened before any of the next:
+what the place's gates share (the block's tensors, read once) is needed in one stretch.
+
 One thread runs at a time (the conductor waits while a batch runs), so hooks, loaders and
 recorders need no locks, and torch's intra-op threads are never oversubscribed. Grad mode is
 per thread: each batch runs under :func:`torch.no_grad`.
@@ -62,9 +68,10 @@ class _Batch:
 class _Conductor:
     def __init__(self, gates: Sequence[nn.Module], run: Callable[[Any], Any],
                  batches: Sequence[Any],
-                 on_pass: Callable[[int, tuple[Any, ...], dict[str, Any], Any], None] | None
-                 ) -> None:
+                 on_pass: Callable[[int, tuple[Any, ...], dict[str, Any], Any], None] | None,
+                 order: Sequence[int]) -> None:
         self.gates, self.run, self.batches, self.on_pass = gates, run, batches, on_pass
+        self.order = order
         self.states = [_Batch(i) for i in range(len(batches))]
         self.local = threading.local()
         self.reports: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -138,8 +145,8 @@ class _Conductor:
                 open_ = [s for s in self.states if not s.done]
                 if not open_:
                     break
-                at = open_[0].waiting
-                assert at is not None
+                at = min((s.waiting for s in open_ if s.waiting is not None),
+                         key=lambda g: (self.order[g], g))
                 enter(at)
                 try:
                     for state in open_:
@@ -174,11 +181,15 @@ def run_in_lockstep(run: Callable[[Any], Any], batches: Sequence[Any],
                     gates: Sequence[nn.Module], *, enter: Callable[[int], None],
                     leave: Callable[[int], None],
                     on_pass: Callable[[int, tuple[Any, ...], dict[str, Any], Any], None]
-                    | None = None) -> list[Any]:
+                    | None = None, order: Sequence[int] | None = None) -> list[Any]:
     """``[run(batch) for batch in batches]``, computed in lock step at ``gates`` (see the
     module docstring): ``enter(i)`` before any batch runs gate ``i``'s module, ``leave(i)``
     after every batch waiting there has passed it and reached its next gate or ended;
     ``on_pass(i, args, kwargs, output)`` as each batch leaves gate ``i``'s module (the
-    arguments it was called with). The first failure of a batch is raised here, after every
-    batch's thread has ended."""
-    return _Conductor(gates, run, batches, on_pass).conduct(enter, leave)
+    arguments it was called with). ``order`` (default: the gates' positions) places each
+    gate: of the gates batches wait at, the first in it opens first. The first failure of a
+    batch is raised here, after every batch's thread has ended."""
+    if order is not None and len(order) != len(gates):
+        raise ValueError(f"{len(order)} places for {len(gates)} gates")
+    return _Conductor(gates, run, batches, on_pass,
+                      range(len(gates)) if order is None else order).conduct(enter, leave)

@@ -724,6 +724,7 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
            fractions: Sequence[float] = FRACTIONS,
            block_scores: Mapping[str, Any] | None = None,
            evaluate: Callable[[Plan], float] | None = None,
+           evaluate_all: Callable[[Sequence[Plan]], Sequence[float]] | None = None,
            depths: Sequence[int] | None = None,
            describable: bool = False,
            exclude: str | Iterable[str] = (),
@@ -736,15 +737,17 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     :func:`~fxsym.depth.block_importance` on ``batches``; ``evaluate(plan)`` scores a
     candidate instead of running a pruned copy of ``model`` on ``batches`` (a checkpoint
     streamed layer by layer: :func:`fxsym.checkpoint.prune_checkpoint`), and then ``batches``
-    may be empty. ``depths`` are the numbers of blocks tried, ``describable`` keeps sizes the
-    model's own description follows (:func:`candidates`; each plan with
+    may be empty; ``evaluate_all(plans)`` scores every candidate in one call instead (a
+    checkpoint read once for all of them: :func:`fxsym.checkpoint.stream_losses`).
+    ``depths`` are the numbers of blocks tried, ``describable`` keeps sizes the model's own
+    description follows (:func:`candidates`; each plan with
     :func:`fxsym.plan`'s ``describable``); ``exclude`` and ``min_keep`` are
     :func:`fxsym.plan`'s, given to every candidate (:func:`candidates`: an excluded group
     keeps its size in all of them). ``progress`` shows the candidates being scored."""
     from .console import track
 
     batches = list(batches)
-    if not batches and (evaluate is None or block_scores is None):
+    if not batches and ((evaluate is None and evaluate_all is None) or block_scores is None):
         raise PlanError("the search needs at least one calibration batch")
     r = roles(symmap)
     groups = {g.name: g for g in symmap.groups()}
@@ -760,7 +763,8 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     now = _class_now(symmap, r, kept)
     scored = []
-    reference = _references(model, batches) if loss is None and evaluate is None else None
+    reference = (_references(model, batches)
+                 if loss is None and evaluate is None and evaluate_all is None else None)
 
     def label(c: Candidate) -> str:
         return ", ".join([f"layers {c.layers}", f"hidden {c.hidden}",
@@ -768,16 +772,19 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
                          or ["ffn None"])
 
     for c in (track(found, description="scoring candidates", label=label)
-              if progress else found):
+              if progress and evaluate_all is None else found):
         blocks, _ = _blocks(model, symmap, depth, block_scores.get(r.layers or ""), c.layers)
         p = plan(model, symmap, importance=importance, scope="uniform",
                  sizes=_sizes(symmap, r, kept, c.hidden if c.hidden != hidden_now else None,
                               {k: w for k, w in c.classes if w != now.get(k)}),
                  layers=_layers_arg(r.layers, blocks), describable=describable,
                  exclude=exclude, min_keep=min_keep)
-        value = (evaluate(p) if evaluate is not None
+        value = (math.nan if evaluate_all is not None else evaluate(p) if evaluate is not None
                  else _loss_of(model, symmap, p, batches, loss, reference))
         scored.append(replace(c, loss=value, plan=p))
+    if evaluate_all is not None:
+        values = evaluate_all([c.plan for c in scored if c.plan is not None])
+        scored = [replace(c, loss=v) for c, v in zip(scored, values, strict=True)]
     best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
     assert best.plan is not None
     marked = replace(best, plan=with_extra(best.plan, target=target_record(
