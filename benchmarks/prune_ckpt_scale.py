@@ -18,9 +18,10 @@ source, deleted after, with as many layers as the size asks:
 
 Each is pruned as ``--mode`` says (:data:`MODES`): ``uniform`` (half the parameters, uniform
 plan, activation importance on 2048 calibration tokens of the standard library's source in
-sequences of 512, sizes rounded to multiples of 64), ``search`` (a parameter target: half the
-parameters by the architecture search, uniform candidates of depth and widths each scored by
-its next-token loss in a streamed pass over its pruned tensors, on 512 tokens), ``depth``
+sequences of 512, sizes rounded to multiples of 64; ``uniform-512`` the same on 512 tokens,
+what the search's time compares with), ``search`` (a parameter target: half the parameters by
+the architecture search, uniform candidates of depth and widths each scored by its next-token
+loss, all in one streamed pass over their pruned tensors, on 512 tokens), ``depth``
 (half the layers, ranked by block importance on 1024 tokens), ``experts`` (Mixtral: half the
 experts by router load and activation on 1024 tokens) or ``experts-l2`` (by the stored
 weights, no calibration run).
@@ -31,7 +32,7 @@ the first row is a child that only imports torch, transformers and fxsym (the fl
 peak under 40 % of the checkpoint for the largest one, flat as the size grows.
 
     python benchmarks/prune_ckpt_scale.py [--sizes 0.5,1.5,3] [--family llama|gemma3_text|moe]
-        [--mode uniform|search|depth|experts|experts-l2] [--tmp DIR]
+        [--mode uniform|uniform-512|search|depth|experts|experts-l2] [--tmp DIR]
 """
 
 from __future__ import annotations
@@ -198,7 +199,10 @@ def _layers_in(src: str) -> int:
 MODES: dict[str, Any] = {
     # half the parameters, uniform, activation importance on 2048 tokens
     "uniform": lambda src: dict(calibration_tokens=2048, seq_len=512, param_ratio=0.5,
-                                round_to=64),
+                                round_to=64, search=False),
+    # the same on the search's 512 tokens: what the search's time is compared with
+    "uniform-512": lambda src: dict(calibration_tokens=512, seq_len=512, param_ratio=0.5,
+                                    round_to=64, search=False),
     # half the parameters by the architecture search (a parameter target) on 512 tokens
     "search": lambda src: dict(calibration_tokens=512, seq_len=512, param_ratio=0.5,
                                round_to=64, search=True),
@@ -264,7 +268,8 @@ def main() -> None:
                         "moe (Mixtral-shaped, stored one tensor per expert)")
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="uniform (default; experts with --family moe): half the "
-                        "parameters; search: the architecture search for half the parameters; "
+                        "parameters (uniform-512: on the search's 512 tokens); search: the "
+                        "architecture search for half the parameters; "
                         "depth: half the layers; experts-l2: half the experts by weight")
     args = parser.parse_args()
     mode = args.mode or ("experts" if args.family == "moe" else "uniform")
