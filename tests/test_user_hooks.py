@@ -152,3 +152,25 @@ def test_a_hook_declared_computing_runs_in_the_trace() -> None:
         sm = fxsym.analyze(model, example_inputs=X)
         assert len(sm.groups()) == 3
         assert check_permutation(model, sm, X).ok
+
+
+def test_a_global_hook_pins_every_module_call_unless_declared_harmless() -> None:
+    """A process-wide hook (``register_module_forward_hook``) runs around every module, and a
+    leaf's call is one node: one flipping a linear's output made its group wrong. Undeclared,
+    it pins the groups of every module call; declared harmless, it pins nothing."""
+
+    def flip_six(mod: nn.Module, args: tuple[Any, ...], out: Any) -> Any:
+        return out.flip(-1) if isinstance(mod, nn.Linear) and mod.out_features == 6 else None
+
+    model = mlp()
+    handle = torch.nn.modules.module.register_module_forward_hook(flip_six)
+    try:
+        sm = assert_oracles(model, X, min_groups=0, expect_unchecked=True)
+        assert sm.groups() == []
+        (where, message), = _hidden(sm)
+        assert where == "Sequential" and "global forward hook" in message
+        assert "flip_six" in message
+        with use_plugins(_manager(Declares(observers=(flip_six,)))):
+            assert len(fxsym.analyze(model, example_inputs=X).groups()) == 3
+    finally:
+        handle.remove()

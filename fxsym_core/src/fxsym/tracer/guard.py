@@ -5,9 +5,10 @@ Tracing runs the model's Python code with Proxies in place of tensors, so every
 a forward performs would leave graph objects inside the model, and the tracer itself puts
 graph values where sizes are read. A trace therefore runs a *shadow* of the module tree
 (:mod:`fxsym.tracer.shadow`): the user's modules are never written, not even for the duration
-of the trace, and the user's hooks, which the shadows do not hold, do not run (torch's own,
-such as ``torch.nn.utils.weight_norm``'s pre-hook, and those a plugin declares part of the
-computation, ``fxsym_hook_computes``, do). Global hooks
+of the trace, and the user's hooks, which the shadows do not hold, do not run (those a plugin
+declares part of the computation, ``fxsym_hook_computes``, or deriving a tensor,
+``fxsym_derived_tensors`` such as ``torch.nn.utils.weight_norm``'s pre-hook, do; the groups
+the others could change are pinned, :mod:`fxsym.tracer.hooksites`). Global hooks
 (``register_module_forward_hook``) are process-wide and stay as they are.
 
 :class:`ModuleGuard` is the safety net around that: it takes a snapshot
@@ -100,7 +101,8 @@ _FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
 
 def forward_hooked(mod: nn.Module) -> bool:
     """Whether hooks run around ``mod``'s forward: its own forward and pre-forward hooks
-    (of a shadow: torch's own only) or global ones (``register_module_forward_hook``)."""
+    (of a shadow: those declared part of the computation) or global ones
+    (``register_module_forward_hook``)."""
     state = vars(mod)
     return bool(any(state.get(name) for name in _FORWARD_HOOKS)
                 or _global_forward_hooks or _global_forward_pre_hooks)

@@ -57,6 +57,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from ..modstate import CACHE, DERIVED
 from ..plugins.hookroles import DerivedTensors, describe_hook
@@ -97,7 +98,8 @@ class ShadowTree:
         self._vote = vote
         self._derives = derives
         #: by qualified name, the forward hooks the shadows leave out that nobody declared
-        #: harmless, and the derived tensors no resize can keep entries of: ``(kind, why)``
+        #: harmless, and the derived tensors no resize can keep entries of: ``(kind, report
+        #: line)``
         self.hidden_hooks: dict[str, list[tuple[str, str]]] = {}
         #: ids of the shadows holding forward hooks a plugin declares part of the computation
         #: (``fxsym_hook_computes``), which run only if the module is traced into
@@ -105,6 +107,9 @@ class ShadowTree:
         #: by id of a shadow, why the groups of its calls and sizes are pinned: the hooks
         #: whose effect the trace does not see (:mod:`fxsym.plugins.hookroles`)
         self.unseen: dict[int, list[str]] = {}
+        #: why every module call is pinned: process-wide hooks (``register_module_forward_hook``)
+        #: nobody declared harmless, which do not run in the graph of a leaf
+        self.global_unseen: list[str] = self._global_hooks()
         self._shadows: dict[int, nn.Module] = {}
         #: the user's object behind each shadow and each config copy, by id
         self._originals: dict[int, Any] = {}
@@ -207,8 +212,27 @@ class ShadowTree:
                              "harmless, fxsym_hook_computes)")
         return kept
 
+    def _global_hooks(self) -> list[str]:
+        """The process-wide forward hooks no plugin declares harmless (asked with
+        ``module=None``): a leaf's call is one node, so they do not run in the graph."""
+        found = []
+        for kind, table in (("pre-hook", _global_forward_pre_hooks),
+                            ("hook", _global_forward_hooks)):
+            for hook in list(table.values()):
+                if self._vote is None or self._vote(None, hook) is not False:  # type: ignore[arg-type]
+                    why = (f"global forward {kind} {describe_hook(hook)} (torch's "
+                           f"register_module_forward_{kind.replace('-', '_')}) does not run "
+                           "in the graph of a leaf and nobody declares it harmless "
+                           "(fxsym_hook_computes with module None)")
+                    found.append(why)
+                    self.hidden_hooks.setdefault("", []).append((
+                        "hidden-hook", f"{why}; the groups of every module call's inputs, "
+                        "outputs and sizes are pinned"))
+        return found
+
     def _unseen(self, shadow: nn.Module, name: str, kind: str, why: str) -> None:
-        self.hidden_hooks.setdefault(name, []).append((kind, why))
+        self.hidden_hooks.setdefault(name, []).append((
+            kind, f"{why}; the groups of its inputs, outputs and sizes are pinned"))
         self.unseen.setdefault(id(shadow), []).append(why)
 
     def _dict_attribute(self, shadow: nn.Module, key: str, value: dict[Any, Any]) -> Any:

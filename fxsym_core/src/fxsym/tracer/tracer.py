@@ -259,7 +259,8 @@ class FxsymTracer(torch.fx.Tracer):
             path = self.path_of_module(m)
         except NameError:  # built inside forward, not a submodule: trace through it
             return forward(*args, **kwargs)
-        unseen = None if self.shadows is None else self.shadows.unseen.get(id(m))
+        unseen = None if self.shadows is None else (
+            self.shadows.unseen.get(id(m), []) + self.shadows.global_unseen)
         if not unseen:
             return self._call_module_at(m, path, forward, args, kwargs)
         out = self._call_module_at(m, path, forward, args, kwargs)
@@ -1161,9 +1162,8 @@ def _trace_tree(
     """One trace of the shadow tree; the GraphModule holds the user's modules."""
     report = TraceReport()
     for name, hooks in shadows.hidden_hooks.items():
-        for kind, why in hooks:
-            report.add(kind, name or type(model).__name__, f"{why}; the groups of its "
-                       "inputs, outputs and sizes are pinned")
+        for kind, line in hooks:
+            report.add(kind, name or type(model).__name__, line)
     tracer = FxsymTracer(values, report, defaults=auto)
     tracer.shadows = shadows
     with shadows.live(), plugin_calls.trace_contexts(shadows.root, inputs):
