@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -168,3 +169,21 @@ def test_spectral_norm_pins_the_groups_it_touches_naming_the_hook() -> None:
     lines = [e for e in sm.trace_report.of_kind("derived-weight")]
     assert [e.where for e in lines] == ["4"]
     assert "SpectralNorm" in lines[0].message and "spectral norm" in lines[0].message
+
+
+def test_a_weight_normed_model_saved_pruned_loads_into_a_fresh_one(tmp_path: Path) -> None:
+    """``fxsym.save`` writes ``weight_g``/``weight_v`` as resized; ``fxsym.load`` replays the
+    plan on a fresh weight-normed model (its sources resized the same way) and loads them:
+    the outputs are the pruned model's, bit for bit."""
+    torch.manual_seed(5)
+    model = Vocoder().eval()
+    x = (torch.randn(2, 4, 16),)
+    sm = fxsym.analyze(model, example_inputs=x)
+    plan = fxsym.plan(model, sm, ratio=0.5)
+    plan.apply(model, sm)
+    fxsym.save(model, tmp_path / "pruned", plan)
+    torch.manual_seed(6)
+    fresh = fxsym.load(Vocoder().eval(), tmp_path / "pruned")
+    assert fresh.up.weight_v.shape == model.up.weight_v.shape != (12, 6, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(*x), model(*x), rtol=0, atol=0)
