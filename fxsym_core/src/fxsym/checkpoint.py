@@ -729,7 +729,9 @@ def _under(prefix: str) -> Callable[[str], bool]:
 class _Watch:
     """What a streamed run (:func:`_stream`) does besides running the model: the hooks
     attached while block ``i`` is loaded and for the whole run (handles, removed after), each
-    block's input and output hidden states, the model's outputs."""
+    block's input and output hidden states, the model's output for each batch (told as the
+    batch ends and dropped: a run of many batches, or of many candidates, never holds all
+    their logits)."""
 
     def block(self, i: int) -> list[Any]:
         return []
@@ -832,8 +834,9 @@ def _stream_together(trials: Sequence[_Trial], batches: Sequence[Any], *,
         trial, i = owners[g]
         trial.watch.pair(i, _hidden(args, kwargs), _first(out))
 
-    def run(job: tuple[_Trial, Any]) -> Any:
-        return run_batch(job[0].model, job[1])
+    def run(job: tuple[_Trial, Any]) -> None:  # the output told and dropped at once
+        trial, batch = job
+        trial.watch.output(batch, run_batch(trial.model, batch))
 
     try:
         for trial in trials:
@@ -842,10 +845,8 @@ def _stream_together(trials: Sequence[_Trial], batches: Sequence[Any], *,
             handles += trial.watch.rest()
         with (steps(len(gates), description=description) if progress
               else contextlib.nullcontext(lambda label: None)) as step:
-            outputs = run_in_lockstep(run, jobs, gates, enter=enter, leave=leave,
-                                      on_pass=passed, order=order)
-        for (trial, batch), out in zip(jobs, outputs):
-            trial.watch.output(batch, out)
+            run_in_lockstep(run, jobs, gates, enter=enter, leave=leave, on_pass=passed,
+                            order=order)
     finally:
         for h in handles:
             h.remove()
