@@ -174,3 +174,24 @@ def test_a_global_hook_pins_every_module_call_unless_declared_harmless() -> None
             assert len(fxsym.analyze(model, example_inputs=X).groups()) == 3
     finally:
         handle.remove()
+
+
+def test_a_declared_hook_on_a_module_that_falls_back_to_a_leaf_pins() -> None:
+    """A leaf holding a hook declared part of the computation is traced into so that the
+    hook runs in the graph; if that trace fails (the hook branches on a tensor's value), the
+    module falls back to a leaf, its SymInfo describes it, and the hook runs in no graph:
+    the groups of its inputs and outputs are pinned."""
+
+    def roll_if_positive(mod: nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> Any:
+        if type(out) is not torch.Tensor:  # a graph value: the trace into the leaf fails
+            raise TypeError("plain tensors only")
+        return out.roll(1, -1)
+
+    model = mlp()
+    model[2].register_forward_hook(roll_if_positive)
+    with use_plugins(_manager(Declares(computing=(roll_if_positive,)))):
+        sm = assert_oracles(model, X)
+        assert [e.where for e in sm.trace_report.of_kind("leaf-fallback")] == ["2"]
+        assert has_group_with(sm, "4", "out_features")
+        assert not has_group_with(sm, "2", "out_features")
+        assert not has_group_with(sm, "0", "out_features")

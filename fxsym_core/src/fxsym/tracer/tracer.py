@@ -294,7 +294,13 @@ class FxsymTracer(torch.fx.Tracer):
         self._rollback(last)
         self.fallback_leaves.add(path)
         self.report.add("leaf-fallback", path, f"{type(m).__name__} kept as a leaf: {reason}")
-        return super().call_module(m, forward, args, kwargs)
+        out = super().call_module(m, forward, args, kwargs)
+        if self.shadows is not None and id(m) in self.shadows.hooked:  # they ran in no graph
+            self.hook_sites.append(HookSite(
+                path, ("its forward hooks declared part of the computation do not run in the "
+                       "graph: it fell back to a leaf",), node_names((args, kwargs)),
+                node_names(out)))
+        return out
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         if self._quiet or not tracing_here():
