@@ -70,7 +70,9 @@ def fxsym_hook_computes(module: Any, hook: Any) -> bool | None:
     (:mod:`fxsym.plugins.hookroles`). A library that carries values between modules through
     hooks (transformers 5 collects hidden states that way) declares its hooks ``True`` here:
     hidden, they would make the traced program another one than the model runs; a hook that
-    changes no value (a logger, a timer) is declared ``False``.
+    changes no value (a logger, a timer) is declared ``False``. A process-wide hook
+    (``register_module_forward_hook``) is asked with ``module=None``: it does not run in
+    the graph of a leaf, so unless it is declared ``False`` every module call is pinned.
     """
 
 
