@@ -10,14 +10,17 @@ the end, reshapes between maps and tokens, multi-head attention, channels split 
 by ``unflatten`` (:class:`SplitChannels`: by a number, an attribute, both factors; issue 30)
 — and the forms of issue 19 that need the analysis to see what Python reads
 (:data:`GUARDED`): branches and values on sizes, sizes merged back from another tensor's
-shape, caches filled by a forward; and the hooks of issue 30 (:data:`HOOKED`): weights
-computed by ``weight_norm``'s pre-hook, user hooks that reorder what a conv reads or returns.
+shape, caches filled by a forward; the hooks of issue 30 (:data:`HOOKED`): weights
+computed by ``weight_norm``'s pre-hook, user hooks that reorder what a conv reads or returns;
+and a branch on which module the forward runs in (:data:`IDENTITY`: a WeakSet, an ``id()``
+table, a dict keyed by modules; issue 30).
 """
 
 from __future__ import annotations
 
 import random
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -34,6 +37,8 @@ STEPS: dict[str, int] = {
 
 #: the forms of issue 19 whose analysis reads sizes in Python (sections 1, 3 and 4)
 GUARDED = ("branch_parity", "branch_equal", "size_value", "input_merge", "cache")
+#: the forms of issue 30 section 4 whose forward asks which module it is (:class:`Marked`)
+IDENTITY = ("identity",)
 
 #: the forms of issue 30 (sections 2 and 3): a conv whose weight torch's ``weight_norm``
 #: pre-hook computes (the norm along dim 0, 1 or over all), a conv whose input a user's
@@ -142,6 +147,49 @@ class CachedScale(nn.Module):
         return x * self.cache["scale"][:, None, None]
 
 
+#: a model's registries of its own modules (issue 30, section 4): by identity (a WeakSet), by
+#: ``id()`` and keyed by the module
+MARKED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+MARKED_IDS: set[int] = set()
+MARKED_BY: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+class Marked(nn.Module):
+    """A conv whose output channels are rolled when the module is registered — asked by
+    ``self in MARKED``, ``id(self) in MARKED_IDS`` or ``MARKED_BY.get(self)`` (``how``). A
+    marked module registers itself when built and when copied (``__setstate__``, which a
+    deep copy calls), as a model keeping a registry of its modules would; a trace that asks
+    another object takes the branch without the roll."""
+
+    def __init__(self, conv: nn.Conv2d, how: int, marked: bool) -> None:
+        super().__init__()
+        self.conv = conv
+        self.how = how
+        self.marked = marked
+        self._register()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._register()
+
+    def _register(self) -> None:
+        if self.marked:
+            MARKED.add(self)
+            MARKED_IDS.add(id(self))
+            weakref.finalize(self, MARKED_IDS.discard, id(self))
+            MARKED_BY[self] = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.how == 0:
+            hit = self in MARKED
+        elif self.how == 1:
+            hit = id(self) in MARKED_IDS
+        else:
+            hit = MARKED_BY.get(self, False)
+        return y.roll(1, 1) if hit else y
+
+
 class FuzzNet(nn.Module):
     """The net of one seed: ``steps`` (kind and ints) walked over a feature map."""
 
@@ -162,7 +210,7 @@ class FuzzNet(nn.Module):
         kind, key = step[0], step[1]
         m = self.mods
         if kind in ("conv", "depthwise", "grouped", "batch_norm", "group_norm", "stem",
-                    "cache", "unflatten", *HOOKED):
+                    "cache", "unflatten", "identity", *HOOKED):
             return m[key](h)
         if kind == "head":
             return m[key](h.mean((2, 3)))
@@ -372,6 +420,11 @@ def _add_step(rng: random.Random, kind: str, key: str, c: int, mods: dict[str, n
         else:
             conv.register_forward_hook(roll_output)
         mods[key] = conv
+        steps.append((kind, key))
+        return out
+    if kind == "identity":
+        out = rng.choice(widths)
+        mods[key] = Marked(_conv(c, out, rng), rng.randrange(3), rng.random() < 0.8)
         steps.append((kind, key))
         return out
     raise ValueError(kind)

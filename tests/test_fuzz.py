@@ -14,7 +14,7 @@ the number the program splits by.
 from __future__ import annotations
 
 import pytest
-from fuzz_nets import GUARDED, HOOKED, STEPS, SplitChannels, random_net
+from fuzz_nets import GUARDED, HOOKED, IDENTITY, STEPS, SplitChannels, random_net
 
 import fxsym
 from fxsym.oracles import check_permutation, check_shrink, check_values
@@ -80,3 +80,11 @@ def test_fuzzed_nets_with_hooks(form: str) -> None:
         sm = _check(2000 + seed, (form,))
         hidden = sm.trace_report.of_kind("hidden-hook")
         assert bool(hidden) == (form != "weight_norm"), hidden
+
+
+@pytest.mark.parametrize("form", IDENTITY)
+def test_fuzzed_nets_with_identity_branches(form: str) -> None:
+    """Ten nets, each with a module whose forward branches on which module it is (issue 30,
+    section 4): the trace takes the model's branch, so the oracles hold."""
+    for seed in range(10):
+        _check(3000 + seed, (form,))

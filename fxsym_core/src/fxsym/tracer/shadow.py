@@ -11,11 +11,19 @@ the module's own class whose ``__dict__`` is a copy of the module's, with
 * child modules replaced by their shadows wherever the tree holds them (``_modules``, other
   attributes, containers; a module shared by two parents has one shadow);
 * every dict, list and set copied, recursively (a ``self.cache[key] = ...`` fills the copy);
+  a dict keyed by modules and a set of modules hold their shadows (inserted again once the
+  tree is live, :meth:`ShadowTree.rehash`, when shadows hash as the user's modules:
+  :mod:`.identity`);
 * each ``config`` object (:data:`~fxsym.tracer.configs.CONFIG_ATTRIBUTES`) copied, with the
   configs of its own family it holds, so a trace context overriding a field (``use_cache``)
-  overrides it in the copy; modules sharing a config share its copy;
-* methods and ``functools.partial`` objects bound to a module of the tree bound to its shadow
-  (a ``forward`` set on the instance, as accelerate's hooks do);
+  overrides it in the copy; modules sharing a config share its copy. A config
+  ``object.__new__`` cannot build (a dict subclass) is copied with ``copy.copy``; one that
+  cannot be copied is refused (:class:`~fxsym.errors.TraceError`), never shared;
+* methods, ``functools.partial`` objects (function, arguments and keywords), functions
+  closing over (or defaulting to) a module of the tree, and weak references to one, pointing
+  to its shadow instead (a ``forward`` set on the instance, as accelerate's hooks do; a
+  lambda kept in a dict that calls a child). A module reached any other way is the user's:
+  :mod:`.escapes` refuses a trace whose model code reaches one;
 * the hook tables holding only hooks that are part of the computation, as plugins declare
   them (:mod:`fxsym.plugins.hookroles`): those that compute (``fxsym_hook_computes``;
   transformers' capturing hooks carry hidden states to heads) and those that derive tensors
@@ -35,22 +43,25 @@ model. In the shadow it is given *empty*; if the traced forward fills it again (
 leaf, its forward run for the leaf's value), the forward recomputes it when missing: it is a
 *cache*, and a resize may clear it. A dict the forward fills from empty is a cache too. A
 tensor-holding dict the forward does not refill, or an attribute the forward sets to a traced
-value, is *derived* state that is not proven recomputable. :meth:`ShadowTree.derived_state`
+value (however deeply inside lists, tuples, dicts and sets), is *derived* state that is not
+proven recomputable. :meth:`ShadowTree.derived_state`
 reports both by qualified name; a resize reads it (:mod:`fxsym.resizing.engine`).
 :meth:`ShadowTree.written` names the graph nodes of the values the forward set attributes to,
 so that the analysis can tell derived state no resize changes (:mod:`fxsym.analysis.derived`).
 
-Imports from fxsym: modstate, plugins.
+Imports from fxsym: errors, modstate, plugins.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import functools
 import operator
 import threading
 import types
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -59,6 +70,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
+from ..errors import TraceError
 from ..modstate import CACHE, DERIVED
 from ..plugins.hookroles import DerivedTensors, describe_hook
 from .configs import CONFIG_ATTRIBUTES
@@ -113,6 +125,10 @@ class ShadowTree:
         self._shadows: dict[int, nn.Module] = {}
         #: the user's object behind each shadow and each config copy, by id
         self._originals: dict[int, Any] = {}
+        #: the user's module behind each shadow, by the shadow's id
+        self._users: dict[int, nn.Module] = {}
+        #: the copied dicts and sets holding shadows as keys (:meth:`rehash`)
+        self._keyed: list[dict[Any, Any] | set[Any]] = []
         self._copies: dict[int, Any] = {}
         #: registered tensors of the tree, by id: tensors that are not derived state
         self._registered: set[int] = set()
@@ -142,6 +158,7 @@ class ShadowTree:
         shadow = object.__new__(type(mod))
         self._shadows[id(mod)] = shadow
         self._originals[id(shadow)] = mod
+        self._users[id(shadow)] = mod
         self._names[id(mod)] = name
         self.paths[name] = shadow
         order.append(mod)
@@ -161,7 +178,7 @@ class ShadowTree:
                     kind is tuple and all(map(_ATOMS.__contains__, map(type, value)))):
                 continue
             if key in CONFIG_ATTRIBUTES and _is_object(value):
-                new = self._config(value, type(value).__mro__[-2])
+                new = self._config(mod, value, type(value).__mro__[-2])
             elif isinstance(value, dict) and not isinstance(value, nn.Module):
                 new = self._dict_attribute(shadow, key, value)
             else:
@@ -259,8 +276,8 @@ class ShadowTree:
         return False
 
     def _copy(self, value: Any) -> Any:
-        """``value`` with its containers copied and its modules, bound methods and partials
-        pointing into the shadow tree."""
+        """``value`` with its containers copied and its modules, bound methods, partials,
+        closures and weak references pointing into the shadow tree."""
         kind = type(value)
         if kind in _ATOMS:
             return value
@@ -278,11 +295,19 @@ class ShadowTree:
             new: Any = value.copy()
         elif isinstance(value, (dict, list, set)):  # defaultdict, a user's subclass
             new = copy.copy(value)
-        elif kind is types.MethodType and id(value.__self__) in self._shadows:
-            return types.MethodType(value.__func__, self._shadows[id(value.__self__)])
-        elif kind is functools.partial and any(id(a) in self._shadows for a in value.args):
-            return functools.partial(value.func, *map(self._copy, value.args),
-                                     **value.keywords)
+        elif kind is types.MethodType:
+            owner = self._copy(value.__self__)
+            return value if owner is value.__self__ else types.MethodType(value.__func__, owner)
+        elif kind is functools.partial:
+            return self._partial(value)
+        elif kind is types.FunctionType and (value.__closure__ or value.__defaults__
+                                             or value.__kwdefaults__):
+            return self._function(value)
+        elif kind is weakref.ref:
+            held = value()
+            if isinstance(held, nn.Module) and id(held) in self._shadows:
+                return weakref.ref(self._shadows[id(held)])
+            return value
         else:
             return value
         self._copies[id(value)] = new
@@ -290,27 +315,93 @@ class ShadowTree:
             for k, v in new.items():
                 if type(v) not in _ATOMS:
                     new[k] = self._copy(v)
+            if any(isinstance(k, nn.Module) for k in new):  # keyed by modules: by shadows
+                pairs = [(self._copy(k), v) for k, v in new.items()]
+                new.clear()
+                new.update(pairs)
+                self._keyed.append(new)
         elif isinstance(new, list):
             for i, v in enumerate(new):
                 if type(v) not in _ATOMS:
                     new[i] = self._copy(v)
+        elif isinstance(new, set):
+            members = [self._copy(v) for v in new]
+            new.clear()
+            new.update(members)
+            if any(isinstance(m, nn.Module) for m in members):
+                self._keyed.append(new)
         return new
 
-    def _config(self, config: Any, family: type) -> Any:
-        """A copy of a config object and of the configs of its family it holds."""
+    def _partial(self, value: functools.partial[Any]) -> Any:
+        """A partial whose function, arguments or keywords hold a module of the tree (or a
+        method, partial or closure of one): the same partial over their shadows."""
+        func = self._copy(value.func)
+        args = tuple(map(self._copy, value.args))
+        keywords = {k: self._copy(v) for k, v in value.keywords.items()}
+        if func is value.func and all(map(operator.is_, args, value.args)) and all(
+                keywords[k] is v for k, v in value.keywords.items()):
+            return value
+        return functools.partial(func, *args, **keywords)
+
+    def _function(self, value: types.FunctionType) -> Any:
+        """A function closing over (or defaulting to) a module of the tree, a container
+        holding one, ...: the same code over new cells holding their shadows (a lambda kept in
+        a dict, calling a child, calls the child's shadow). Any other function: itself."""
+        cells = value.__closure__ or ()
+        contents = [_cell_contents(cell) for cell in cells]
+        self._copies[id(value)] = value  # a function reaching itself: itself, for now
+        copied = [c if c is _EMPTY else self._copy(c) for c in contents]
+        defaults = self._copy(value.__defaults__) if value.__defaults__ else value.__defaults__
+        kwdefaults = (self._copy(value.__kwdefaults__) if value.__kwdefaults__
+                      else value.__kwdefaults__)
+        if (all(map(operator.is_, copied, contents)) and defaults is value.__defaults__
+                and kwdefaults is value.__kwdefaults__):
+            return value
+        new_cells = tuple(types.CellType() if c is _EMPTY else types.CellType(c)
+                          for c in copied)
+        new = types.FunctionType(value.__code__, value.__globals__, value.__name__,
+                                 defaults, new_cells)
+        new.__kwdefaults__ = kwdefaults
+        new.__qualname__ = value.__qualname__
+        new.__dict__.update(value.__dict__)
+        functools.update_wrapper(new, value, assigned=("__module__", "__doc__"), updated=())
+        self._copies[id(value)] = new
+        return new
+
+    def _config(self, owner: nn.Module, config: Any, family: type) -> Any:
+        """A copy of a config object and of the configs of its family it holds: built with
+        ``object.__new__`` (no code of the config's runs), else with ``copy.copy`` (a dict
+        subclass, a class with its own ``__new__``), its fields copied as any other state of
+        the tree; one that cannot be copied is refused (:class:`~fxsym.errors.TraceError`),
+        never shared."""
         done = self._copies.get(id(config))
         if done is not None:
             return done
         try:
             new = object.__new__(type(config))
-        except Exception:  # not built so: shared, as any other object the tree holds
-            return config
+        except TypeError:  # a dict subclass, a class with its own __new__: copy's way
+            try:
+                new = copy.copy(config)
+            except Exception as exc:
+                raise TraceError(
+                    f"the config of {self._names[id(owner)] or type(owner).__name__} "
+                    f"({type(config).__name__}) cannot be copied ({type(exc).__name__}: {exc}); "
+                    "fxsym traces a copy of it so that nothing the trace does writes into the "
+                    "model. Make it copyable (copy.copy) or hold it under another name than "
+                    "'config'") from exc
+            if not hasattr(new, "__dict__") or new is config:
+                raise TraceError(
+                    f"the config of {self._names[id(owner)] or type(owner).__name__} "
+                    f"({type(config).__name__}) cannot be copied (copy.copy gave it back "
+                    "itself); fxsym traces a copy of it so that nothing the trace does writes "
+                    "into the model. Make it copyable or hold it under another name") from None
+            vars(new).clear()
         self._copies[id(config)] = new
         self._originals[id(new)] = config
         state = vars(new)
         for key, value in vars(config).items():
             if family is not object and isinstance(value, family) and _is_object(value):
-                state[key] = self._config(value, family)
+                state[key] = self._config(owner, value, family)
             else:
                 state[key] = self._copy(value)
         return new
@@ -325,10 +416,42 @@ class ShadowTree:
         finally:
             _live.tree = was
 
+    def rehash(self) -> None:
+        """Insert the shadows held as dict keys and set members again: called once the
+        tree is live and shadows hash as the user's modules (:mod:`.identity`), so that
+        ``self.a in self.skip`` finds the shadow there as the model finds its module."""
+        for table in self._keyed:
+            if isinstance(table, dict):
+                items = list(table.items())
+                table.clear()
+                table.update(items)
+            else:
+                members = list(table)
+                table.clear()
+                table.update(members)
+
     def original(self, obj: Any) -> Any:
         """The user's module a shadow stands for, the user's config a copy stands for (any
         other object: itself)."""
-        return self._originals.get(id(obj), obj)
+        return self._originals.get(_real_id(obj), obj)
+
+    def user_module(self, obj: object) -> nn.Module | None:
+        """The user's module ``obj`` is the shadow of, or ``None`` (not a shadow)."""
+        return self._users.get(_real_id(obj))
+
+    def users_by_id(self) -> dict[int, nn.Module]:
+        """The user's module behind each shadow, by the shadow's ``id`` (read only)."""
+        return self._users
+
+    def is_user_module(self, obj: object) -> bool:
+        """Whether ``obj`` is one of the user's modules of the tree (not a shadow)."""
+        shadow = self._shadows.get(_real_id(obj))
+        return shadow is not None and shadow is not obj
+
+    def name_of(self, module: nn.Module) -> str:
+        """The qualified name of the user's ``module`` (or of the module a shadow stands
+        for) in the tree."""
+        return self._names.get(id(self.original(module)), "")
 
     def shadows(self) -> Iterator[tuple[nn.Module, nn.Module]]:
         """Each (shadow, original) pair."""
@@ -400,6 +523,9 @@ class ShadowTree:
 
 
 _live = threading.local()
+#: ``id`` as Python gives it: :mod:`.identity` answers ``id(shadow)`` with the user's module's
+#: for the model's code while a trace runs
+_real_id = builtins.id
 
 
 def original_module(module: nn.Module) -> nn.Module:
@@ -410,20 +536,33 @@ def original_module(module: nn.Module) -> nn.Module:
     return module if tree is None else tree.original(module)
 
 
-def _proxy_nodes(value: Any, into: list[str], depth: int = 0) -> None:
-    """Append the name of the node of every Proxy ``value`` holds (in lists, tuples, dicts)
-    to ``into``; of an int attribute's proxy the forward never used (it has no node), what it
-    reads, which names no node."""
+def _proxy_nodes(value: Any, into: list[str], seen: set[int] | None = None) -> None:
+    """Append the name of the node of every Proxy ``value`` holds (in lists, tuples, dicts,
+    sets, at any depth; each container once) to ``into``; of an int attribute's proxy the
+    forward never used (it has no node), what it reads, which names no node."""
     if isinstance(value, ShapeProxy) and value.pending:
         into.append(value.source)
     elif isinstance(value, torch.fx.Proxy):
         into.append(value.node.name)
-    elif depth < 4 and isinstance(value, (list, tuple)):
-        for item in value:
-            _proxy_nodes(item, into, depth + 1)
-    elif depth < 4 and isinstance(value, dict) and not isinstance(value, nn.Module):
-        for item in value.values():
-            _proxy_nodes(item, into, depth + 1)
+    elif isinstance(value, (list, tuple, set, frozenset)) or (
+            isinstance(value, dict) and not isinstance(value, nn.Module)):
+        seen = set() if seen is None else seen
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        for item in value.values() if isinstance(value, dict) else value:
+            _proxy_nodes(item, into, seen)
+
+
+_EMPTY = object()
+
+
+def _cell_contents(cell: Any) -> Any:
+    """What a closure cell holds (:data:`_EMPTY` for a cell not filled yet)."""
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _EMPTY
 
 
 def _is_object(value: Any) -> bool:

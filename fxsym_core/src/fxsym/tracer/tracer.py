@@ -25,7 +25,10 @@
 :func:`trace` wraps it: it loads plugins, fills default example inputs from the
 ``fxsym_example_inputs`` hook, enters every ``fxsym_trace_context``, concretizes unused
 arguments to their defaults, and returns a ``GraphModule`` with a ``trace_report``. It runs
-a shadow of the model's module tree (:mod:`.shadow`), so it never writes into the model.
+a shadow of the model's module tree (:mod:`.shadow`), so it never writes into the model; the
+shadows answer ``hash``, ``==`` and ``id()`` as the user's modules for the model's code
+(:mod:`.identity`), and a trace whose model code reaches a user's module itself is refused
+(:mod:`.escapes`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from ..plugins.manager import active_plugins
 from ..registry import ValueFn, get_registry
 from .configs import config_sizes
 from .deferred import DeferredGraphModule
+from .escapes import UserModuleReached, reached, reached_from_code, reads_watched
 from .guard import (
     TRACE_LOCK,
     ModuleGuard,
@@ -65,6 +69,7 @@ from .guard import (
     tracing_thread,
 )
 from .hooksites import HookSite, node_names
+from .identity import identity_kept
 from .proxy import ShapeProxy, value_of
 from .questions import ATTRIBUTE_META, CONCRETE_META, drop_index_questions
 from .report import TraceReport
@@ -171,6 +176,12 @@ class FxsymTracer(torch.fx.Tracer):
         self.shadows: ShadowTree | None = None
         #: the calls of modules whose hooks the trace does not see (:mod:`.hooksites`)
         self.hook_sites: list[HookSite] = []
+        #: fxsym's own calls given the user's modules (leaf votes, value rules) under way:
+        #: their reads of them are not the model's code reaching them (:mod:`.escapes`)
+        self._own = 0
+        #: the first time the model's code reached a user's module (:mod:`.escapes`)
+        self.escaped: UserModuleReached | None = None
+        self._code_checked: set[type] = set()
 
     def original(self, obj: Any) -> Any:
         """The user's module (or config) behind a shadow (or config copy): what plugins are
@@ -207,7 +218,8 @@ class FxsymTracer(torch.fx.Tracer):
         return leaf
 
     def _leaf_decision(self, m: nn.Module, module_qualified_name: str) -> bool:
-        vote = self.registry.leaf_vote(self.original(m), module_qualified_name)
+        with self._owncall():
+            vote = self.registry.leaf_vote(self.original(m), module_qualified_name)
         if vote is not None:
             return vote
         if _is_parametrized(m):
@@ -253,6 +265,9 @@ class FxsymTracer(torch.fx.Tracer):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
+        if self.shadows is not None and self._own == 0 and tracing_here() and (
+                self.shadows.is_user_module(m)):
+            self._escape(m, "called")
         if self._quiet or not tracing_here():  # a leaf run for its value, another thread
             return forward(*args, **kwargs)
         try:
@@ -283,9 +298,10 @@ class FxsymTracer(torch.fx.Tracer):
             with self._attribute_sizes(m, path), config_sizes(self, m, path):
                 return forward(*a, **k)
 
+        self._check_code(m, path)
         try:
             return super().call_module(m, traced_forward, args, kwargs)
-        except (ModelError, PluginError):
+        except (ModelError, PluginError, UserModuleReached):
             raise
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
@@ -301,6 +317,48 @@ class FxsymTracer(torch.fx.Tracer):
                        "graph: it fell back to a leaf",), node_names((args, kwargs)),
                 node_names(out)))
         return out
+
+    # -- the user's modules stay out (:mod:`.escapes`) -----------------------------------------
+    @contextlib.contextmanager
+    def _owncall(self) -> Iterator[None]:
+        """fxsym's own code handed the user's modules runs in the block (not the model's)."""
+        self._own += 1
+        try:
+            yield
+        finally:
+            self._own -= 1
+
+    def _escape(self, mod: nn.Module, how: str) -> None:
+        """The model's code reached the user's module ``mod``: refuse (recorded too, in case
+        the model's code catches the error)."""
+        assert self.shadows is not None
+        where = next(reversed(self.module_stack), "") if self.module_stack else ""
+        error = reached(str(where), self.shadows.name_of(mod), mod, how)
+        if self.escaped is None:
+            self.escaped = error
+        raise error
+
+    def _shadow_classes(self) -> set[type]:
+        return set() if self.shadows is None else {type(s) for s, _ in self.shadows.shadows()}
+
+    def _read_checked(self, mod: nn.Module, attr: str) -> None:
+        if (self._own == 0 and self.shadows is not None and tracing_here()
+                and self.shadows.is_user_module(mod)):
+            self._escape(mod, f"read its {attr!r}")
+
+    def _check_code(self, m: nn.Module, path: str) -> None:
+        """Refuse a traced class whose code reads a user's module from a global or a closure
+        (:func:`.escapes.reached_from_code`), once per class."""
+        cls = type(m)
+        if self.shadows is None or cls in self._code_checked:
+            return
+        self._code_checked.add(cls)
+        found = reached_from_code(cls, self.shadows.is_user_module)
+        if found is not None:
+            how, module = found
+            error = reached(path, self.shadows.name_of(module), module, how)
+            self.escaped = self.escaped or error
+            raise error
 
     def getattr(self, attr: str, attr_val: Any, parameter_proxy_cache: dict[str, Any]) -> Any:
         if self._quiet or not tracing_here():
@@ -349,7 +407,9 @@ class FxsymTracer(torch.fx.Tracer):
             return fn, args
 
         def root_forward(*a: Any, **k: Any) -> Any:  # the root's int attributes read as sizes
-            with self._attribute_sizes(self.root, ""), config_sizes(self, self.root, ""):
+            self._check_code(self.root, "")
+            with self._attribute_sizes(self.root, ""), config_sizes(self, self.root, ""), \
+                    reads_watched(self._shadow_classes(), self._read_checked):
                 return fn(*a, **k)
 
         return root_forward, args
@@ -631,12 +691,14 @@ class FxsymTracer(torch.fx.Tracer):
         rule = self._value_rule(mod)
         if rule is not None and not forward_hooked(mod) and "forward" not in vars(mod):
             was, self._quiet = self._quiet, True  # the module's attributes read as they are
+            self._own += 1
             try:
                 value = rule(self.original(mod), args, kwargs)
             except Exception:
                 value = None
             finally:
                 self._quiet = was
+                self._own -= 1
             if value is not None:
                 return value
         if self._shape_preserving(mod) and args and isinstance(args[0], torch.Tensor):
@@ -694,8 +756,9 @@ class FxsymTracer(torch.fx.Tracer):
         known = self._preserving.get(id(mod))
         if known is None:
             entry = self.registry.sym_info_entry(type(mod))
-            known = bool(entry is not None
-                         and entry.factory(self.original(mod)).is_shape_preserving)
+            with self._owncall():
+                known = bool(entry is not None
+                             and entry.factory(self.original(mod)).is_shape_preserving)
             self._preserving[id(mod)] = known
         return known
 
@@ -1172,7 +1235,8 @@ def _trace_tree(
             report.add(kind, name or type(model).__name__, line)
     tracer = FxsymTracer(values, report, defaults=auto)
     tracer.shadows = shadows
-    with shadows.live(), plugin_calls.trace_contexts(shadows.root, inputs):
+    with shadows.live(), identity_kept(shadows), plugin_calls.trace_contexts(shadows.root, inputs):
+        shadows.rehash()
         try:
             graph = tracer.trace(shadows.root, concrete_args=concrete or None)
         except (TraceError, PluginError):
@@ -1186,7 +1250,11 @@ def _trace_tree(
                 "and dtypes the model expects."
             ) from exc
         except Exception as exc:
+            if tracer.escaped is not None:  # the model's code caught it and went on
+                raise tracer.escaped from exc
             raise _trace_error(model, exc, inputs) from exc
+        if tracer.escaped is not None:
+            raise tracer.escaped
         _check_code_names(graph)
         _drop_concretization_checks(graph, auto)  # before the GraphModule compiles its code
         gm = _graph_module(graph_module_cls, graph, type(model).__name__, shadows)
