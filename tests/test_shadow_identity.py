@@ -356,3 +356,27 @@ def test_a_call_reaching_the_users_module_is_refused(cls: type[ThroughGlobal]) -
         assert _same(before, _snapshot(model))
     finally:
         GLOBAL.clear()
+
+
+def test_nothing_installed_for_the_trace_stays_after_it() -> None:
+    """``builtins.id`` and the ``__hash__``/``__eq__``/``__getattr__`` set on the traced
+    classes for the trace are put back after a trace, and after a refused one."""
+    import builtins
+
+    real_id = builtins.id
+    classes = (InWeakSet, Pair, nn.Linear, nn.Module, ThroughGlobal, Logged)
+    before = [(cls, {k: vars(cls).get(k) for k in ("__hash__", "__eq__", "__getattr__")})
+              for cls in classes]
+    fxsym.analyze(InWeakSet().double().eval(), example_inputs=(X,))
+    model = ThroughGlobal().double().eval()
+    GLOBAL[:] = [model.a]
+    try:
+        with pytest.raises(fxsym.TraceError):
+            fxsym.analyze(model, example_inputs=(X,))
+    finally:
+        GLOBAL.clear()
+    assert builtins.id is real_id
+    assert before == [(cls, {k: vars(cls).get(k) for k in ("__hash__", "__eq__", "__getattr__")})
+                      for cls in classes]
+    first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+    assert first != second and hash(first) != hash(second) and len({first, second}) == 2
