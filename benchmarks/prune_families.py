@@ -34,9 +34,9 @@ from ckpt_helpers import LAYERED, TEXT, checkpoint
 #: plain families (no layer differs), with the overrides a tiny config needs
 PLAIN: dict[str, dict[str, Any]] = {
     "llama": {}, "qwen2": {}, "qwen3": dict(head_dim=16), "phi3": dict(pad_token_id=0),
-    "gemma": dict(head_dim=16), "cohere": {}, "olmo2": {}, "granite": {}, "glm": {},
-    "glm4": {}, "stablelm": {}, "starcoder2": {}, "mixtral": dict(num_local_experts=4,
-                                                                  num_experts_per_tok=2),
+    "gemma": dict(head_dim=16), "cohere": {}, "olmo2": {}, "granite": {},
+    "glm": dict(pad_token_id=0), "glm4": dict(pad_token_id=0), "stablelm": {}, "starcoder2": {},
+    "mixtral": dict(num_local_experts=4, num_experts_per_tok=2),
     "gpt2": dict(n_embd=64, n_layer=4, n_head=4, n_positions=128),
 }
 
