@@ -41,8 +41,9 @@ search (issue 31 §3); the comparison is at equal total parameters.
 * **Torch-Pruning FFN Taylor**: Torch-Pruning's ``MetaPruner`` with ``GroupTaylorImportance``
   (gradients of the next-token loss on the same calibration batches fxsym reads), the FFN width
   alone pruned (every other linear layer ignored as a root), one ratio for every layer set to
-  remove the fraction. Its best recipe that finishes: its head recipe's dependency graph did
-  not finish (see :mod:`prune_llm`) and its hidden-size pruning is far worse on this model.
+  remove the fraction. The recipe issue 31 found its best among those that finish (its head
+  recipe's dependency graph did not finish in 300 s, see also :mod:`prune_llm`); its
+  hidden-size recipe is not a row here.
 
 Every prune runs in a subprocess of its own (``--child``); its time and peak resident memory
 (``ru_maxrss``) are the child's, as in ``benchmarks/prune_ckpt_scale.py``. The pruned
@@ -54,7 +55,8 @@ each fxsym row with Torch-Pruning's row, per text, only where the two ranges do 
 
 TODO (issue 31 §2): an "after recovery" column, each pruned model distilled from the base for
 the same fixed budget (e.g. 200 steps of 4 x 256 tokens) with ``fxsym_plugins_hf.distill`` once
-it lands on main.
+it lands on main (it had not when this was written). Budget the time: a training step of the
+135M model on 2 shared cores is seconds, so 200 steps for each of 10 rows and 3 seeds is hours.
 
     python benchmarks/prune_real_llm.py                 # 3 seeds, 2,048 + 4,096 eval tokens
     python benchmarks/prune_real_llm.py --quick         # 1 seed, 1,024 eval tokens each
