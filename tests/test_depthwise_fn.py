@@ -14,6 +14,7 @@ from helpers import assert_oracles, group_with
 from torch import nn
 
 import fxsym
+from fxsym.oracles import coverage
 
 
 class CausalDepthwise(nn.Module):
@@ -58,3 +59,15 @@ def test_depthwise_groups_written_as_a_number_pin_the_channels() -> None:
     sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 5, 8, dtype=torch.float64),))
     assert not any(("conv1d", "weight:0") in g.members for g in sm.groups())
     assert any("groups is a number" in e.message for e in sm.trace_report.entries)
+
+
+def test_coverage_counts_the_conv_whose_weight_the_functional_conv_reads() -> None:
+    """The ``conv1d`` module is reached only through its weight (its symbols have no dim):
+    coverage judges it by its weight's rows, a member of the channels' group. Before: it
+    counted against, 1/3 (in_proj of in_proj, conv1d, out_proj: out_proj's output is the
+    model's)."""
+    model = CausalDepthwise().double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    assert coverage(fxsym.analyze(model, example_inputs=(x,))) == 2 / 3
+    pinned = CausalDepthwise(groups_from="number").double()
+    assert coverage(fxsym.analyze(pinned, example_inputs=(x,))) == 0  # all pinned

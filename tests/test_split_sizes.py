@@ -52,6 +52,23 @@ class SplitUnequal(nn.Module):
         return self.head_a(a) + self.head_b(b) + self.head_c(c)
 
 
+class SplitByAttributeProduct(nn.Module):
+    """transformers' Mamba2 mixer: ``split([self.inner, self.groups * self.state,
+    self.groups * self.state])``, the last two pieces sized by arithmetic on attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.groups, self.state = 6, 1, 4
+        self.proj = nn.Linear(5, self.inner + 2 * self.groups * self.state)
+        self.out = nn.Linear(self.inner, 3)
+        self.mix = nn.Linear(self.groups * self.state, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, b, c = torch.split(self.proj(x), [self.inner, self.groups * self.state,
+                                             self.groups * self.state], dim=-1)
+        return self.out(h) + self.mix(b * c)
+
+
 class SplitByWidth(nn.Module):
     """timm's res2net ``Bottle2neck``: ``scale`` pieces of ``self.width`` channels, each
     added to the previous piece's conv output."""
@@ -213,3 +230,21 @@ def test_a_slice_stop_read_from_an_attribute_keeps_the_slice_whole() -> None:
     assert (model.oup, model.conv.out_channels) == (3, 3)
     assert model.ghost_oup == 8 and model.head.in_channels == 4
     assert model(x).shape == (2, 5, 5, 5)
+
+
+def test_split_at_a_product_of_attributes_pins_that_piece_only() -> None:
+    """Before: the whole dim pinned ('split cuts an elastic dim at sizes written as numbers'),
+    so ``proj`` produced no group. Now the pieces sized by ``groups * state`` are fixed, with
+    the attributes they read, and the piece of ``self.inner`` stays a group."""
+    torch.manual_seed(0)
+    model = SplitByAttributeProduct().eval().double()
+    x = torch.randn(2, 7, 5, dtype=torch.float64)
+    sm = assert_oracles(model, (x,))
+    group = group_with(sm, "", "attr:inner")
+    assert ("proj", "out_features") in group.members and ("out", "in_features") in group.members
+    assert sm.why_constant("mix", "in_features")
+    assert sm.why_constant("", "attr:state")
+    fxsym.resize(model, sm, {group.name: 2})
+    assert (model.inner, model.proj.out_features) == (2, 10)
+    assert model(x).shape == (2, 7, 3)
+    assert not stale_sizes(model)

@@ -22,10 +22,13 @@ from fxsym.analysis import (
     Dim,
     Layout,
     OpContext,
+    SizeLayout,
     TensorLayout,
+    dim_size,
     fixed_dim,
     is_fixed,
     scale_block,
+    size_checked,
 )
 
 from .common import (
@@ -43,6 +46,7 @@ from .common import (
 )
 from .creation import arange, one_hot
 from .elementwise import broadcast_layouts, elementwise
+from .linear_sizes import linear_size_of_dim, linear_size_of_int
 from .slicing import narrow, select
 
 
@@ -359,13 +363,49 @@ def repeat_interleave(ctx: OpContext) -> Layout:
         return pin_all(f"{BY_POSITION} (the flattened tensor)")(ctx)
     d = 0 if raw is None else norm_dim(int(raw), len(lay))
     r = ctx.val(repeats)
-    if isinstance(r, int):
+    follows = _repeats_follow_a_dim(ctx, lay[d], repeats) if isinstance(r, int) else None
+    if follows is not None:
+        lay[d] = follows
+    elif isinstance(r, int):
         lay[d] = scale_block(lay[d], r)
     else:
         pin_dims(ctx, lay[d], "repeats the entries of an elastic dim unevenly")
         pin_extra_tensors(ctx, x)
         lay[d] = fixed_dim(ctx.out_shape()[d])
     return checked_layout(ctx, lay, ctx.value)
+
+
+def _repeats_follow_a_dim(ctx: OpContext, dim: Dim, repeats: Any) -> Dim | None:
+    """The dim a ``repeat_interleave`` of a dim of one entry makes, where the repeats are a
+    size that keeps following a dim under every resize (``B.repeat_interleave(num_heads //
+    n_groups, dim=2, output_size=num_heads)`` in transformers' Mamba2 scan, ``n_groups`` 1
+    and ``num_heads`` read from the heads' dim): the entry is broadcast, as by ``expand``, so
+    the result has that dim's groups. ``output_size``, where given, must follow it too;
+    ``None`` otherwise (the caller's rule applies)."""
+    if dim_size(dim) != 1 or not is_fixed(dim) or not isinstance(repeats, torch.fx.Node):
+        return None
+    form = linear_size_of_int(ctx, repeats, pin=False)
+    if form is None or not form[1]:
+        return None
+    given = ctx.arg(3, "output_size", None)
+    sizes = [ctx.layout(repeats)]
+    candidates = [given, repeats] if given is not None else [repeats]
+    target: Dim | None = None
+    for c in candidates:
+        lay = ctx.layout(c) if isinstance(c, torch.fx.Node) else None
+        if isinstance(lay, SizeLayout) and not lay.derived and len(lay) == 1:
+            target = ctx.table.resolve(lay[0])
+            break
+    if target is None or linear_size_of_dim(ctx, target) != form:
+        return None
+    if given is not None:
+        if linear_size_of_int(ctx, given, pin=False) != form:
+            return None
+        sizes.append(ctx.layout(given))
+    for size in sizes:
+        if isinstance(size, SizeLayout):
+            size_checked(ctx, size)
+    return target
 
 
 def searchsorted(ctx: OpContext) -> Layout:

@@ -119,7 +119,8 @@ def _attribute_sizes(ctx: OpContext) -> AttributeSize | list[AttributeSize | int
     """The sizes a ``split`` was given, where module attributes size its pieces: one int
     attribute (``split(self.width)``, pieces of that size), or one entry per piece, each an
     int attribute or a number (``split((self.c, self.c))``, ``split(self.sizes)`` of a tuple
-    attribute); ``None`` otherwise."""
+    attribute); arithmetic on sizes (``self.n_groups * self.state_size``) counts as a number,
+    its piece pinned (with the attributes it reads, by ``check_uses``); ``None`` otherwise."""
     raw = ctx.arg(1, "split_size_or_sections", None)
     if raw is None:
         raw = ctx.arg(1, "split_size", None)
@@ -135,6 +136,8 @@ def _attribute_sizes(ctx: OpContext) -> AttributeSize | list[AttributeSize | int
             entries.append(entry)
         elif entry is None and type(value) is int:
             entries.append(value)
+        elif isinstance(entry, SizeLayout) and entry.derived and type(value) is int:
+            entries.append(value)  # arithmetic on sizes: the piece is pinned, as by a number
         else:
             return None
     return entries if any(isinstance(e, AttributeSize) for e in entries) else None

@@ -261,7 +261,12 @@ def reshape_to(ctx: OpContext, x: Any, items: Sequence[Any], raws: Sequence[Any]
     if len(items) != len(out):
         return out
     dims = [ctx.table.resolve(d) for d in out]  # groups the reshape cut into blocks
-    for i, item in enumerate(items):
+    # sizes read directly first: a quotient by an attribute (``last // self.group_size``)
+    # follows its dim once the attribute is tied to the dim it sizes
+    order = sorted(range(len(items)), key=lambda i: isinstance(items[i], SizeLayout)
+                   and items[i].derived)
+    for i in order:
+        item = items[i]
         if not isinstance(item, SizeLayout):
             continue
         if i != done and any(not is_fixed(d) for d in item) and not _size_follows_dim(
