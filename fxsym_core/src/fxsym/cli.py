@@ -657,7 +657,7 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     from .console import status
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ImportanceWarning)  # said by check_prune_options
+        warnings.simplefilter("ignore", ImportanceWarning)  # said below, in the flags' words
         plan = prune_checkpoint(
             args.model, args.output, calibration=args.calib,
             calibration_tokens=(CALIB_TOKENS if args.calib_tokens is None
@@ -674,6 +674,8 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
             max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None
                                   else args.max_shard_size),
             progress=True, status=status)
+    if args.importance_warning:
+        print(f"fxsym: ImportanceWarning: {args.importance_warning}", file=sys.stderr)
     if args.json:
         print(plan.to_json())
         return 0
@@ -702,7 +704,8 @@ def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     """An option a checkpoint directory's way of pruning would not use is an error naming
     it (see :func:`_refuse_unused` for an in-memory model); the rules it shares with
     :func:`fxsym.prune_checkpoint` are :func:`fxsym.options.checkpoint_request`'s, and so is
-    the warning it prints (a default ranking known to cost quality)."""
+    the warning of a default ranking known to cost quality, kept in the flags' words for
+    :func:`_prune_checkpoint` (a refused prune says one ``fxsym:`` line, its refusal)."""
     if args.target_macs is not None:
         raise CliError("--target-macs is not available for a checkpoint directory; give "
                        "--ratio, --param-ratio or --target-params")
@@ -731,8 +734,7 @@ def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     if not request.searching:
         _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.param_ratio),
                              "layers")
-    if request.warning:  # said at once, in the flags' words (the API's is silenced)
-        print(f"fxsym: ImportanceWarning: {request.warning}", file=sys.stderr, flush=True)
+    args.importance_warning = request.warning  # said once the prune is done
 
 
 def _searched(args: argparse.Namespace, shape: dict[str, int],
