@@ -71,7 +71,6 @@ import torch
 from torch import nn
 
 from fxsym import ResizeWarning
-from fxsym.errors import ResizeError
 
 from .attention import (
     HEAD_COUNT_ATTRS,
@@ -80,7 +79,6 @@ from .attention import (
     current_layout,
     projection_features,
 )
-from .computed import read_only, stale_values
 
 #: the config attribute that records sizes the config cannot hold as one value
 NONUNIFORM = "fxsym_nonuniform"
@@ -176,9 +174,6 @@ def update_config(model: nn.Module, sizes: Sizes, read: frozenset[str] = frozens
                 changed.append(field)
             differences = _differences(model, new, read)
         nonuniform.update(differences)
-    stale = stale_values(model, before, new, changed)
-    if stale:
-        raise ResizeError(f"{type(model).__name__}: {'; '.join(stale)}")
     if not nonuniform and not config_accepted(new):  # alike everywhere, but not as the class allows
         nonuniform = {field: {"": getattr(new, field)} for field in changed}
     if nonuniform:
@@ -550,7 +545,7 @@ def _fields_read_by_name(model: nn.Module, new: Any, skip: set[str], read: froze
         values = {v for v in where.values() if type(v) is int}
         if (attr.endswith(".shape") or attr in skip or attr.startswith("_") or len(values) != 1
                 or len(where) != sum(type(v) is int for v in where.values())
-                or attr in read_only(type(new))):  # computed by the config, never set
+                or isinstance(getattr(type(new), attr, None), property)):  # computed, not set
             continue
         value = values.pop()
         setattr(new, attr, value)
