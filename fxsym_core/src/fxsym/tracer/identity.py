@@ -70,8 +70,11 @@ def _id(obj: Any) -> int:
     if user is None:
         return real
     frame = inspect.currentframe()
-    caller = frame.f_back if frame is not None else None
-    name = "" if caller is None else caller.f_globals.get("__name__", "")
+    try:  # a frame held in its own locals is a cycle: it and all it holds outlive the call
+        caller = frame.f_back if frame is not None else None
+        name = "" if caller is None else caller.f_globals.get("__name__", "")
+    finally:
+        del frame, caller
     return real if name.startswith(_OWN) else _real_id(user)
 
 
