@@ -8,6 +8,8 @@ line answers these before its first minute of imports.
 * :func:`overlap` compares resolved real paths (links followed): an output equal to an input,
   inside it or holding it, or holding a file the input links to (a hub cache's blobs), would
   be destroyed by the output's replacement.
+* :func:`check_new_output`: an output a tool writes without a ``--force`` (a converted or a
+  distilled checkpoint) is new or an empty directory, never a link or a file.
 * :func:`writing` holds the lock of an output directory while it is written: the file
   ``.NAME.fxsym-lock`` beside it, locked with ``flock`` (which the kernel releases when the
   process ends, ``kill -9`` included) and holding the writer's pid. A second writer of the same
@@ -33,14 +35,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import FxsymError, PlanError
+from .errors import CheckpointError, FxsymError, PlanError
 
 try:
     import fcntl
 except ImportError:  # Windows: no flock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["fresh_sibling", "kind", "overlap", "writing"]
+__all__ = ["check_new_output", "fresh_sibling", "kind", "overlap", "writing"]
 
 #: the temporary siblings of an output (``.NAME.fxsym-`` and 8 hex digits) and its lock
 _SIBLING = re.compile(r"\.(?P<name>.+)\.fxsym-[0-9a-f]{8}")
@@ -93,6 +95,16 @@ def overlap(source: str | os.PathLike[str], output: str | os.PathLike[str]) -> s
                 return (f"{output} holds {target}, which {os.path.join(source, entry)} links "
                         "to")
     return None
+
+
+def check_new_output(out: Path) -> None:
+    """:class:`~fxsym.errors.CheckpointError` unless ``out`` is new or an empty directory (a
+    link or a file is refused: nothing is overwritten)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise CheckpointError(f"{out} exists and is not a directory; give a new directory")
+    if out.is_dir() and any(out.iterdir()):
+        raise CheckpointError(f"{out} exists and is not empty; give a new or empty directory "
+                              "(nothing is overwritten)")
 
 
 def fresh_sibling(out: Path) -> Path:

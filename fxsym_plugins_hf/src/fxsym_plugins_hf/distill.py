@@ -112,7 +112,7 @@ def distill(student_dir: str | os.PathLike[str], teacher_dir: str | os.PathLike[
     evaluated before and after on its first ``eval_tokens`` tokens. ``progress`` prints a
     line to stderr every twentieth of the run."""
     from fxsym.checkpoint import calibration_bytes, read_calibration_text
-    from fxsym.paths import overlap
+    from fxsym.paths import check_new_output, overlap
 
     if steps < 1 or batch_size < 1 or seq_len < 2 or lr <= 0 or temperature <= 0 \
             or not 0 <= ce_weight <= 1 or eval_tokens < 2:
@@ -128,7 +128,7 @@ def distill(student_dir: str | os.PathLike[str], teacher_dir: str | os.PathLike[
             why = overlap(output, source)
         if why is not None:
             raise CheckpointError(f"{why}; give an output outside the inputs")
-    _check_output(Path(os.path.abspath(output)))
+    check_new_output(Path(os.path.abspath(output)))
     tokens_needed = steps * batch_size * seq_len
     texts = read_calibration_text(text, limit=calibration_bytes(tokens_needed))
     held = (read_calibration_text(heldout, limit=calibration_bytes(eval_tokens))
@@ -167,14 +167,6 @@ def distill(student_dir: str | os.PathLike[str], teacher_dir: str | os.PathLike[
                          first_loss=log[0][1] if log else float("nan"),
                          last_loss=log[-1][1] if log else float("nan"), seconds=seconds,
                          before=before, after=after, log=log)
-
-
-def _check_output(out: Path) -> None:
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise CheckpointError(f"{out} exists and is not a directory; give a new directory")
-    if out.is_dir() and any(out.iterdir()):
-        raise CheckpointError(f"{out} exists and is not empty; give a new or empty directory "
-                              "(nothing is overwritten)")
 
 
 def _load(directory: Path, role: str) -> Any:
@@ -397,13 +389,13 @@ def _write(student: Any, student_dir: Path, tokenizer: Any, tokenizer_dir: Path,
     """Write the trained ``student`` into ``out`` atomically, carrying the student
     directory's other files (see the module's description)."""
     import fxsym
-    from fxsym.paths import kind
+    from fxsym.paths import check_new_output, kind
     from fxsym.persist import MANIFEST, read_manifest, replace_directory
 
     from .checkpoint import MODEL_TYPE, MODULE
 
     out = Path(os.path.abspath(out))
-    _check_output(out)
+    check_new_output(out)
     remote = _model_type(student_dir) == MODEL_TYPE
     rewritten = set(_WRITTEN)
     if remote:

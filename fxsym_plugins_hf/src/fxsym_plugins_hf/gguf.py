@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from fxsym.errors import CheckpointError, FxsymError
-from fxsym.paths import kind
+from fxsym.paths import check_new_output, kind
 from fxsym.persist import replace_directory
 
 __all__ = ["main", "to_checkpoint"]
@@ -62,7 +62,7 @@ def to_checkpoint(gguf_file: str | os.PathLike[str], output: str | os.PathLike[s
     what = kind(source)
     if what is not None or not source.is_file():
         raise CheckpointError(f"{gguf_file} is {what or 'a directory'}; give a .gguf file")
-    _check_output(out)
+    check_new_output(out)
     for package, why in _NEEDS.items():
         if importlib.util.find_spec(package) is None:
             raise CheckpointError(f"converting {source.name} needs the {package!r} package "
@@ -76,14 +76,6 @@ def to_checkpoint(gguf_file: str | os.PathLike[str], output: str | os.PathLike[s
         tokenizer.save_pretrained(tmp)
         _usual_modes(tmp)
     return out
-
-
-def _check_output(out: Path) -> None:
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise CheckpointError(f"{out} exists and is not a directory; give a new directory")
-    if out.is_dir() and any(out.iterdir()):
-        raise CheckpointError(f"{out} exists and is not empty; give a new or empty directory "
-                              "(nothing is overwritten)")
 
 
 def _architecture(source: Path) -> str:
