@@ -297,6 +297,15 @@ def tp_ratio(base: nn.Module, calib: Sequence[dict[str, Any]], target: int) -> f
     return best[1]
 
 
+def taylor_gradients(model: nn.Module, calib: Sequence[dict[str, Any]]) -> None:
+    """The gradients Torch-Pruning's Taylor importance reads: the language-model loss of each
+    calibration batch, accumulated from zero."""
+    model.zero_grad()
+    for batch in calib:
+        ids = batch["input_ids"]
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+
+
 def tp_once(model: nn.Module, calib: Sequence[dict[str, Any]], ratio: float, kind: str
             ) -> nn.Module:
     """One Torch-Pruning prune of ``model`` in place at ``ratio`` (hidden size and FFN width;
@@ -315,10 +324,7 @@ def tp_once(model: nn.Module, calib: Sequence[dict[str, Any]], ratio: float, kin
         pruning_ratio=ratio, ignored_layers=[model.lm_head, *attention],
         output_transform=lambda out: out.logits)
     if kind == "taylor":
-        model.zero_grad()
-        for batch in calib:
-            ids = batch["input_ids"]
-            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+        taylor_gradients(model, calib)
     pruner.step()
     model.zero_grad(set_to_none=True)
     config.hidden_size = model.lm_head.in_features

@@ -81,7 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from prune_llm import n_params, perplexity, sequences, source_files
+from prune_llm import n_params, perplexity, sequences, source_files, taylor_gradients
 
 LICENSES = Path("/usr/share/common-licenses")
 #: English calibration text: licenses sharing no text with the held-out GPL-3
@@ -226,10 +226,7 @@ def tp_ffn_taylor(base: str, out: str, texts: Sequence[str], tokens: int, seq_le
         model, example_inputs=calib[0]["input_ids"],
         importance=tp.importance.GroupTaylorImportance(), global_pruning=False,
         pruning_ratio=ratio, ignored_layers=ignored, output_transform=lambda o: o.logits)
-    model.zero_grad()
-    for batch in calib:
-        ids = batch["input_ids"]
-        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    taylor_gradients(model, calib)
     pruner.step()
     model.zero_grad(set_to_none=True)
     widths = {m.out_features for m in roots}
