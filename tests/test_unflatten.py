@@ -76,6 +76,14 @@ def _positions_reference(model: Heads, x: torch.Tensor, keep: list[int]) -> torc
     return F.linear(z.mean(-1), model.b.weight, model.b.bias)
 
 
+def _heads_reference(model: nn.Module, x: torch.Tensor, heads: list[int]) -> torch.Tensor:
+    """``model`` (``a``, 4 heads of 4 features, softmax per head, ``b``) by hand with the
+    whole heads ``heads`` kept."""
+    rows = [h * 4 + p for h in heads for p in range(4)]
+    z = F.linear(x, model.a.weight[rows], model.a.bias[rows]).view(-1, len(heads), 4)
+    return F.linear(z.softmax(-1).flatten(1), model.b.weight[:, rows], model.b.bias)
+
+
 @pytest.mark.parametrize("tail", ["softmax", "mean"])
 @pytest.mark.parametrize("form", NUMBER_SPLITS)
 def test_a_number_of_heads_keeps_every_head(form: str, tail: str) -> None:
@@ -127,10 +135,7 @@ def test_an_attribute_number_of_heads_follows_the_heads(form: str) -> None:
     small, small_sm = copy.deepcopy((model, sm))
     fxsym.resize(small, small_sm, {group.name: [1, 3]})
     assert small.h == 2
-    rows = [h * 4 + p for h in (1, 3) for p in range(4)]
-    z = F.linear(x, model.a.weight[rows], model.a.bias[rows]).view(-1, 2, 4)
-    expected = F.linear(z.softmax(-1).flatten(1), model.b.weight[:, rows], model.b.bias)
-    torch.testing.assert_close(small(x), expected)
+    torch.testing.assert_close(small(x), _heads_reference(model, x, [1, 3]))
 
 
 class TwoNumbers(nn.Module):
@@ -205,10 +210,7 @@ def test_a_head_size_attribute_keeps_whole_heads() -> None:
     small, small_sm = copy.deepcopy((model, sm))
     fxsym.resize(small, small_sm, {group.name: [0, 2]})
     assert small.d == 4
-    rows = [h * 4 + p for h in (0, 2) for p in range(4)]
-    z = F.linear(x, model.a.weight[rows], model.a.bias[rows]).view(-1, 2, 4)
-    expected = F.linear(z.softmax(-1).flatten(1), model.b.weight[:, rows], model.b.bias)
-    torch.testing.assert_close(small(x), expected)
+    torch.testing.assert_close(small(x), _heads_reference(model, x, [0, 2]))
 
 
 class WeightedHeads(nn.Module):
