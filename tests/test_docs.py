@@ -1,5 +1,6 @@
-"""The documentation site: every python block of the docs and the README runs, the site builds
-with ``mkdocs build --strict`` (a broken link fails it), and the CLI reference names every option.
+"""The documentation site: every python block of the docs and of the READMEs (the
+repository's and each distribution's) runs, the site builds with ``mkdocs build --strict`` (a
+broken link fails it), and the CLI reference names every option.
 
 Each page runs as one script (its blocks in order) in a fresh interpreter, in a temporary
 directory, with the example plugin's sources importable (as after
@@ -23,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 HOWTO = sorted((DOCS / "howto").glob("*.md"))
-PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted(ROOT.glob("fxsym_*/README.md")), *sorted(DOCS.rglob("*.md"))]
 EXAMPLE_SRC = ROOT / "examples" / "fxsym-example-plugin" / "src"
 FRAGMENT = "<!-- fragment -->"
 
