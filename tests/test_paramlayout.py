@@ -16,6 +16,7 @@ from torch import nn
 
 import fxsym
 from fxsym import paramlayout
+from fxsym.paramlayout.copying import _copy_module
 from fxsym.resizing import keep_entries
 
 torchvision = pytest.importorskip("torchvision")
@@ -312,7 +313,7 @@ def test_a_meta_copy_of_a_module_is_what_deepcopy_gives(name: str) -> None:
     memo = {id(t): torch.empty(t.shape, device="meta") for t in (
         *m.parameters(), *m.buffers())}
     for _, mod in m.named_modules():
-        ours = paramlayout._copy_module(mod, dict(memo))
+        ours = _copy_module(mod, dict(memo))
         _same_copy(ours, copy.deepcopy(mod, dict(memo)), mod, set())
 
 
