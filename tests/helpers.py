@@ -16,7 +16,7 @@ from torch import nn
 import fxsym
 from fxsym import paramlayout
 from fxsym.errors import FxsymError, PlanError
-from fxsym.oracles import check_permutation, check_shrink, check_values
+from fxsym.oracles import check_permutation, check_shrink, check_values, probe_layout
 
 
 def assert_oracles(model: nn.Module, example_inputs: Any, *, min_groups: int = 1,
@@ -102,10 +102,10 @@ class ReadThrough(nn.Module):
 
 def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout:
     """The layout derived from the analysis and the one trial resizes of whole-model probe
-    copies learn (:func:`fxsym.paramlayout.probe_layout`) agree on every group's slices,
+    copies learn (:func:`fxsym.oracles.probe_layout`) agree on every group's slices,
     exactly."""
     direct = paramlayout.layout(model, sm)
-    probe = paramlayout.probe_layout(model, sm)
+    probe = probe_layout(model, sm)
     assert dict(direct.shapes) == dict(probe.shapes)
     assert dict(direct.sizes) == dict(probe.sizes)
     assert set(direct.slices) == set(probe.slices)

@@ -52,7 +52,7 @@ ORDER = [
     "search",      # architecture sizes by role; the search for a parameter target
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "checkpoint",  # fxsym.prune_checkpoint: a checkpoint directory pruned, streamed
-    "oracles",     # permutation, shrink and value oracles
+    "oracles",     # permutation, shrink, value and layout oracles
     "passes",      # optimize: passes, patterns, verification
     "report_html",  # the HTML and DOT pictures of an analysis
     "demo",        # the demo model of ``fxsym analyze``
@@ -88,7 +88,7 @@ ALLOWED: dict[str, set[str]] = {
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "options", "paths", "persist",
                    "planning", "plugins", "search"},
-    "oracles": {"analysis", "modstate", "resizing", "symbols"},
+    "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},
     "report_html": {"errors", "importance", "naming", "planning", "symbols"},

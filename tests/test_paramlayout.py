@@ -15,6 +15,7 @@ from helpers import assert_same_layout, assert_shapes_counted
 from torch import nn
 
 import fxsym
+import fxsym.oracles
 from fxsym import paramlayout
 from fxsym.paramlayout.copying import _copy_module
 from fxsym.resizing import keep_entries
@@ -77,6 +78,36 @@ def test_direct_layout_equals_the_probe_layout_on_tiny_modules(name: str) -> Non
     cls, inputs = TINY[name]
     m = cls().eval()
     assert_same_layout(m, fxsym.analyze(m, example_inputs=inputs()))
+
+
+def test_the_probe_layout_moved_to_the_oracles_and_the_old_path_still_works() -> None:
+    """``probe_layout`` is an oracle of the derived layout: ``fxsym.oracles.probe_layout``.
+    The old path ``fxsym.paramlayout.probe_layout`` gives the same layout, with a
+    ``DeprecationWarning`` that names the new one."""
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(4, 6)
+            self.down = nn.Linear(6, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.down(self.up(x).relu())
+
+    m = Block().eval()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 4),))
+    new = fxsym.oracles.probe_layout(m, sm)
+    with pytest.warns(DeprecationWarning, match="fxsym.oracles.probe_layout"):
+        old = paramlayout.probe_layout(m, sm)
+    direct = paramlayout.layout(m, sm)
+    for lay in (old, direct):
+        assert dict(lay.shapes) == dict(new.shapes) and dict(lay.sizes) == dict(new.sizes)
+        assert {g: [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in slices]
+                for g, slices in lay.slices.items()} == {
+            g: [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in slices]
+            for g, slices in new.slices.items()}
+    assert [s.param for s in new.slices[sm.groups()[0].name]] == [
+        "up.weight", "up.bias", "down.weight"]
 
 
 TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x0_5",

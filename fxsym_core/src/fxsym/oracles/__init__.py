@@ -47,10 +47,12 @@ One idea per module:
   the graph walk, the dropped units zeroed or taken out, the module calls that mix them, the
   oracle;
 * :mod:`.coverage` — :func:`coverage`.
+* :mod:`.reference_layout` — :func:`probe_layout`, the reference of
+  :func:`fxsym.paramlayout.layout`.
 
 Every public name is re-exported here: ``from fxsym.oracles import check_values``.
 
-Imports from fxsym: analysis, modstate, resizing, symbols.
+Imports from fxsym: analysis, errors, modstate, paramlayout, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from .coverage import coverage
 from .permutation import check_permutation, moving_permutation
 from .perturb import NOISE, NOISE_FLOOR, NORM_STATISTICS, PerturbedCopy, perturbed
 from .precision import FLOAT64_COPIES, VALUE_TOLERANCE, available_memory
+from .reference_layout import probe_layout
 from .result import SEEDS, OracleResult, Status
 from .running import run_model
 from .shrink import check_shrink
@@ -67,4 +70,4 @@ from .values import ROUTED, check_values
 __all__ = ["FLOAT64_COPIES", "NOISE", "NOISE_FLOOR", "NORM_STATISTICS", "ROUTED", "SEEDS",
            "VALUE_TOLERANCE", "OracleResult", "PerturbedCopy", "Status", "available_memory",
            "check_permutation", "check_shrink", "check_values", "coverage",
-           "moving_permutation", "perturbed", "run_model"]
+           "moving_permutation", "perturbed", "probe_layout", "run_model"]

@@ -33,9 +33,10 @@ run on meta tensors is run again on a copy of its module holding *probes* (each 
 flat index, sized like the module's parameters) and read from the values that survive; if that
 cannot tell either, :class:`~fxsym.errors.PlanError`.
 
-:func:`probe_layout` is the reference: trial resizes of whole-model probe copies, with no
-knowledge of the analysis' segments, in ``O(copies of the model)``. The tests compare the two
-on model zoos.
+:func:`fxsym.oracles.probe_layout` is the reference: trial resizes of whole-model probe
+copies, with no knowledge of the analysis' segments, in ``O(copies of the model)``. The tests
+compare the two on model zoos. It is an oracle and lives with the oracles;
+``fxsym.paramlayout.probe_layout`` still calls it, with a ``DeprecationWarning``.
 
 The warnings of trial runs (a plugin's "the config does not describe the resized model") are
 about throw-away copies and are not shown.
@@ -46,8 +47,7 @@ One idea per module:
   and counts it gives;
 * :mod:`.derive` — :func:`layout`, the direct derivation;
 * :mod:`.copying`, :mod:`.signature`, :mod:`.probes` — what the derivation's trial runs need:
-  one module's copies, the key of alike modules, probe tensors;
-* :mod:`.reference` — :func:`probe_layout`, the reference.
+  one module's copies, the key of alike modules, probe tensors.
 
 Every public name is re-exported here: ``from fxsym.paramlayout import layout``.
 
@@ -56,8 +56,22 @@ Imports from fxsym: errors, modstate, resizing, symbols.
 
 from __future__ import annotations
 
+import warnings
+
+from torch import nn
+
+from ..symbols import SymMap
 from .derive import layout
-from .reference import probe_layout
 from .slices import Layout, Slices
 
-__all__ = ["Layout", "Slices", "layout", "probe_layout"]
+__all__ = ["Layout", "Slices", "layout"]
+
+
+def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
+    """Deprecated: moved to :func:`fxsym.oracles.probe_layout` (an oracle of :func:`layout`);
+    calls it, with a ``DeprecationWarning``."""
+    warnings.warn("fxsym.paramlayout.probe_layout moved to fxsym.oracles.probe_layout",
+                  DeprecationWarning, stacklevel=2)
+    from ..oracles import probe_layout as moved  # a higher room, on this deprecated path only
+
+    return moved(model, symmap)

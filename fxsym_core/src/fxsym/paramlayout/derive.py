@@ -25,7 +25,7 @@ from ..modstate import ModuleTreeState, computed_tensors
 from ..resizing import dim_index, observe_keeps
 from ..symbols import GroupIndex, Segment, SymGroup, SymMap
 from .copying import _clone_of
-from .probes import _probe_dtype, _survivor_masks
+from .probes import probe_dtype, survivor_masks
 from .signature import _signature, _Slot
 from .slices import Layout, Slices
 
@@ -38,7 +38,7 @@ def layout(model: nn.Module, symmap: SymMap) -> Layout:
     Raises :class:`~fxsym.errors.PlanError` when a resize rule does something other than
     keeping slices of parameters (nothing would say where the units are).
     """
-    _check(model, symmap)
+    check_current(model, symmap)
     cached = _LAYOUTS.get(symmap)
     if cached is None:
         with warnings.catch_warnings():  # of trial resizes of copies: the real resize says it
@@ -47,7 +47,9 @@ def layout(model: nn.Module, symmap: SymMap) -> Layout:
     return cached
 
 
-def _check(model: nn.Module, symmap: SymMap) -> None:
+def check_current(model: nn.Module, symmap: SymMap) -> None:
+    """:class:`~fxsym.errors.PlanError` unless ``symmap`` was computed for ``model`` and the
+    model was not resized since."""
     if symmap.model is not model:
         raise PlanError("this SymMap was computed for another model; call fxsym.analyze(model)")
     if symmap.is_stale:
@@ -296,7 +298,7 @@ class _Deriver:
         probes: dict[int, torch.Tensor] = {}
         for _, _, name in slots:
             p = self.params[name]
-            probe = nn.Parameter(torch.arange(p.numel(), dtype=_probe_dtype(p)).reshape(
+            probe = nn.Parameter(torch.arange(p.numel(), dtype=probe_dtype(p)).reshape(
                 p.shape), requires_grad=False)
             memo[id(p)] = probes.setdefault(id(p), probe)
         return self._run(copy.deepcopy(mod, memo), sname, index, rule, slots, probes)
@@ -348,7 +350,7 @@ class _Deriver:
                 raise PlanError(f"cannot tell where the units lie in {name}: a resize rule "
                                 "replaced it instead of keeping slices of it")
             else:
-                masks = _survivor_masks(t, tuple(p.shape))
+                masks = survivor_masks(t, tuple(p.shape))
                 out.update(((_join(sub, pname), d), m) for d, m in enumerate(masks)
                            if not bool(m.all()))
         return out

@@ -1,6 +1,7 @@
 """Probes: tensors whose every element is its own flat index, so that what survives a resize
-says which slices of each dim were kept (``_survivor_masks``), in a float type that holds
-every index exactly (``_probe_dtype``).
+says which slices of each dim were kept (:func:`survivor_masks`), in a float type that holds
+every index exactly (:func:`probe_dtype`). The derivation's fallback and the layout oracle
+(:func:`fxsym.oracles.probe_layout`) both read probes.
 """
 
 from __future__ import annotations
@@ -8,13 +9,13 @@ from __future__ import annotations
 import torch
 
 
-def _probe_dtype(p: torch.Tensor) -> torch.dtype:
+def probe_dtype(p: torch.Tensor) -> torch.dtype:
     """A float type holding every flat index of ``p`` exactly (probes stay parameters, which
     must be floating point)."""
     return torch.float32 if p.numel() <= 1 << 24 else torch.float64
 
 
-def _survivor_masks(t: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
+def survivor_masks(t: torch.Tensor, shape: tuple[int, ...]) -> list[torch.Tensor]:
     """Per dim of a probe of ``shape`` (each element its flat index), which slices are in
     ``t`` (the probe after a resize kept some of them)."""
     strides = torch.ones(len(shape), dtype=torch.long)

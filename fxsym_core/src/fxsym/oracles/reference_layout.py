@@ -1,6 +1,12 @@
-"""The reference layout: :func:`probe_layout`, learned by trial resizes of whole-model probe
-copies, with no knowledge of the analysis' segments (``O(copies of the model)``: for tests
-and small models). The tests compare it with :func:`~fxsym.paramlayout.layout` on model zoos.
+"""The layout oracle: :func:`probe_layout`, the parameter layout learned by trial resizes of
+whole-model probe copies, with no knowledge of the analysis' segments (``O(copies of the
+model)``: for tests and small models).
+
+It is the reference :func:`fxsym.paramlayout.layout` is checked against (the tests compare
+the two on torchvision, Hugging Face and fuzzed models): an oracle of the derived layout as
+the other oracles are of the analysis, so it lives with them, in the wheel, where a plugin
+author checking a new resize rule can call it (it was ``fxsym.paramlayout.probe_layout``,
+which still works, with a ``DeprecationWarning``).
 """
 
 from __future__ import annotations
@@ -15,11 +21,11 @@ from torch import nn
 
 from ..errors import PlanError
 from ..modstate import computed_tensors
+from ..paramlayout import Layout, Slices
+from ..paramlayout.derive import check_current
+from ..paramlayout.probes import probe_dtype, survivor_masks
 from ..resizing import resize
 from ..symbols import SymGroup, SymMap
-from .derive import _check
-from .probes import _probe_dtype, _survivor_masks
-from .slices import Layout, Slices
 
 
 def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
@@ -29,9 +35,9 @@ def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
     (``⌈log2(units + 1)⌉`` resizes of a copy per batch of groups that change no parameter in
     common; ``2·⌈log2 groups⌉`` more where the blocks of one ``chunk`` share a parameter).
 
-    The reference :func:`layout` is checked against (``O(copies of the model)`` in time and
-    memory: for tests and small models)."""
-    _check(model, symmap)
+    The reference :func:`fxsym.paramlayout.layout` is checked against (``O(copies of the
+    model)`` in time and memory: for tests and small models)."""
+    check_current(model, symmap)
     params = dict(model.named_parameters())
     shapes = {name: tuple(p.shape) for name, p in params.items()}
     groups = symmap.groups()
@@ -40,7 +46,7 @@ def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
     slices: dict[str, list[Slices]] = {g.name: [] for g in live}
     if not live:
         return Layout(shapes, slices, sizes)
-    probes = {name: nn.Parameter(torch.arange(p.numel(), dtype=_probe_dtype(p)).reshape(p.shape),
+    probes = {name: nn.Parameter(torch.arange(p.numel(), dtype=probe_dtype(p)).reshape(p.shape),
                                  requires_grad=False) for name, p in params.items()}
     touches = _touches(model, live)
     for batch in _batches(live, touches):
@@ -188,5 +194,5 @@ def _survivors(model: nn.Module, symmap: SymMap, params: Mapping[str, nn.Paramet
         if t is None or t.dim() != len(shape) or t.dtype != probes[name].dtype:
             raise PlanError(f"cannot tell where the units of the groups lie in {name}: a resize "
                             "rule replaced it instead of keeping slices of it")
-        out[name] = _survivor_masks(t, shape)
+        out[name] = survivor_masks(t, shape)
     return out
