@@ -100,7 +100,7 @@ class ReadThrough(nn.Module):
         return self.c2(self.op(h)) + self.c3(h)
 
 
-def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout:
+def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.ParamLayout:
     """The layout derived from the analysis and the one trial resizes of whole-model probe
     copies learn (:func:`fxsym.oracles.probe_layout`) agree on every group's slices,
     exactly."""
@@ -110,7 +110,7 @@ def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout
     assert dict(direct.sizes) == dict(probe.sizes)
     assert set(direct.slices) == set(probe.slices)
 
-    def rows(lay: paramlayout.Layout, group: str) -> list[tuple[Any, ...]]:
+    def rows(lay: paramlayout.ParamLayout, group: str) -> list[tuple[Any, ...]]:
         return [(s.param, s.dim, s.index.tolist(), s.unit.tolist()) for s in lay.slices[group]]
 
     for group in probe.slices:
@@ -118,7 +118,7 @@ def assert_same_layout(model: nn.Module, sm: fxsym.SymMap) -> paramlayout.Layout
     return direct
 
 
-def assert_shapes_counted(lay: paramlayout.Layout, seed: int = 0) -> None:
+def assert_shapes_counted(lay: paramlayout.ParamLayout, seed: int = 0) -> None:
     """``lay.changed_shapes`` of random choices of sizes (all groups, then each alone) are
     the reference count: per cut dim, the sum over its slices of the product of the shares
     each group keeps of the slice."""

@@ -110,6 +110,37 @@ def test_the_probe_layout_moved_to_the_oracles_and_the_old_path_still_works() ->
         "up.weight", "up.bias", "down.weight"]
 
 
+def test_one_layout_name_per_concept_the_old_one_warns() -> None:
+    """Where units lie in the parameters is ``ParamLayout`` (``fxsym.analysis.Layout`` is the
+    layout of one traced value). The old name ``Layout`` of ``fxsym.paramlayout`` and
+    ``fxsym.importance`` still gives the class, with a ``DeprecationWarning``; a layout built
+    from a model is a ``ParamLayout`` and counts its parameters."""
+    import fxsym.analysis
+    import fxsym.importance
+
+    class Mlp(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.Linear(3, 5)
+            self.down = nn.Linear(5, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.down(self.up(x).relu())
+
+    m = Mlp()
+    sm = fxsym.analyze(m, example_inputs=(torch.randn(2, 3),))
+    lay = paramlayout.layout(m, sm)
+    assert type(lay) is paramlayout.ParamLayout is fxsym.importance.ParamLayout
+    assert lay.param_count({sm.groups()[0].name: 2}) == (3 * 2 + 2) + (2 * 3 + 3)
+    for module in (paramlayout, fxsym.importance):
+        with pytest.warns(DeprecationWarning, match="Layout is now ParamLayout"):
+            old = module.Layout
+        assert old is paramlayout.ParamLayout
+        with pytest.raises(AttributeError, match="has no attribute 'Layuot'"):
+            module.Layuot  # noqa: B018
+    assert fxsym.analysis.Layout is not paramlayout.ParamLayout
+
+
 TORCHVISION = ["resnet18", "mobilenet_v3_small", "squeezenet1_1", "shufflenet_v2_x0_5",
                "mnasnet0_5", *(pytest.param(n, marks=pytest.mark.zoo) for n in (
                    "regnet_y_400mf", "efficientnet_b0", "googlenet"))]

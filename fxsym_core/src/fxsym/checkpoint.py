@@ -13,8 +13,8 @@ checkpoint's own tokenizer).
 
 The steps, none of which holds more than one decoder layer's weights:
 
-1. **analysis** on the meta model (:func:`fxsym.analyze`), then the :class:`~fxsym.importance.
-   Layout` of its groups;
+1. **analysis** on the meta model (:func:`fxsym.analyze`), then the :class:`~fxsym.paramlayout.
+   ParamLayout` of its groups;
 2. **importance**, one of
 
    * *activation* (:func:`stream_activations`): every calibration batch runs the model's own
@@ -41,7 +41,7 @@ The steps, none of which holds more than one decoder layer's weights:
    applied to the meta model, whose resized config the plugins write
    (``fxsym_save_files``);
 4. **writing**, tensor by tensor: each output tensor is the input tensor with the slices the
-   plan keeps along each dim (the Layout says which slice of which parameter belongs to which
+   plan keeps along each dim (the ParamLayout says which slice of which parameter belongs to which
    unit), renamed as the kept layers are renumbered (a dropped layer's tensors are not
    written), stored as the reader stores it (a fused tensor made whole, cut, and split again
    by :meth:`StoredLayout.store`: one layer's experts at a time; the parameters one stored
@@ -94,7 +94,7 @@ from .errors import (
     PlanError,
     ResizeWarning,
 )
-from .importance import ActivationRecorder, Layout, element_scores, layout
+from .importance import ActivationRecorder, ParamLayout, element_scores, layout
 from .options import checkpoint_request
 from .paths import kind, overlap, writing
 from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_directory
@@ -914,7 +914,7 @@ class _Loss(_Watch):
 class _Pruned:
     """The checkpoint's tensors as a plan makes them, by their names in the pruned model: the
     input tensor (``before``: its name in the unpruned model) with the positions the plan
-    keeps along each dim (``cuts``, by the Layout's first names ``first``)."""
+    keeps along each dim (``cuts``, by the ParamLayout's first names ``first``)."""
 
     def __init__(self, tensors: _Source, before: Mapping[str, str], first: Mapping[str, str],
                  cuts: Mapping[tuple[str, int], torch.Tensor]) -> None:
@@ -938,16 +938,16 @@ class _Pruned:
         return out
 
 
-def stream_loss(model: nn.Module, symmap: Any, tensors: _Tensors, lay: Layout, chosen: Plan,
+def stream_loss(model: nn.Module, symmap: Any, tensors: _Tensors, lay: ParamLayout, chosen: Plan,
                 batches: Sequence[Any], *, progress: bool = False) -> float:
     """The mean next-token loss on ``batches`` of the meta ``model`` pruned by ``chosen``
     (applied to a copy), run block by block on the pruned tensors: the checkpoint's, cut as
-    the written checkpoint would be (``lay``: ``model``'s Layout), one block's in memory at a
+    the written checkpoint would be (``lay``: ``model``'s ParamLayout), one block's in memory at a
     time. ``model`` is not changed."""
     return stream_losses(model, symmap, tensors, lay, [chosen], batches, progress=progress)[0]
 
 
-def stream_losses(model: nn.Module, symmap: Any, tensors: _Tensors, lay: Layout,
+def stream_losses(model: nn.Module, symmap: Any, tensors: _Tensors, lay: ParamLayout,
                   plans: Sequence[Plan], batches: Sequence[Any], *, progress: bool = False
                   ) -> list[float]:
     """:func:`stream_loss` of each of ``plans``, all in one streamed run that reads each
@@ -1028,7 +1028,7 @@ class _Kept:
         _trim()
 
 
-def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str, lay: Layout,
+def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str, lay: ParamLayout,
                    *, progress: bool = False) -> dict[str, torch.Tensor]:
     """``l1`` / ``l2`` of the checkpoint's weights, one parameter in memory at a time (a step
     of the progress bar each: the parameters the groups slice, ``lay``). The memory a
@@ -1055,11 +1055,11 @@ def _weight_scores(model: nn.Module, symmap: Any, tensors: _Tensors, name: str, 
 
 
 # -- writing ------------------------------------------------------------------------------
-def kept_positions(lay: Layout, choices: Mapping[str, Sequence[int]]
+def kept_positions(lay: ParamLayout, choices: Mapping[str, Sequence[int]]
                    ) -> dict[tuple[str, int], torch.Tensor]:
     """For every ``(parameter, dim)`` a choice cuts, the positions kept along it, in order:
     a slice stays when every group it belongs to keeps its unit (the same rule as
-    :meth:`~fxsym.importance.Layout.shapes_after`)."""
+    :meth:`~fxsym.paramlayout.ParamLayout.shapes_after`)."""
     masks: dict[tuple[str, int], torch.Tensor] = {}
     for group, keep in choices.items():
         kept = torch.as_tensor(list(keep), dtype=torch.long)
@@ -1280,7 +1280,7 @@ def _aliases(model: nn.Module, written: set[str]) -> dict[str, str]:
 
 
 def _first_names(model: nn.Module) -> dict[str, str]:
-    """Every parameter name, mapped to the first name of its parameter (the Layout's)."""
+    """Every parameter name, mapped to the first name of its parameter (the ParamLayout's)."""
     first: dict[int, str] = {}
     out: dict[str, str] = {}
     for n, p in model.named_parameters(remove_duplicate=False):

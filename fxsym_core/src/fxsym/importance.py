@@ -4,7 +4,7 @@ A unit of a group (a channel, an attention head) lives in many tensors: the rows
 write, the columns its consumers read, the scales of the norms between them, parameters used
 directly in the graph. Every criterion here scores a unit over *all* of them.
 
-**Which slices belong to which unit** is the :class:`~fxsym.paramlayout.Layout`
+**Which slices belong to which unit** is the :class:`~fxsym.paramlayout.ParamLayout`
 (:func:`layout`, re-exported from :mod:`fxsym.paramlayout`), derived from the analysis' segments
 and the resize rules without copying the model.
 
@@ -30,14 +30,16 @@ Imports from fxsym: errors, paramlayout, symbols.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .errors import PlanError
-from .paramlayout import Layout, Slices, layout
+from .paramlayout import ParamLayout, Slices, layout
+from .paramlayout.slices import LAYOUT_RENAMED
 from .symbols import Symbol, SymGroup, SymMap
 
 __all__ = [
@@ -45,7 +47,7 @@ __all__ = [
     "ActivationRecorder",
     "Criterion",
     "ExpertRecorder",
-    "Layout",
+    "ParamLayout",
     "Slices",
     "activation",
     "bn_scale",
@@ -56,6 +58,19 @@ __all__ = [
     "run_batch",
     "taylor",
 ]
+
+
+if TYPE_CHECKING:
+    Layout = ParamLayout  # the deprecated name (see ``__getattr__``), for old annotations
+else:
+    def __getattr__(name: str) -> Any:
+        """``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`, with a
+        ``DeprecationWarning``."""
+        if name == "Layout":
+            warnings.warn(LAYOUT_RENAMED, DeprecationWarning, stacklevel=2)
+            return ParamLayout
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: ``criterion(model, symmap) -> {group name: one score per unit}``
 Criterion = Callable[[nn.Module, SymMap], dict[str, torch.Tensor]]

@@ -8,7 +8,7 @@ architecture it gives the same model, and :meth:`Plan.check` says precisely wher
 not fit it (:class:`~fxsym.errors.PlanMismatchError`). :meth:`Plan.apply` resizes through
 :func:`fxsym.resize`, so a plan is validated and applied all or nothing.
 
-**Counts.** Parameters come from the :class:`~fxsym.importance.Layout` (each parameter's
+**Counts.** Parameters come from the :class:`~fxsym.paramlayout.ParamLayout` (each parameter's
 shape once groups keep so many units, without resizing anything). MACs come from the traced
 graph (``node.meta["val"]``): a call of a module holding parameters of two or more dims costs
 each of their elements once per output position (the output's entries over its feature
@@ -57,7 +57,7 @@ from .embeddings import embedding_tables
 from .errors import PlanError, PlanMismatchError
 from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
 from .options import check_amount_values
-from .paramlayout import Layout, layout
+from .paramlayout import ParamLayout, layout
 from .plugins.calls import call_hook
 from .resizing import resize
 from .symbols import SymGroup, SymMap, combine_step
@@ -830,7 +830,7 @@ def _criterion_scores(model: nn.Module, symmap: SymMap, importance: Any,
     return label, scores
 
 
-def _check_finite(model: nn.Module, lay: Layout, group: SymGroup, scores: torch.Tensor,
+def _check_finite(model: nn.Module, lay: ParamLayout, group: SymGroup, scores: torch.Tensor,
                   label: str) -> None:
     """A NaN or infinite score would rank its unit arbitrarily (NaN compares false with
     everything; inf also makes the group's mean infinite): refuse it, naming the units and
@@ -896,7 +896,7 @@ def _same_size_classes(groups: Sequence[SymGroup]) -> list[list[str]]:
     return [sorted(c) for c in classes]
 
 
-def _make_plan(model: nn.Module, symmap: SymMap, lay: Layout, macs: _MacModel,
+def _make_plan(model: nn.Module, symmap: SymMap, lay: ParamLayout, macs: _MacModel,
                kept: Mapping[str, int], scores: Mapping[str, torch.Tensor], label: str,
                scope: str) -> Plan:
     shapes_after = lay.shapes_after(kept)

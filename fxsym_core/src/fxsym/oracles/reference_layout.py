@@ -21,14 +21,14 @@ from torch import nn
 
 from ..errors import PlanError
 from ..modstate import computed_tensors
-from ..paramlayout import Layout, Slices
+from ..paramlayout import ParamLayout, Slices
 from ..paramlayout.derive import check_current
 from ..paramlayout.probes import probe_dtype, survivor_masks
 from ..resizing import resize
 from ..symbols import SymGroup, SymMap
 
 
-def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
+def probe_layout(model: nn.Module, symmap: SymMap) -> ParamLayout:
     """The layout learned without the analysis' segments: resizes of throw-away copies of the
     model whose parameters are probes, with subsets of units chosen so that the slices
     surviving each resize spell, bit by bit, the unit each slice belongs to
@@ -45,13 +45,13 @@ def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
     live = [g for g in groups if g.size >= 2]
     slices: dict[str, list[Slices]] = {g.name: [] for g in live}
     if not live:
-        return Layout(shapes, slices, sizes)
+        return ParamLayout(shapes, slices, sizes)
     probes = {name: nn.Parameter(torch.arange(p.numel(), dtype=probe_dtype(p)).reshape(p.shape),
                                  requires_grad=False) for name, p in params.items()}
     touches = _touches(model, live)
     for batch in _batches(live, touches):
         _probe_batch(model, symmap, params, probes, batch, touches, slices)
-    return Layout(shapes, slices, sizes)
+    return ParamLayout(shapes, slices, sizes)
 
 
 def _touches(model: nn.Module, live: Sequence[SymGroup]) -> dict[str, set[str]]:

@@ -1,4 +1,4 @@
-"""Where the units of every group lie in the model's parameters: the :class:`Layout`.
+"""Where the units of every group lie in the model's parameters: the :class:`ParamLayout`.
 
 A unit of a group (a channel, an attention head) lives in many tensors: the rows its producers
 write, the columns its consumers read, the scales of the norms between them, parameters used
@@ -43,7 +43,7 @@ about throw-away copies and are not shown.
 
 One idea per module:
 
-* :mod:`.slices` — :class:`Layout` and :class:`Slices`, the layout as data, and the shapes
+* :mod:`.slices` — :class:`ParamLayout` and :class:`Slices`, the layout as data, and the shapes
   and counts it gives;
 * :mod:`.derive` — :func:`layout`, the direct derivation;
 * :mod:`.copying`, :mod:`.signature`, :mod:`.probes` — what the derivation's trial runs need:
@@ -57,17 +57,18 @@ Imports from fxsym: errors, modstate, resizing, symbols.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from ..symbols import SymMap
 from .derive import layout
-from .slices import Layout, Slices
+from .slices import LAYOUT_RENAMED, ParamLayout, Slices
 
-__all__ = ["Layout", "Slices", "layout"]
+__all__ = ["ParamLayout", "Slices", "layout"]
 
 
-def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
+def probe_layout(model: nn.Module, symmap: SymMap) -> ParamLayout:
     """Deprecated: moved to :func:`fxsym.oracles.probe_layout` (an oracle of :func:`layout`);
     calls it, with a ``DeprecationWarning``."""
     warnings.warn("fxsym.paramlayout.probe_layout moved to fxsym.oracles.probe_layout",
@@ -75,3 +76,14 @@ def probe_layout(model: nn.Module, symmap: SymMap) -> Layout:
     from ..oracles import probe_layout as moved  # a higher room, on this deprecated path only
 
     return moved(model, symmap)
+
+
+if TYPE_CHECKING:
+    Layout = ParamLayout  # the deprecated name (see ``__getattr__``), for old annotations
+else:
+    def __getattr__(name: str) -> Any:
+        """``Layout``, the old name of :class:`ParamLayout`, with a ``DeprecationWarning``."""
+        if name == "Layout":
+            warnings.warn(LAYOUT_RENAMED, DeprecationWarning, stacklevel=2)
+            return ParamLayout
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""The direct derivation of the :class:`~fxsym.paramlayout.slices.Layout` from the analysis:
+"""The direct derivation of the :class:`~fxsym.paramlayout.slices.ParamLayout` from the analysis:
 :func:`layout`, in the size of the metadata.
 
 A parameter member's units are read off its segments; a symbol's by trial runs of its
@@ -27,13 +27,13 @@ from ..symbols import GroupIndex, Segment, SymGroup, SymMap
 from .copying import _clone_of
 from .probes import probe_dtype, survivor_masks
 from .signature import _signature, _Slot
-from .slices import Layout, Slices
+from .slices import ParamLayout, Slices
 
-_LAYOUTS: weakref.WeakKeyDictionary[SymMap, Layout] = weakref.WeakKeyDictionary()
+_LAYOUTS: weakref.WeakKeyDictionary[SymMap, ParamLayout] = weakref.WeakKeyDictionary()
 
 
-def layout(model: nn.Module, symmap: SymMap) -> Layout:
-    """The :class:`Layout` of ``model`` as analyzed in ``symmap`` (computed once per SymMap).
+def layout(model: nn.Module, symmap: SymMap) -> ParamLayout:
+    """The :class:`ParamLayout` of ``model`` as analyzed in ``symmap`` (computed once per SymMap).
 
     Raises :class:`~fxsym.errors.PlanError` when a resize rule does something other than
     keeping slices of parameters (nothing would say where the units are).
@@ -109,14 +109,14 @@ class _Deriver:
         self.indices: dict[Any, torch.Tensor] = {}
         self.entries: dict[Any, torch.Tensor] = {}
 
-    def layout(self) -> Layout:
+    def layout(self) -> ParamLayout:
         symmap, analysis = self.symmap, self.symmap.analysis
         shapes = {name: tuple(p.shape) for name, p in self.params.items()}
         groups = symmap.groups()
         sizes = {g.name: g.size for g in groups}
         live = {g.id: g for g in groups if g.size >= 2}
         if not live:
-            return Layout(shapes, {}, sizes)
+            return ParamLayout(shapes, {}, sizes)
         if analysis is None:
             raise PlanError("the SymMap holds no analysis; compute it with fxsym.analyze")
         table = analysis.table
@@ -141,7 +141,7 @@ class _Deriver:
             at = (u >= 0).nonzero().flatten()
             if at.numel():
                 slices[live[root].name].append(Slices(name, d, at, u.index_select(0, at)))
-        return Layout(shapes, slices, sizes)
+        return ParamLayout(shapes, slices, sizes)
 
     def _member_units(self, mod: nn.Module, sname: str, dim: Sequence[Segment],
                       table: GroupIndex, root: int) -> dict[tuple[str, int], torch.Tensor]:

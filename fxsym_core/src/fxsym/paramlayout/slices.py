@@ -1,4 +1,4 @@
-"""The layout as data: :class:`Layout`, where the units of every searchable group lie in the
+"""The layout as data: :class:`ParamLayout`, where the units of every searchable group lie in the
 model's parameters, as :class:`Slices` (which slice of which parameter dim belongs to which
 unit), and the parameter shapes and counts it gives once each group keeps some of its units.
 """
@@ -11,6 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+
+#: what using the old name ``Layout`` of :class:`ParamLayout` warns (a ``DeprecationWarning``)
+LAYOUT_RENAMED = ("Layout is now ParamLayout (fxsym.paramlayout.ParamLayout): one concept, one "
+                  "name; fxsym.analysis.Layout is the layout of one traced value")
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,7 @@ class Slices:
 
 
 @dataclass(frozen=True)
-class Layout:
+class ParamLayout:
     """Where the units of every searchable group lie in the model's parameters.
 
     ``shapes`` holds every parameter of the model (a shared one under its first name);
