@@ -6,7 +6,10 @@ rooms each one imports; a lower room never imports a higher one. Checked, with :
 every import a module runs when it is imported — module level, class bodies, ``try`` and
 ``if`` blocks — except those under ``if TYPE_CHECKING:`` (annotations only). Imports inside
 functions run later and may go anywhere (``cli`` imports most rooms that way, ``fxsym``'s
-``__getattr__`` imports every room but errors on first use); they still go downward today.
+``__getattr__`` imports every room but errors on first use); two go upward today: a new
+``SymMap`` holds an empty ``TraceReport`` (the tracer's), and the deprecated
+``fxsym.paramlayout.probe_layout`` calls the layout oracle it moved to
+(``fxsym.oracles.probe_layout``).
 
 Adding an import to another room: add it to :data:`ALLOWED` if the room is lower; an upward
 one means the shared piece belongs in a lower module (or in a function-level import, with a
