@@ -9,6 +9,9 @@
   with those units zeroed where they are read (a conv's or linear's input columns); a group
   whose dim meets an op that mixes its entries (a normalisation over it) is listed as not
   checked by value.
+* :func:`probe_layout` — the reference of :func:`fxsym.paramlayout.layout` (where each
+  group's units lie in the parameters), learned by trial resizes of whole-model probe copies
+  without the analysis' segments; the tests compare the two.
 
 Four rules make the oracles able to fail:
 
@@ -46,9 +49,8 @@ One idea per module:
 * :mod:`.valueplan`, :mod:`.zeroing`, :mod:`.mixing`, :mod:`.values` — :func:`check_values`:
   the graph walk, the dropped units zeroed or taken out, the module calls that mix them, the
   oracle;
-* :mod:`.coverage` — :func:`coverage`.
-* :mod:`.reference_layout` — :func:`probe_layout`, the reference of
-  :func:`fxsym.paramlayout.layout`.
+* :mod:`.coverage` — :func:`coverage`;
+* :mod:`.reference_layout` — :func:`probe_layout`.
 
 Every public name is re-exported here: ``from fxsym.oracles import check_values``.
 
