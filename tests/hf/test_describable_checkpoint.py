@@ -18,6 +18,7 @@ import transformers
 from ckpt_helpers import checkpoint, n_params
 
 import fxsym
+from fxsym.plugins.contracts import Undescribed
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -57,8 +58,8 @@ def test_the_config_probe_finds_the_step_of_the_hidden_size(tiny: Any) -> None:
 
     llama = tiny("llama")
     assert undescribed_groups(llama, fxsym.analyze(llama)) == {
-        "model.embed_tokens.embedding_dim": (
-            4, "LlamaConfig's own checks take hidden_size only in multiples of 4")}
+        "model.embed_tokens.embedding_dim": Undescribed(
+            "LlamaConfig's own checks take hidden_size only in multiples of 4", step=4)}
     qwen2 = tiny("qwen2")
     assert undescribed_groups(qwen2, fxsym.analyze(qwen2)) == {}
 
@@ -141,8 +142,9 @@ class _HiddenUndescribed:
     """A plugin saying the config cannot follow the hidden size at all."""
 
     @fxsym.hookimpl
-    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, str]:
-        return {"model.embed_tokens.embedding_dim": "the test's config cannot follow it"}
+    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, Undescribed]:
+        return {"model.embed_tokens.embedding_dim":
+                Undescribed("the test's config cannot follow it")}
 
 
 def test_the_search_without_describable_candidates_says_so(tmp_path: Path,

@@ -79,7 +79,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, ParamSpec, Protocol
+from typing import Any, ParamSpec, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -92,6 +92,7 @@ from .errors import (
     CheckpointError,
     ImportanceWarning,
     PlanError,
+    PluginError,
     ResizeWarning,
 )
 from .importance import ActivationRecorder, ParamLayout, element_scores, layout
@@ -128,11 +129,14 @@ _UNDESCRIBED = ("no sizes the checkpoint's config can describe meet the target (
                 "without them, so the output may be fxsym's own model type")
 
 
+@runtime_checkable
 class CheckpointReader(Protocol):
     """What a plugin knows about one checkpoint directory (``fxsym_checkpoint_reader``).
 
     Its methods raise :class:`~fxsym.errors.CheckpointError` (or its subclass
-    :class:`~fxsym.errors.CalibrationError`) on bad input."""
+    :class:`~fxsym.errors.CalibrationError`) on bad input. A reader class that subclasses this
+    protocol inherits :meth:`stored` and :meth:`ignored` answering "under the model's names"
+    and "nothing"; a reader lacking a method is refused when the directory is opened."""
 
     directory: Path
 
@@ -161,11 +165,18 @@ class CheckpointReader(Protocol):
     def stored(self, model: nn.Module) -> StoredLayout | None:
         """How the files store the tensors of ``model`` (:meth:`build`'s) where not under its
         names and layout, or ``None`` when they do."""
+        return None
 
     def ignored(self, model: nn.Module, stored: Sequence[str]) -> set[str]:
         """Those of the ``stored`` tensors (by stored name) that the library ignores when it
-        loads the directory into ``model`` (optional: none without it): not model tensors,
-        never read nor written, but not refused as tensors the model lacks either."""
+        loads the directory into ``model`` (none by default): not model tensors, never read
+        nor written, but not refused as tensors the model lacks either."""
+        return set()
+
+
+#: what :class:`CheckpointReader` asks of a reader
+_READER_MEMBERS = ("directory", "build", "tensor_files", "replaced_files", "how_to_load",
+                   "calibration", "stored", "ignored")
 
 
 class StoredLayout(Protocol):
@@ -177,11 +188,14 @@ class StoredLayout(Protocol):
     Names here are the model's (parameters and buffers of :meth:`CheckpointReader.build`'s
     model) or the files' (*stored* names)."""
 
-    #: ``{model tensor: stored tensor}``: stored whole under another name
-    renamed: Mapping[str, str]
-    #: ``{model tensor: its stored tensors}``: made of several, or with others of one
-    #: (:meth:`load`); the model tensors made together have the same stored tensors
-    fused: Mapping[str, Sequence[str]]
+    @property
+    def renamed(self) -> Mapping[str, str]:
+        """``{model tensor: stored tensor}``: stored whole under another name."""
+
+    @property
+    def fused(self) -> Mapping[str, Sequence[str]]:
+        """``{model tensor: its stored tensors}``: made of several, or with others of one
+        (:meth:`load`); the model tensors made together have the same stored tensors."""
 
     def load(self, name: str, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Model tensor ``name`` of :attr:`fused` made from its stored tensors (by stored
@@ -208,12 +222,19 @@ def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
         if what is not None and not what.startswith(("a link to nothing", "missing")):
             raise CheckpointError(f"{path / entry} is {what}: a checkpoint directory holds "
                                   "regular files and folders (it was not opened)")
-    reader = call_hook("fxsym_checkpoint_reader", load_plugins(), directory=path)
+    reader: CheckpointReader | None = call_hook("fxsym_checkpoint_reader", load_plugins(),
+                                                directory=path)
     if reader is None:
         raise CheckpointError(f"{directory}: no plugin reads this directory as a checkpoint "
                               "(a Hugging Face one holds config.json; pip install "
                               "fxsym-plugins-hf)")
-    return reader  # type: ignore[no-any-return]
+    if not isinstance(reader, CheckpointReader):
+        missing = sorted(set(_READER_MEMBERS) - set(dir(reader)))
+        raise PluginError(f"the reader a plugin gave for {directory} "
+                          f"({type(reader).__qualname__}) lacks {', '.join(missing)} of "
+                          "fxsym.checkpoint.CheckpointReader (subclass it for the defaults of "
+                          "stored and ignored)")
+    return reader
 
 
 # -- calibration text ---------------------------------------------------------------------
@@ -1422,9 +1443,9 @@ def prune_checkpoint(
             raise CalibrationError("the calibration text is empty")
     with step(f"building {directory} on the meta device"):
         model = reader.build()
-        stored = reader.stored(model) if hasattr(reader, "stored") else None
+        stored = reader.stored(model)
         held = reader.tensor_files()
-        ignored = reader.ignored(model, list(held)) if hasattr(reader, "ignored") else set()
+        ignored = reader.ignored(model, list(held))
         if stored is not None:  # what the model is made of is never ignored
             ignored -= {*stored.renamed.values(), *(n for v in stored.fused.values() for n in v)}
         tensors = _Tensors(reader.directory, held, stored, sorted(ignored))

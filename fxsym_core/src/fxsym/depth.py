@@ -43,6 +43,7 @@ from torch import nn
 from .errors import PlanError
 from .importance import run_batch
 from .plugins.calls import call_hook
+from .plugins.contracts import NeededBlocks
 from .symbols import DepthGroup, SymMap
 
 __all__ = ["BlockKind", "DepthCriterion", "block_importance", "choose_blocks", "depth_refusal",
@@ -138,8 +139,9 @@ def needed_kinds(model: nn.Module, symmap: SymMap, group: DepthGroup) -> tuple[B
     """The kinds of blocks of ``group`` of which ``model`` must keep one (every plugin's
     ``fxsym_depth_kinds``; see the module docstring)."""
     out: list[BlockKind] = []
-    for found in call_hook("fxsym_depth_kinds", symmap.registry.plugin_manager, model=model,
-                           group=group) or ():
+    answers: list[Mapping[str, NeededBlocks] | None] = call_hook(
+        "fxsym_depth_kinds", symmap.registry.plugin_manager, model=model, group=group)
+    for found in answers:
         for label, (positions, why) in (found or {}).items():
             kept = tuple(sorted({int(i) for i in positions if 0 <= int(i) < group.size}))
             if kept and all(k.positions != kept for k in out):
@@ -151,8 +153,9 @@ def depth_refusal(model: nn.Module, symmap: SymMap, group: DepthGroup,
                   kept: Sequence[int]) -> str | None:
     """Why keeping the blocks ``kept`` of ``group`` would be refused when they are dropped
     (the first plugin's ``fxsym_depth_refusal`` answer), or ``None``; nothing is dropped."""
-    for said in call_hook("fxsym_depth_refusal", symmap.registry.plugin_manager, model=model,
-                          group=group, kept=sorted(kept)) or ():
+    answers: list[str | None] = call_hook("fxsym_depth_refusal", symmap.registry.plugin_manager,
+                                          model=model, group=group, kept=sorted(kept))
+    for said in answers:
         if said:
             return str(said)
     return None

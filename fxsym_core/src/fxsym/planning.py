@@ -59,6 +59,7 @@ from .importance import CRITERIA, Criterion, criterion_by_name, unit_scores
 from .options import check_amount_values
 from .paramlayout import ParamLayout, layout
 from .plugins.calls import call_hook
+from .plugins.contracts import Undescribed, undescribed
 from .resizing import resize
 from .symbols import SymGroup, SymMap, combine_step
 
@@ -761,15 +762,18 @@ def described(model: nn.Module, symmap: SymMap
     whole: dict[str, str] = {}
     steps: dict[str, tuple[int, str]] = {}
     units = {g.name: g.unit for g in symmap.groups()}
-    for found in call_hook("fxsym_undescribed_groups", model=model, symmap=symmap) or ():
+    answers: list[Mapping[str, Undescribed] | None] = call_hook(
+        "fxsym_undescribed_groups", model=model, symmap=symmap)
+    for found in answers:
         for name, said in (found or {}).items():
             if name not in units:
                 continue
-            if isinstance(said, tuple) and len(said) == 2 and _is_int(said[0]) and said[0] > 0:
-                steps[name] = combine_step(steps.get(name, (1, "")), said[0], units[name],
-                                           str(said[1]))
+            said = undescribed(said)
+            if said.step is None:
+                whole.setdefault(name, said.reason)
             else:
-                whole.setdefault(str(name), str(said))
+                steps[name] = combine_step(steps.get(name, (1, "")), said.step, units[name],
+                                           said.reason)
     return whole, steps
 
 

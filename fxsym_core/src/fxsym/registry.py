@@ -39,13 +39,12 @@ from torch import nn
 from .errors import PluginWarning
 from .naming import qualname
 from .plugins.calls import call_each, leaf_vote
+from .plugins.contracts import ImportanceFn as ImportanceFn
+from .plugins.contracts import ResizeFn as ResizeFn
+from .plugins.contracts import ValueFn as ValueFn
 from .plugins.manager import PLUGIN_ERRORS, PluginManager, get_plugin_manager
 
 T = TypeVar("T")
-ResizeFn = Callable[[nn.Module, str, Any], None]
-ImportanceFn = Callable[[nn.Module, str], Any]
-#: ``value(module, args, kwargs)``: a leaf's output on meta inputs without running it, or None
-ValueFn = Callable[[nn.Module, tuple[Any, ...], dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)

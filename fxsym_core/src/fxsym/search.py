@@ -238,7 +238,9 @@ def group_sources(symmap: SymMap) -> dict[str, str]:
     if cached is None:
         names = {g.name for g in symmap.groups()}
         cached = {}
-        for said in call_hook("fxsym_group_sources", model=symmap.model, symmap=symmap) or ():
+        answers: list[Mapping[str, str] | None] = call_hook(
+            "fxsym_group_sources", model=symmap.model, symmap=symmap)
+        for said in answers:
             for name, source in (said or {}).items():
                 if name in names and source:
                     cached.setdefault(str(name), str(source))

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from fxsym.errors import ResizeError
+from fxsym.plugins.contracts import NeededBlocks
 
 from .depth import cache_refusal, kind, pruned_config, refusal
 
@@ -78,15 +79,15 @@ def _config(model: nn.Module) -> Any:
     return config if config is not None and hasattr(config, "to_dict") else None
 
 
-def needed_kinds(model: nn.Module, group: Any) -> dict[str, tuple[list[int], str]] | None:
-    """``{kind: (its positions, why one must stay)}`` for each kind of blocks of ``group``
-    that ``model`` must keep one block of (see the module docstring); ``None`` where there is
-    nothing to say."""
+def needed_kinds(model: nn.Module, group: Any) -> dict[str, NeededBlocks] | None:
+    """``{kind: NeededBlocks(its positions, why one must stay)}`` for each kind of blocks of
+    ``group`` that ``model`` must keep one block of (see the module docstring); ``None`` where
+    there is nothing to say."""
     return _remembered(model, ("kinds", group.container, group.size),
                        lambda: _needed_kinds(model, group))
 
 
-def _needed_kinds(model: nn.Module, group: Any) -> dict[str, tuple[list[int], str]] | None:
+def _needed_kinds(model: nn.Module, group: Any) -> dict[str, NeededBlocks] | None:
     config, blocks = _config(model), _blocks(model, group)
     if config is None or blocks is None or cache_refusal(config) is not None:
         return None
@@ -100,7 +101,7 @@ def _needed_kinds(model: nn.Module, group: Any) -> dict[str, tuple[list[int], st
             same.append(i)
     if len(kinds) < 2:
         return None
-    out: dict[str, tuple[list[int], str]] = {}
+    out: dict[str, NeededBlocks] = {}
     for k, positions in kinds:
         rest = [i for i in range(group.size) if i not in positions]
         try:
@@ -110,9 +111,9 @@ def _needed_kinds(model: nn.Module, group: Any) -> dict[str, tuple[list[int], st
         why = cache_refusal(pruned.config)
         if why is not None:
             others = [o for o, _ in kinds if o is not k]
-            out[label(k, others)] = (positions, f"without one, transformers' cache of the "
-                                                f"pruned model cannot be used ({why}), so "
-                                                "generate would fail")
+            out[label(k, others)] = NeededBlocks(
+                positions, f"without one, transformers' cache of the pruned model cannot be "
+                           f"used ({why}), so generate would fail")
     return out or None
 
 

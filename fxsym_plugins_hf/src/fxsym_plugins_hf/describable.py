@@ -38,16 +38,18 @@ from typing import Any
 
 from torch import nn
 
+from fxsym.plugins.contracts import Undescribed
+
 from .configs import FIELDS, config_accepted, meta_build, size_fields, tensor_shapes
 
 #: the most values probed below a field's current one to find the smallest accepted
 _SCAN = 4096
 
 
-def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Any]:
-    """``{group name: (entries, reason)}`` for the groups whose sizes ``model``'s config
-    describes only in steps of ``entries``, ``{group name: reason}`` for those it cannot
-    describe changed (see the module docstring)."""
+def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Undescribed]:
+    """``{group name: Undescribed(reason, step=entries)}`` for the groups whose sizes
+    ``model``'s config describes only in steps of ``entries``, ``{group name:
+    Undescribed(reason)}`` for those it cannot describe changed (see the module docstring)."""
     from fxsym.importance import layout
 
     config = getattr(model, "config", None)
@@ -69,7 +71,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Any]:
         for s in slices:
             owners.setdefault((s.param, s.dim), set()).add(group)
     name = type(config).__name__
-    out: dict[str, Any] = {}
+    out: dict[str, Undescribed] = {}
     for field, step in steps.items():
         old = getattr(config, field)
         tripled = copy.deepcopy(config)
@@ -87,17 +89,18 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Any]:
         for g in sorted(groups):
             if derived:
                 where, (now, then) = next(iter(derived.items()))
-                out[g] = (f"{where} is {now:.6g}, computed from {field} when a "
-                          f"{type(model).__name__} is built ({then:.6g} with {field} "
-                          f"tripled); a resize keeps it, so a config with another {field} "
-                          "would build a model computing something else")
+                out[g] = Undescribed(
+                    f"{where} is {now:.6g}, computed from {field} when a "
+                    f"{type(model).__name__} is built ({then:.6g} with {field} tripled); a "
+                    f"resize keeps it, so a config with another {field} would build a model "
+                    "computing something else")
             elif step is None:
-                out[g] = (f"{name}'s own checks refuse some values of {field} below {old}, "
-                          "not a step that a plan can round to")
-            elif not isinstance(out.get(g), str):
-                now_step = out.get(g, (1, ""))[0]
-                out[g] = (max(now_step, step), f"{name}'s own checks take {field} only in "
-                                               f"multiples of {step}")
+                out[g] = Undescribed(f"{name}'s own checks refuse some values of {field} "
+                                     f"below {old}, not a step that a plan can round to")
+            elif g not in out or out[g].step is not None:
+                now_step = (out[g].step or 1) if g in out else 1
+                out[g] = Undescribed(f"{name}'s own checks take {field} only in multiples of "
+                                     f"{step}", step=max(now_step, step))
     return out
 
 

@@ -39,6 +39,7 @@ from typing import Any
 from torch import nn
 
 from fxsym import ResizeError, ResizeWarning
+from fxsym.plugins.contracts import Undescribed
 
 from .configs import differences_from, meta_build
 
@@ -162,7 +163,7 @@ def _sizes_of(model: nn.Module, read: frozenset[str]) -> dict[str, int]:
     return out
 
 
-def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, str]:
+def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Undescribed]:
     """The searchable groups of ``symmap`` the config could not describe once resized, each
     with the reason (the ``fxsym_undescribed_groups`` hook; ``fxsym.plan(describable=True)``
     keeps them whole).
@@ -225,7 +226,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, str]:
             for g in sorted(groups - stays.keys()) if held else ():
                 stays[g] = f"{what} holds it and {held[0]}, which stays"
                 changed = True
-    return stays
+    return {g: Undescribed(why) for g, why in stays.items()}
 
 
 def _owners(lay: Any, groups: Any) -> tuple[dict[str, set[str]], set[str]]:

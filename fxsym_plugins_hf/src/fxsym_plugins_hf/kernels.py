@@ -23,6 +23,8 @@ from typing import Any
 
 from torch import nn
 
+from fxsym.plugins.contracts import GroupStep
+
 #: the alignment ``grouped_mm`` needs, in bytes, and the narrowest element it takes
 ALIGN_BYTES = 16
 NARROWEST_BYTES = 2
@@ -31,15 +33,17 @@ REASON = (f"transformers' grouped_mm experts kernel needs 16-byte aligned rows o
           f"expert tensors: multiples of {STEP} entries in bfloat16/float16")
 
 
-def group_steps(model: nn.Module, symmap: Any) -> dict[str, tuple[int, str]]:
-    """``{group name: (entries, reason)}`` for the groups holding a non-expert dim of a fused
-    expert tensor that transformers' experts kernels read (see the module docstring)."""
+def group_steps(model: nn.Module, symmap: Any) -> dict[str, GroupStep]:
+    """``{group name: GroupStep(entries, reason)}`` for the groups holding a non-expert dim of
+    a fused expert tensor that transformers' experts kernels read (see the module
+    docstring)."""
     dims = {(name, f"{pname}:{d}") for name, mod in _expert_kernel_modules(model)
             for pname, p in mod.named_parameters(recurse=False) if p.dim() == 3
             for d in (1, 2)}
     if not dims:
         return {}
-    return {g.name: (STEP, REASON) for g in symmap.groups() if dims.intersection(g.members)}
+    return {g.name: GroupStep(STEP, REASON) for g in symmap.groups()
+            if dims.intersection(g.members)}
 
 
 def _expert_kernel_modules(model: nn.Module) -> Iterator[tuple[str, nn.Module]]:

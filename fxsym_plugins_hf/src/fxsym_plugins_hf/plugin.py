@@ -20,12 +20,26 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from typing import Any
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 import fxsym
-from fxsym.plugins import get_plugin_manager
+from fxsym.plugins import get_plugin_manager, hookspecs
+from fxsym.plugins.contracts import (
+    ExampleInputs,
+    ForwardHook,
+    GroupStep,
+    Kept,
+    NeededBlocks,
+    OpRuleRegistrar,
+    SizeChanges,
+    SymInfoRegistrar,
+    Undescribed,
+)
 
 from . import (
     attention,
@@ -43,6 +57,11 @@ from . import (
 )
 from .perhead import PerHeadInputs
 
+if TYPE_CHECKING:
+    from fxsym.checkpoint import CheckpointReader
+    from fxsym.planning import Plan
+    from fxsym.symbols import DepthGroup, SymMap
+
 if importlib.util.find_spec("transformers") is None:
     raise ImportError("fxsym-plugins-hf needs transformers (pip install 'transformers>=5')")
 
@@ -52,8 +71,15 @@ def _transformers_imported() -> bool:
     return "transformers" in sys.modules
 
 
-class HuggingFacePlugin:
-    """The hook implementations, with the state of one plugin manager."""
+class HuggingFacePlugin(
+        hookspecs.RegisterSymInfosHook, hookspecs.LeafModuleHook, hookspecs.HookComputesHook,
+        hookspecs.RegisterOpRulesHook, hookspecs.TraceContextHook, hookspecs.ExampleInputsHook,
+        hookspecs.DefaultOutputsHook, hookspecs.AfterResizeHook, hookspecs.GroupStepsHook,
+        hookspecs.GroupSourcesHook, hookspecs.UndescribedGroupsHook, hookspecs.AfterDepthHook,
+        hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook, hookspecs.SaveFilesHook,
+        hookspecs.CheckpointReaderHook):
+    """The hook implementations, with the state of one plugin manager; its bases are the
+    hooks it implements, so mypy checks each against fxsym's specification."""
 
     def __init__(self) -> None:
         self.known = discovery.Known()
@@ -63,7 +89,7 @@ class HuggingFacePlugin:
         return attention.attention_info(module, pinned=self.per_head.reason(module) is not None)
 
     @fxsym.hookimpl
-    def fxsym_register_sym_infos(self, register: Any) -> None:
+    def fxsym_register_sym_infos(self, register: SymInfoRegistrar) -> None:
         register(modules.CONV1D, modules.conv1d_info, resize=modules.conv1d_resize,
                  importance=modules.conv1d_importance)
         register(list(self.known.activations), modules.activation_info,
@@ -75,25 +101,27 @@ class HuggingFacePlugin:
             register(cls, rotary.rotary_info, leaf=False, resize=rotary.no_resize)
 
     @fxsym.hookimpl
-    def fxsym_leaf_module(self, module: Any, qualname: str) -> bool | None:
+    def fxsym_leaf_module(self, module: nn.Module, qualname: str) -> bool | None:
         if not _transformers_imported():
             return None
         return discovery.leaf_policy(module, qualname)
 
     @fxsym.hookimpl
-    def fxsym_hook_computes(self, module: Any, hook: Any) -> bool | None:
+    def fxsym_hook_computes(self, module: nn.Module | None, hook: ForwardHook
+                            ) -> bool | None:
         if not _transformers_imported():
             return None
         return context.transformers_hook(hook) or None
 
     @fxsym.hookimpl
-    def fxsym_register_op_rules(self, register: Any) -> None:
+    def fxsym_register_op_rules(self, register: OpRuleRegistrar) -> None:
         from . import ops
 
         ops.register_op_rules(register)
 
     @fxsym.hookimpl
-    def fxsym_trace_context(self, model: Any, example_inputs: Any) -> Any:
+    def fxsym_trace_context(self, model: nn.Module, example_inputs: ExampleInputs | None
+                            ) -> AbstractContextManager[object] | None:
         if not _transformers_imported() or not isinstance(model, nn.Module):
             return None
         if self.known.discover(model):
@@ -103,34 +131,38 @@ class HuggingFacePlugin:
         return context.hf_trace_context(model, self.per_head)
 
     @fxsym.hookimpl
-    def fxsym_example_inputs(self, model: Any) -> Any:
+    def fxsym_example_inputs(self, model: nn.Module) -> ExampleInputs | None:
         return inputs.example_inputs(model) if _transformers_imported() else None
 
     @fxsym.hookimpl
-    def fxsym_default_outputs(self, model: Any) -> Any:
+    def fxsym_default_outputs(self, model: nn.Module) -> Sequence[str | int] | None:
         return inputs.default_outputs(model) if _transformers_imported() else None
 
     @fxsym.hookimpl
-    def fxsym_after_resize(self, model: Any, symmap: Any, kept: Any, sizes: Any) -> None:
+    def fxsym_after_resize(self, model: nn.Module, symmap: SymMap, kept: Kept,
+                           sizes: SizeChanges) -> None:
         if _transformers_imported() and isinstance(model, nn.Module):
             configs.update_config(model, sizes, configs.attributes_read(symmap))
         if diffusers_configs.is_diffusers_model(model):
             diffusers_configs.update_config(model, sizes, configs.attributes_read(symmap))
 
     @fxsym.hookimpl
-    def fxsym_group_steps(self, model: Any, symmap: Any) -> dict[str, tuple[int, str]] | None:
+    def fxsym_group_steps(self, model: nn.Module, symmap: SymMap
+                          ) -> Mapping[str, GroupStep] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             return kernels.group_steps(model, symmap) or None
         return None
 
     @fxsym.hookimpl
-    def fxsym_group_sources(self, model: Any, symmap: Any) -> dict[str, str] | None:
+    def fxsym_group_sources(self, model: nn.Module, symmap: SymMap
+                            ) -> Mapping[str, str] | None:
         if _transformers_imported() and context.is_transformers_model(model):
             return sources.group_sources(model, symmap) or None
         return None
 
     @fxsym.hookimpl
-    def fxsym_undescribed_groups(self, model: Any, symmap: Any) -> dict[str, Any] | None:
+    def fxsym_undescribed_groups(self, model: nn.Module, symmap: SymMap
+                                 ) -> Mapping[str, Undescribed] | None:
         if diffusers_configs.is_diffusers_model(model):
             return diffusers_configs.undescribed_groups(model, symmap)
         if _transformers_imported() and context.is_transformers_model(model):
@@ -138,7 +170,8 @@ class HuggingFacePlugin:
         return None
 
     @fxsym.hookimpl
-    def fxsym_after_depth(self, model: Any, group: Any, kept: Any) -> list[str] | None:
+    def fxsym_after_depth(self, model: nn.Module, group: DepthGroup, kept: Sequence[int]
+                          ) -> Sequence[str] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             from .depth import update_config_depth
 
@@ -146,7 +179,8 @@ class HuggingFacePlugin:
         return None
 
     @fxsym.hookimpl
-    def fxsym_depth_kinds(self, model: Any, group: Any) -> Any:
+    def fxsym_depth_kinds(self, model: nn.Module, group: DepthGroup
+                          ) -> Mapping[str, NeededBlocks] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             from .blockkinds import needed_kinds
 
@@ -154,7 +188,8 @@ class HuggingFacePlugin:
         return None
 
     @fxsym.hookimpl
-    def fxsym_depth_refusal(self, model: Any, group: Any, kept: Any) -> str | None:
+    def fxsym_depth_refusal(self, model: nn.Module, group: DepthGroup, kept: Sequence[int]
+                            ) -> str | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             from .blockkinds import refused
 
@@ -162,13 +197,14 @@ class HuggingFacePlugin:
         return None
 
     @fxsym.hookimpl
-    def fxsym_save_files(self, model: Any, plan: Any) -> dict[str, bytes] | None:
+    def fxsym_save_files(self, model: nn.Module, plan: Plan
+                         ) -> Mapping[str, bytes] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             return checkpoint.save_files(model)
         return None
 
     @fxsym.hookimpl
-    def fxsym_checkpoint_reader(self, directory: Any) -> Any:
+    def fxsym_checkpoint_reader(self, directory: Path) -> CheckpointReader | None:
         from .pretrained import PretrainedDirectory
 
         return PretrainedDirectory(directory) if (directory / "config.json").is_file() else None

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from torch import nn
 
 from ..errors import AnalysisError
 from ..plugins.calls import call_hook
+from ..plugins.contracts import GroupStep
 from ..symbols import (
     ATTRIBUTE_PREFIX,
     GroupAnalysis,
@@ -108,7 +110,9 @@ def _find_steps(model: nn.Module, symmap: SymMap) -> None:
     assert analysis is not None
     steps: dict[str, tuple[int, str]] = {}
     units = {g.name: g.unit for g in analysis.groups}
-    for found in call_hook("fxsym_group_steps", model=model, symmap=symmap) or ():
+    answers: list[Mapping[str, GroupStep] | None] = call_hook(
+        "fxsym_group_steps", model=model, symmap=symmap)
+    for found in answers:
         for name, (entries, reason) in (found or {}).items():
             if name not in units or not isinstance(entries, int) or entries < 1:
                 continue

@@ -35,8 +35,10 @@ from types import TracebackType
 from typing import Any
 
 from pluggy import HookImpl
+from torch import nn
 
 from ..errors import FxsymError
+from .contracts import ForwardHook
 from .hookroles import DerivedTensors
 from .manager import PLUGIN_ERRORS, PluginManager, blame, get_plugin_manager
 
@@ -176,20 +178,23 @@ def example_inputs(model: Any, pm: PluginManager | None = None) -> Any:
     return call_hook("fxsym_example_inputs", pm, model=model)
 
 
-def hook_computes(module: Any, hook: Any, pm: PluginManager | None = None) -> bool | None:
+def hook_computes(module: nn.Module | None, hook: ForwardHook,
+                  pm: PluginManager | None = None) -> bool | None:
     """The plugins' answer to ``fxsym_hook_computes``: ``True``/``False``, or ``None``."""
     vote: object = call_hook("fxsym_hook_computes", pm, module=module, hook=hook)
     return None if vote is None else bool(vote)
 
 
-def derived_tensors(module: Any, hook: Any, pm: PluginManager | None = None) -> Any:
+def derived_tensors(module: nn.Module, hook: ForwardHook,
+                    pm: PluginManager | None = None) -> DerivedTensors | None:
     """The plugins' answer to ``fxsym_derived_tensors``: a
     :class:`~fxsym.plugins.hookroles.DerivedTensors`, or ``None``."""
     answer: object = call_hook("fxsym_derived_tensors", pm, module=module, hook=hook)
     return answer if isinstance(answer, DerivedTensors) else None
 
 
-def leaf_vote(module: Any, qualname: str, pm: PluginManager | None = None) -> bool | None:
+def leaf_vote(module: nn.Module, qualname: str, pm: PluginManager | None = None
+              ) -> bool | None:
     """The plugins' answer to ``fxsym_leaf_module``: ``True``/``False``, or ``None``."""
     vote: object = call_hook("fxsym_leaf_module", pm, module=module, qualname=qualname)
     return None if vote is None else bool(vote)

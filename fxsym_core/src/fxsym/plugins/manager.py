@@ -184,7 +184,8 @@ class PluginManager(pluggy.PluginManager):
 
     def __init__(self) -> None:
         super().__init__(hookspecs.PROJECT)
-        self.add_hookspecs(hookspecs)
+        for spec in hookspecs.HOOKS:
+            self.add_hookspecs(spec)
         self._failed: list[PluginFailure] = []
         self.sources: dict[str, PluginSource] = {}
         self.generation = 0
