@@ -33,7 +33,7 @@ from ..tracer.report import TraceReport
 from .attributes import ATTRIBUTE_PREFIX, check_uses
 from .context import OpContext, Unsupported
 from .groups import GroupTable
-from .guards import decide, due_guards
+from .guards import Decision, EachPair, Pin, TieSizes, Unify, decide, due_guards
 from .input_sizes import FIXED_DIM, describe, fixed_candidates, input_dims
 from .layout import (
     AttributeSize,
@@ -143,7 +143,7 @@ class Analyzer:
             else:
                 self.env[node] = self._visit(node)
             for guard in due.get(node, ()):  # its reads have layouts now
-                decide(self, guard, node)
+                self._apply_guard(decide(guard, self.env, self.table), node)
         self._pin_hook_sites()
         if self.config_reads:
             self._hidden_config_readers()
@@ -151,6 +151,28 @@ class Analyzer:
         self.symbol_dims = {k: resolve(d) for k, d in self.symbol_dims.items()}
         self.param_reads = {k: resolve(v) for k, v in self.param_reads.items()}
         tie_shared_tensors(self)
+
+    def _apply_guard(self, decision: Decision, at: torch.fx.Node) -> None:
+        """Apply what :func:`fxsym.analysis.guards.decide` decided of a guard whose last read
+        is ``at``."""
+        if isinstance(decision, Pin):
+            changed = False
+            for d in decision.dims:
+                changed |= self.fix(d, decision.reason)
+                self.pin_sites.extend((s.group, decision.where, decision.reason) for s in d
+                                      if s.group is not None)
+            if changed and decision.report:
+                self.report.add("guard", decision.where, decision.reason)
+        elif isinstance(decision, Unify):
+            try:
+                OpContext(self, at).unify(decision.a, decision.b)
+            except Unsupported:
+                self._apply_guard(decision.otherwise, at)
+        elif isinstance(decision, TieSizes):
+            self.table.tie_sizes(decision.a, decision.b)
+        elif isinstance(decision, EachPair):
+            for pair in decision.guards:  # each decided once the one before is applied
+                self._apply_guard(decide(pair, self.env, self.table), at)
 
     def _pin_hook_sites(self) -> None:
         """Pin the groups of the inputs and outputs of every call of a module whose hooks the

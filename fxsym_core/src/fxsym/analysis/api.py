@@ -86,7 +86,8 @@ def analyze(
             analyzer.explain_no_group()
         symmap.trace_report = report
         symmap.derived_state = settle_derived(getattr(gm, "derived_state", {}),
-                                              getattr(gm, "derived_writes", {}), analyzer)
+                                              getattr(gm, "derived_writes", {}), analyzer.env,
+                                              analyzer.table, analyzer.model_modules)
         symmap.graph_module = gm
         symmap.output_contract = analyzer.contract
         return symmap

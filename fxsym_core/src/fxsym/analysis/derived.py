@@ -28,17 +28,17 @@ Imports from fxsym: modstate.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch.fx
+from torch import nn
 
 from ..modstate import DERIVED, INVARIANT
-from .layout import SizeLayout, TensorLayout, iter_dims
+from .groups import GroupTable
+from .layout import Layout, SizeLayout, TensorLayout, iter_dims
 from .shared import own_tensor
-
-if TYPE_CHECKING:
-    from .analyzer import Analyzer
 
 #: tensor attributes that carry no entry of the tensor (``x.shape`` is a size layout)
 _METADATA = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout",
@@ -55,15 +55,29 @@ _LIKE = frozenset({torch.zeros_like, torch.ones_like, torch.empty_like, torch.fu
                    torch.rand_like, torch.randn_like, torch.randint_like})
 
 
+@dataclass(frozen=True)
+class _Analysis:
+    """What the slice reads of the analysis: each node's layout, the groups, and the model's
+    submodule at a path (``AttributeError`` where there is none)."""
+
+    env: Mapping[torch.fx.Node, Layout]
+    table: GroupTable
+    model_modules: Callable[[str], nn.Module]
+
+
 def settle_derived(derived: Mapping[str, Mapping[str, str]],
                    written: Mapping[str, Mapping[str, Sequence[str]]],
-                   an: Analyzer) -> dict[str, dict[str, str]]:
+                   env: Mapping[torch.fx.Node, Layout], table: GroupTable,
+                   model_modules: Callable[[str], nn.Module]) -> dict[str, dict[str, str]]:
     """``derived`` (the trace's :attr:`SymMap.derived_state`) with each attribute the
     forward set to values (``written``: the names of their nodes) that depend on no resize
-    (see the module docstring) marked :data:`INVARIANT`."""
+    (see the module docstring) marked :data:`INVARIANT`; read from the finished analysis
+    (``env``: each node's layout, ``table``: its groups, ``model_modules``: the model's
+    submodule at a path), which nothing here changes."""
     settled = {name: dict(attrs) for name, attrs in derived.items()}
     if not written:
         return settled
+    an = _Analysis(env, table, model_modules)
     nodes = {n.name: n for n in an.env}
     for name, attrs in written.items():
         for attr, names in attrs.items():
@@ -73,7 +87,7 @@ def settle_derived(derived: Mapping[str, Mapping[str, str]],
     return settled
 
 
-def _depends(an: Analyzer, start: torch.fx.Node) -> bool:
+def _depends(an: _Analysis, start: torch.fx.Node) -> bool:
     """Whether the value of ``start`` may differ after some resize of the analyzed groups."""
     seen: set[torch.fx.Node] = set()
     todo = [start]
@@ -108,7 +122,7 @@ def _is_size(layout: Any) -> bool:
             and bool(layout) and all(map(_is_size, layout)))
 
 
-def _registered(an: Analyzer, target: str) -> bool:
+def _registered(an: _Analysis, target: str) -> bool:
     """Whether ``target`` names a parameter or buffer of the model (a tensor the GraphModule
     holds for a constant, ``_tensor_constant0``, or a plain tensor attribute is not)."""
     owner, _, name = target.rpartition(".")

@@ -24,24 +24,71 @@ layouts the analyzer decides it (:func:`decide`), in this order:
 5. otherwise it **pins** every group it reads, with a ``guard`` line in the trace report
    naming the question, the expression and where it was asked.
 
+This module reads the analysis (the layouts and the group table) and changes nothing: it
+returns its decision — :class:`Pin`, :class:`Unify`, :class:`TieSizes`, :class:`EachPair`,
+or ``None`` (nothing to do) — and the analyzer applies it.
+
 Imports from fxsym: tracer (questions).
 """
 
 from __future__ import annotations
 
+import enum
 import operator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import torch.fx
 
 from ..tracer.questions import CONCRETE_META, Apply, AttributeRead, Guard, SizeRead
-from .context import OpContext, Unsupported
-from .layout import Dim, SizeLayout, TensorLayout
-
-if TYPE_CHECKING:
-    from .analyzer import Analyzer
+from .groups import GroupTable
+from .layout import Dim, Layout, SizeLayout, TensorLayout
 
 Interval = tuple[float, float]
+#: the layout of each node analyzed so far
+Env: TypeAlias = Mapping[torch.fx.Node, Layout]
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Make the groups of ``dims`` constant, each pin site ``where`` with ``reason``; a
+    ``guard`` report line if that changed a group and ``report`` (a group has a producer)."""
+
+    dims: tuple[Dim, ...]
+    where: str
+    reason: str
+    report: bool
+
+
+@dataclass(frozen=True)
+class Unify:
+    """Tie an attribute read to the dim it was compared equal with (or two such reads), as an
+    op rule's ``unify``; where that is not supported, apply ``otherwise``."""
+
+    a: Dim
+    b: Dim
+    otherwise: Decision
+
+
+@dataclass(frozen=True)
+class TieSizes:
+    """Make the groups rooted at ``a`` and ``b`` a same-size class
+    (:meth:`~fxsym.analysis.groups.GroupTable.tie_sizes`)."""
+
+    a: int
+    b: int
+
+
+@dataclass(frozen=True)
+class EachPair:
+    """Two shapes compared equal as tuples: decide each pair of entries as a guard of its
+    own, in order, each after the previous one's decision is applied."""
+
+    guards: tuple[Guard, ...]
+
+
+Decision: TypeAlias = "Pin | Unify | TieSizes | EachPair | None"
 
 
 def due_guards(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[Guard]]:
@@ -61,49 +108,75 @@ def due_guards(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[Guard]]:
     return due
 
 
-def decide(an: Analyzer, guard: Guard, at: torch.fx.Node) -> None:
-    """Decide ``guard`` (see the module docstring); ``at`` is its last read, visited."""
+def decide(guard: Guard, env: Env, table: GroupTable) -> Decision:
+    """What to do about ``guard`` (see the module docstring), its reads analyzed (their
+    layouts in ``env``, their groups in ``table``); nothing is changed here."""
+    an = _View(env, table)
     dims: dict[int, Dim | None] = {id(r): _dim(an, r) for r in guard.reads()}
     elastic = [d for d in dims.values() if d is not None and _elastic(an, d)]
     if not elastic:
-        return
-    if _tie(an, guard, dims, at) or _holds(an, guard, dims) or _shapes_compared(an, guard, at):
-        return
+        return None
+    tie = _tie(an, guard, dims)
+    if not isinstance(tie, (_Not, Unify)):
+        return tie
+    rest = _untied(an, guard, dims, elastic)
+    return Unify(tie.a, tie.b, rest) if isinstance(tie, Unify) else rest
+
+
+def _untied(an: _View, guard: Guard, dims: dict[int, Dim | None], elastic: list[Dim]
+            ) -> Decision:
+    """The decision on a guard that ties nothing: it holds, its shapes are compared entry by
+    entry, or it pins what it reads."""
+    if _holds(an, guard, dims):
+        return None
+    compared = _shapes_compared(an, guard)
+    if not isinstance(compared, _Not):
+        return compared
     where = f"{guard.where or '<root>'} (node {guard.node})"
     reason = f"the trace depends on {guard}, asked in {guard.where or '<root>'}"
-    report = _produces(an, elastic)
-    changed = False
-    for d in elastic:
-        changed |= an.fix(d, reason)
-        an.pin_sites.extend((s.group, where, reason) for s in d if s.group is not None)
-    if changed and report:
-        an.report.add("guard", where, reason)
+    return Pin(tuple(elastic), where, reason, _produces(an, elastic))
 
 
-def _shapes_compared(an: Analyzer, guard: Guard, at: torch.fx.Node) -> bool:
+@dataclass(frozen=True)
+class _View:
+    """What the decisions read of the analysis."""
+
+    env: Env
+    table: GroupTable
+
+
+class _Not(enum.Enum):
+    """``_tie``'s answer for a guard that is no tie; ``_shapes_compared``'s for one that
+    compares no two shapes (or shapes it cannot decide)."""
+
+    APPLICABLE = "not applicable"
+
+
+
+def _shapes_compared(an: _View, guard: Guard) -> Decision | _Not:
     """Decide ``a == b`` / ``a != b`` of two shapes compared as tuples entry by entry.
 
     Answered "all equal", each pair of entries is a question of its own, decided (tied, held
-    or pinned) as any other. Answered "some differ", it holds if the tuples' lengths differ or
-    one pair differs for every size; otherwise ``False``, and the caller pins every read."""
+    or pinned) as any other (:class:`EachPair`). Answered "some differ", it holds if the
+    tuples' lengths differ or one pair differs for every size; otherwise
+    :data:`_Not.APPLICABLE`, and the caller pins every read."""
     e = guard.expr
     if not (isinstance(e, Apply) and e.fn in (operator.eq, operator.ne) and len(e.args) == 2
             and guard.question == "bool()"):
-        return False
+        return _Not.APPLICABLE
     a, b = (_entries(x) for x in e.args)
     if a is None or b is None:
-        return False
+        return _Not.APPLICABLE
     if len(a) != len(b):
-        return True
+        return None
     pairs = [Guard(Apply(operator.eq, (x, y)), guard.question, True, guard.where, guard.node)
              for x, y in zip(a, b)]
     if (e.fn is operator.eq) == bool(guard.answer):
-        for pair in pairs:
-            decide(an, pair, at)
-        return True
-    return any(_holds(an, Guard(Apply(operator.ne, p.expr.args), p.question, True, p.where,
-                                p.node), {id(r): _dim(an, r) for r in p.reads()})
-               for p in pairs)
+        return EachPair(tuple(pairs))
+    differs = any(_holds(an, Guard(Apply(operator.ne, p.expr.args), p.question, True, p.where,
+                                   p.node), {id(r): _dim(an, r) for r in p.reads()})
+                  for p in pairs)
+    return None if differs else _Not.APPLICABLE
 
 
 def _entries(e: Any) -> list[Any] | None:
@@ -116,7 +189,7 @@ def _entries(e: Any) -> list[Any] | None:
     return None
 
 
-def _dim(an: Analyzer, read: SizeRead | AttributeRead) -> Dim | None:
+def _dim(an: _View, read: SizeRead | AttributeRead) -> Dim | None:
     lay = an.env.get(read.node)
     if isinstance(read, SizeRead):
         if isinstance(lay, TensorLayout) and read.dim < len(lay):
@@ -127,11 +200,11 @@ def _dim(an: Analyzer, read: SizeRead | AttributeRead) -> Dim | None:
     return None
 
 
-def _elastic(an: Analyzer, dim: Dim) -> bool:
+def _elastic(an: _View, dim: Dim) -> bool:
     return any(s.group is not None and not an.table.is_constant(s.group) for s in dim)
 
 
-def _produces(an: Analyzer, dims: list[Dim]) -> bool:
+def _produces(an: _View, dims: list[Dim]) -> bool:
     """Whether a group of ``dims`` has a producer (a pinned lone attribute is not worth a
     report line: it sizes nothing)."""
     table = an.table
@@ -139,39 +212,35 @@ def _produces(an: Analyzer, dims: list[Dim]) -> bool:
                if (g := s.group) is not None)
 
 
-def _tie(an: Analyzer, guard: Guard, dims: dict[int, Dim | None], at: torch.fx.Node) -> bool:
-    """``a == b`` known true of two reads: tie them (see the module docstring)."""
+def _tie(an: _View, guard: Guard, dims: dict[int, Dim | None]) -> Decision | _Not:
+    """``a == b`` known true of two reads: how to tie them (see the module docstring), or
+    :data:`_Not.APPLICABLE`. A :class:`Unify` answer's ``otherwise`` is the caller's to fill."""
     e = guard.expr
     if not (isinstance(e, Apply) and len(e.args) == 2 and guard.question == "bool()" and (
             (e.fn is operator.eq and guard.answer) or (e.fn is operator.ne and not guard.answer))):
-        return False
+        return _Not.APPLICABLE
     a, b = e.args
     if not (isinstance(a, (SizeRead, AttributeRead)) and isinstance(b, (SizeRead, AttributeRead))):
-        return False
+        return _Not.APPLICABLE
     da, db = dims[id(a)], dims[id(b)]
     if da is None or db is None:
-        return False
+        return _Not.APPLICABLE
     table = an.table
     if isinstance(a, AttributeRead) or isinstance(b, AttributeRead):
-        try:
-            OpContext(an, at).unify(da, db)
-        except Unsupported:
-            return False
-        return True
+        return Unify(da, db, None)
     if _same(an, da, db):
-        return True
+        return None
     if len(da) != 1 or len(db) != 1 or da[0].group is None or db[0].group is None:
-        return False
+        return _Not.APPLICABLE
     ra, rb = table.find(da[0].group), table.find(db[0].group)
     if ra in table.children or rb in table.children or da[0].length != db[0].length:
-        return False
+        return _Not.APPLICABLE
     if table.units[ra] != table.units[rb] or da[0].block != db[0].block:
-        return False
-    table.tie_sizes(ra, rb)
-    return True
+        return _Not.APPLICABLE
+    return TieSizes(ra, rb)
 
 
-def _same(an: Analyzer, a: Dim, b: Dim) -> bool:
+def _same(an: _View, a: Dim, b: Dim) -> bool:
     find = an.table.find
     return len(a) == len(b) and all(
         sa.length == sb.length and (
@@ -180,7 +249,7 @@ def _same(an: Analyzer, a: Dim, b: Dim) -> bool:
         for sa, sb in zip(a, b))
 
 
-def _holds(an: Analyzer, guard: Guard, dims: dict[int, Dim | None]) -> bool:
+def _holds(an: _View, guard: Guard, dims: dict[int, Dim | None]) -> bool:
     """Whether the guard gives its answer for every size its reads may take."""
     found = _interval(an, guard.expr, dims)
     if found is None:
@@ -190,7 +259,7 @@ def _holds(an: Analyzer, guard: Guard, dims: dict[int, Dim | None]) -> bool:
     return found[0] == found[1]
 
 
-def _interval(an: Analyzer, e: Any, dims: dict[int, Dim | None]) -> Interval | None:
+def _interval(an: _View, e: Any, dims: dict[int, Dim | None]) -> Interval | None:
     if isinstance(e, (SizeRead, AttributeRead)):
         d = dims.get(id(e))
         return None if d is None else _range(an, d)
@@ -204,7 +273,7 @@ def _interval(an: Analyzer, e: Any, dims: dict[int, Dim | None]) -> Interval | N
     return _apply(e.fn, args)  # type: ignore[arg-type]
 
 
-def _range(an: Analyzer, dim: Dim) -> Interval:
+def _range(an: _View, dim: Dim) -> Interval:
     """The sizes ``dim`` may take: at least one unit of each elastic group, at most now."""
     table = an.table
     lo = hi = 0
@@ -286,4 +355,4 @@ _COMPARE: dict[Any, Any] = {
 }
 
 
-__all__ = ["decide", "due_guards"]
+__all__ = ["Decision", "EachPair", "Pin", "TieSizes", "Unify", "decide", "due_guards"]
