@@ -73,7 +73,7 @@ def is_transformers_model(model: Any) -> bool:
 
 
 @contextmanager
-def _config_overrides(configs: list[Any]) -> Iterator[None]:
+def _config_overrides(configs: list[Any], *, no_cache: bool = True) -> Iterator[None]:
     saved: list[tuple[Any, str, Any, bool]] = []
 
     def put(cfg: Any, attr: str, value: Any) -> None:
@@ -83,7 +83,7 @@ def _config_overrides(configs: list[Any]) -> Iterator[None]:
 
     try:
         for cfg in configs:
-            if getattr(cfg, "use_cache", False):
+            if no_cache and getattr(cfg, "use_cache", False):
                 put(cfg, "use_cache", False)
             impl = vars(cfg).get("_attn_implementation_internal")
             if impl is not None and impl not in TRACEABLE_ATTENTION:
@@ -98,6 +98,12 @@ def _config_overrides(configs: list[Any]) -> Iterator[None]:
                 vars(cfg)[attr] = value
             else:
                 vars(cfg).pop(attr, None)
+
+
+def traceable_kernels(configs: list[Any]) -> Any:
+    """The trace's attention and experts kernels for ``configs`` (those that run on the meta
+    device), the cache left as configured: how :mod:`.cachepath` runs the cached path."""
+    return _config_overrides(configs, no_cache=False)
 
 
 @contextmanager

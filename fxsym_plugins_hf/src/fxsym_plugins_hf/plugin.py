@@ -11,7 +11,8 @@ work is done in small modules: :mod:`.context` (trace preparation), :mod:`.masks
 (attention modules), :mod:`.rotary`, :mod:`.modules` (``Conv1D``, activations), :mod:`.ops`
 (op rules), :mod:`.configs` (``model.config`` after a resize), :mod:`.describable` (the
 sizes a config can describe), :mod:`.kernels` (sizes transformers' kernels take),
-:mod:`.sources` (the config fields each group's size is read from), :mod:`.checkpoint` (the
+:mod:`.sources` (the config fields each group's size is read from), :mod:`.cachepath` (the
+cached path ``generate`` runs, tried after a trial resize), :mod:`.checkpoint` (the
 files ``fxsym.save`` adds for a transformers model), :mod:`.pretrained` (a
 ``save_pretrained`` directory read for ``fxsym.prune_checkpoint``).
 """
@@ -43,6 +44,7 @@ from fxsym.plugins.contracts import (
 
 from . import (
     attention,
+    cachepath,
     checkpoint,
     configs,
     context,
@@ -75,9 +77,9 @@ class HuggingFacePlugin(
         hookspecs.RegisterSymInfosHook, hookspecs.LeafModuleHook, hookspecs.HookComputesHook,
         hookspecs.RegisterOpRulesHook, hookspecs.TraceContextHook, hookspecs.ExampleInputsHook,
         hookspecs.DefaultOutputsHook, hookspecs.AfterResizeHook, hookspecs.GroupStepsHook,
-        hookspecs.GroupSourcesHook, hookspecs.UndescribedGroupsHook, hookspecs.AfterDepthHook,
-        hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook, hookspecs.SaveFilesHook,
-        hookspecs.CheckpointReaderHook):
+        hookspecs.UntracedPathsHook, hookspecs.GroupSourcesHook, hookspecs.UndescribedGroupsHook,
+        hookspecs.AfterDepthHook, hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook,
+        hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook):
     """The hook implementations, with the state of one plugin manager; its bases are the
     hooks it implements, so mypy checks each against fxsym's specification."""
 
@@ -151,6 +153,13 @@ class HuggingFacePlugin(
                           ) -> Mapping[str, GroupStep] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
             return kernels.group_steps(model, symmap) or None
+        return None
+
+    @fxsym.hookimpl
+    def fxsym_untraced_paths(self, model: nn.Module, symmap: SymMap,
+                             example_inputs: ExampleInputs) -> Mapping[str, str] | None:
+        if _transformers_imported() and context.is_transformers_model(model):
+            return cachepath.untraced_paths(model, symmap, example_inputs) or None
         return None
 
     @fxsym.hookimpl

@@ -79,9 +79,14 @@ def analyze(
         analyzer = analyze_graph(gm, symmap, report, contract, strict)
         analyzer.explain_fixed_sizes()
         _finish(symmap, analyzer)
+        _find_steps(model, symmap)
+        if _pin_untraced_paths(model, symmap, analyzer, gm.example_inputs):
+            symmap = SymMap(model)  # the groups again, from the table with those pinned
+            symmap.analysis_options = dict(options)
+            _finish(symmap, analyzer)
+            _find_steps(model, symmap)
         _mark_details(analyzer)
         _find_depth(model, gm, symmap, report)
-        _find_steps(model, symmap)
         if not symmap.groups():
             analyzer.explain_no_group()
         symmap.trace_report = report
@@ -124,6 +129,23 @@ def _find_steps(model: nn.Module, symmap: SymMap) -> None:
                                            step_reason=steps[g.name][1])
                        if steps.get(g.name, (1,))[0] > 1 else g for g in analysis.groups)
         symmap.attach_analysis(dataclasses.replace(analysis, groups=groups))
+
+
+def _pin_untraced_paths(model: nn.Module, symmap: SymMap, an: Analyzer,
+                        example_inputs: Any) -> bool:
+    """Pin the groups a path of the model the trace did not run would break
+    (``fxsym_untraced_paths``), each with its reason and an ``untraced-path`` report line; a
+    key naming no group is a report line only. Whether a group was pinned."""
+    groups = {g.name: g for g in symmap.groups()}
+    pinned = False
+    for found in call_hook("fxsym_untraced_paths", model=model, symmap=symmap,
+                           example_inputs=example_inputs) or ():
+        for name, reason in (found or {}).items():
+            group = groups.get(str(name))
+            if group is not None:
+                pinned |= an.table.fix(group.id, str(reason))
+            an.report.add("untraced-path", str(name) or "<model>", str(reason))
+    return pinned
 
 
 def _contract(model: nn.Module, outputs: Any) -> tuple[Contract | None, bool]:

@@ -32,7 +32,8 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 
 * *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context``,
   ``fxsym_after_resize``, ``fxsym_after_depth``, ``fxsym_depth_kinds``,
-  ``fxsym_depth_refusal``, ``fxsym_group_steps``, ``fxsym_group_sources``,
+  ``fxsym_depth_refusal``, ``fxsym_group_steps``, ``fxsym_untraced_paths``,
+  ``fxsym_group_sources``,
   ``fxsym_undescribed_groups`` and ``fxsym_save_files`` call every plugin.
   Each registration hook's plugin gets its own ``register`` callable, so conflicts and
   ``fxsym plugins`` name the distribution behind each contribution;
@@ -262,6 +263,24 @@ class GroupStepsHook(Protocol):
         """
 
 
+class UntracedPathsHook(Protocol):
+    @hookspec
+    def fxsym_untraced_paths(self, model: nn.Module, symmap: SymMap,
+                             example_inputs: ExampleInputs) -> Mapping[str, str] | None:
+        """The searchable groups of ``symmap`` that a path of ``model`` the trace did not run
+        would break if resized: ``{group name: reason}``, or ``None``.
+
+        The trace runs one program (a transformers model without its cache); the model may run
+        others its library calls it with (``generate``'s cached decode), whose reads fxsym did
+        not see. A plugin that knows such a path tries it and names the groups it cannot prove
+        safe: :func:`fxsym.analyze` pins each (constant, its reason in the group table and an
+        ``untraced-path`` trace-report line). A key naming no group is a line of the report
+        only (``""``: the model's, "the path could not be tried"). Called once per analysis
+        with the example inputs traced, after the groups and their steps are found; it must
+        not change the model.
+        """
+
+
 class GroupSourcesHook(Protocol):
     @hookspec
     def fxsym_group_sources(self, model: nn.Module, symmap: SymMap
@@ -356,8 +375,8 @@ HOOKS: tuple[type, ...] = (
     RegisterSymInfosHook, LeafModuleHook, HookComputesHook, DerivedTensorsHook,
     RegisterOpRulesHook, RegisterProxiesHook, RegisterPatternsHook, TraceContextHook,
     ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, UndescribedGroupsHook,
-    GroupStepsHook, GroupSourcesHook, AfterDepthHook, DepthKindsHook, DepthRefusalHook,
-    SaveFilesHook, CheckpointReaderHook,
+    GroupStepsHook, UntracedPathsHook, GroupSourcesHook, AfterDepthHook, DepthKindsHook,
+    DepthRefusalHook, SaveFilesHook, CheckpointReaderHook,
 )
 _BY_CLASS = {cls: name for cls in HOOKS for name in vars(cls) if name.startswith("fxsym_")}
 

@@ -12,6 +12,7 @@ keeps following the input's batch size).
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -123,6 +124,12 @@ class ShapeProxy(torch.fx.Proxy):
         n = self._length("iteration") if isinstance(val, torch.Tensor) else len(val)
         # torch.fx.Proxy gets __getitem__ at run time (its magic methods are not declared)
         return (self[i] for i in range(n))  # type: ignore[index]
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """``x[index] = value``: an ``operator.setitem`` node, a write into ``x`` that the
+        graph runs where the model does (torch.fx keeps it: it has a side effect); the op
+        rules see ``value`` enter the indexed part of ``x``."""
+        self.tracer.create_proxy("call_function", operator.setitem, (self, index, value), {})
 
     def __getattr__(self, name: str) -> Any:
         if name in CONCRETE_ATTRIBUTES or name in CONCRETE_METHODS:

@@ -1,0 +1,170 @@
+"""The cached path ``generate`` runs, tried after a trial resize (the ``fxsym_untraced_paths``
+hook).
+
+fxsym traces a transformers model with ``use_cache=False`` (:mod:`.context`: a cache object
+cannot be a graph value), but ``generate`` runs the other path: a prefill with
+``use_cache=True``, then decode steps that read the cache. What that path reads and the trace
+never ran can disagree with a resize: RWKV's recurrent state is allocated from
+``config.hidden_size`` and written with the attention's own width; xLSTM's cache is sized by
+``v_dim``, a value its config computes from ``hidden_size`` (rounded up to 64) while the layers
+hold theirs. The analysis cannot prove such a group safe, so it is tried:
+
+* a copy of the model whose parameters and buffers are meta tensors (nothing real is copied),
+  every searchable group halved (rounded down to :attr:`fxsym.SymGroup.step`, not under
+  ``min_size``), runs the cached path as ``generate`` does: the prefill
+  (``prepare_inputs_for_generation`` of the example inputs, a forward with
+  ``use_cache=True``), then one decode step (the cache the prefill returned, one more token,
+  ``next_sequence_length=1``);
+* where that fails, the unresized copy runs the path: where it cannot either (a kernel with no
+  meta implementation), nothing is pinned and a report line says the path was not tried;
+  else each group is halved alone, and each group whose own trial fails is pinned, the
+  failure in its reason; groups that fail only together are all pinned.
+
+A trial sees what fails (a shape the cache disagrees with, a check that raises); it does not
+compare values, so a cached path that reads a stale size and still runs is not seen, and one
+size is tried (half), so a group that breaks only at other sizes is not seen either. Only
+decoder-only models that can generate, analyzed with ``input_ids``, are tried. The trials run
+on the meta device with the trace's kernel choices (:func:`.context.traceable_kernels`): when
+nothing fails, one copy and two forwards on meta tensors per analysis.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+import fxsym
+
+from .context import model_configs, traceable_kernels
+
+#: the keyword under which ``untraced_paths`` notes that the path could not be tried
+NOT_TRIED = ""
+
+
+def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[str, str]:
+    """``{group name: reason}`` for each searchable group of ``symmap`` whose trial resize
+    breaks ``model``'s cached path (see the module docstring); ``{NOT_TRIED: why}`` when the
+    unresized model cannot run that path on meta tensors."""
+    ids = _input_ids(model, example_inputs)
+    groups = [g for g in symmap.groups() if g.size >= 2]
+    if ids is None or not groups:
+        return {}
+    others = {k: v for k, v in example_inputs.items() if k != "input_ids"}
+    sizes = {g.name: s for g in groups if (s := _half(g)) is not None}
+    if not sizes or _try(model, symmap, sizes, ids, others) is None:
+        return {}
+    failure = _try(model, symmap, {}, ids, others)
+    if failure is not None:
+        return {NOT_TRIED: f"the cached path (use_cache=True, one decode step, as generate "
+                           f"runs it) does not run on meta tensors ({failure}): no resize "
+                           "was tried on it"}
+    alone = {}
+    for name, size in sizes.items():
+        failure = _try(model, symmap, {name: size}, ids, others)
+        if failure is not None:
+            alone[name] = failure
+    if not alone:  # each one runs, not all of them together
+        failure = _try(model, symmap, sizes, ids, others) or "fails"
+        alone = {name: f"{failure} (with every group halved)" for name in sizes}
+    return {name: (f"halved (a trial on a meta copy), the model's cached forward "
+                   f"(use_cache=True then one decode step, as generate runs it; not traced) "
+                   f"fails: {failure}") for name, failure in alone.items()}
+
+
+def _input_ids(model: nn.Module, example_inputs: Any) -> torch.Tensor | None:
+    """The token ids a decoder-only generative model is analyzed with, else ``None``."""
+    try:
+        from transformers import GenerationMixin
+    except ImportError:
+        return None
+    config = getattr(model, "config", None)
+    if (not isinstance(model, GenerationMixin) or not isinstance(example_inputs, Mapping)
+            or getattr(config, "is_encoder_decoder", False)):
+        return None
+    can_generate = getattr(model, "can_generate", None)
+    try:
+        if not callable(can_generate) or not can_generate():
+            return None
+    except Exception:  # a model that cannot say: it is not tried
+        return None
+    ids = example_inputs.get("input_ids")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        return None
+    return ids
+
+
+def _half(group: Any) -> int | None:
+    return _rounded(group, group.size // 2)
+
+
+def _rounded(group: Any, size: int) -> int | None:
+    """``size`` rounded down to the group's step, or ``None`` below its least size."""
+    step = max(1, group.step)
+    size -= size % step
+    return size if size >= max(1, group.min_size) and size < group.size else None
+
+
+def _try(model: nn.Module, symmap: Any, sizes: Mapping[str, int], ids: torch.Tensor,
+         others: Mapping[str, Any]) -> str | None:
+    """Resize a meta copy of ``model`` to ``sizes`` (units kept from the first) and run its
+    cached path; what failed, or ``None``."""
+    clone, clone_map = _meta_copy(model, symmap)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the configs of a throw-away copy
+            if sizes:
+                fxsym.resize(clone, clone_map, {name: torch.arange(n)
+                                                for name, n in sizes.items()})
+            with traceable_kernels(model_configs(clone)):
+                _cached_path(clone, ids.to("meta"), _to_meta(dict(others)))
+    except Exception as exc:  # what the path raised is the answer
+        return f"{type(exc).__name__}: {_first_line(exc)}"
+    return None
+
+
+def _cached_path(model: Any, ids: torch.Tensor, others: dict[str, Any]) -> None:
+    """Prefill then one decode step, as ``generate`` does (its own input preparation)."""
+    kwargs: dict[str, Any] = {**others, "use_cache": True}
+    with torch.no_grad():
+        inputs = model.prepare_inputs_for_generation(ids, is_first_iteration=True, **kwargs)
+        out = model(**inputs, return_dict=True)
+        kwargs = model._update_model_kwargs_for_generation(out, kwargs)
+        token = out.logits[:, -1:].argmax(-1).to(ids.dtype)
+        ids = torch.cat([ids, token], dim=1)
+        inputs = model.prepare_inputs_for_generation(ids, next_sequence_length=1, **kwargs)
+        model(**inputs, return_dict=True)
+
+
+def _meta_copy(model: nn.Module, symmap: Any) -> tuple[nn.Module, Any]:
+    """A deep copy of ``model`` and ``symmap`` together whose parameters and buffers are meta
+    tensors (none of the model's data is copied)."""
+    memo: dict[int, Any] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        if id(tensor) in memo:
+            continue
+        meta = tensor.detach().to("meta")
+        if isinstance(tensor, nn.Parameter):
+            meta = nn.Parameter(meta, requires_grad=tensor.requires_grad)
+        memo[id(tensor)] = meta
+    clone: tuple[nn.Module, Any] = copy.deepcopy((model, symmap), memo)
+    return clone
+
+
+def _to_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to("meta")
+    if isinstance(value, dict):
+        return {k: _to_meta(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_meta(v) for v in value)
+    return value
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else "(no message)"
