@@ -39,6 +39,7 @@ ORDER = [
     "paths",       # what a path is, outputs overlapping inputs, the lock of an output
     "options",     # the rules of the pruning options alone (no torch)
     "console",     # tables and progress: rich at a terminal, plain text otherwise
+    "phases",      # where a long call's time goes: its steps timed when asked
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "lockstep",    # batches run through a model together, held at the entry of its blocks
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
@@ -70,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
     "paths": {"errors"},
     "options": {"errors"},
     "console": set(),
+    "phases": set(),
     "modstate": set(),
     "lockstep": {"errors"},
     "plugins": {"errors"},
@@ -90,7 +92,7 @@ ALLOWED: dict[str, set[str]] = {
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "options", "paths", "persist",
-                   "planning", "plugins", "search"},
+                   "phases", "planning", "plugins", "search"},
     "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -66,7 +66,7 @@ about the largest block or module outside the blocks (an embedding, the head) pl
 calibration hidden states.
 
 Imports from fxsym: analysis, depth, errors, importance, options, paths, persist,
-planning, plugins, search (console and lockstep inside functions).
+phases, planning, plugins, search (console and lockstep inside functions).
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ from .importance import ActivationRecorder, ParamLayout, element_scores, layout
 from .options import checkpoint_request
 from .paths import kind, overlap, writing
 from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_directory
+from .phases import phase
 from .planning import Plan, plan
 from .plugins import load_plugins
 from .plugins.calls import call_hook
@@ -1422,7 +1423,13 @@ def prune_checkpoint(
     """
     import contextlib
 
-    step = status or (lambda message: contextlib.nullcontext())
+    told = status or (lambda message: contextlib.nullcontext())
+
+    @contextlib.contextmanager
+    def step(message: str, name: str) -> Iterator[None]:
+        with told(message), phase(name):
+            yield
+
     checked_options(routing_groups=routing_groups)
     reader = open_checkpoint(directory)
     request = checkpoint_request(
@@ -1436,12 +1443,13 @@ def prune_checkpoint(
         warnings.warn(request.warning, ImportanceWarning, stacklevel=2)
     texts: Sequence[str] | None = None
     if calibration is not None:
-        texts = (read_calibration_text(calibration,
-                                       limit=calibration_bytes(max(calibration_tokens, 1)))
-                 if isinstance(calibration, (str, os.PathLike)) else list(calibration))
+        with phase("reading the calibration text"):
+            texts = (read_calibration_text(calibration,
+                                           limit=calibration_bytes(max(calibration_tokens, 1)))
+                     if isinstance(calibration, (str, os.PathLike)) else list(calibration))
         if not texts or not any(t.strip() for t in texts):
             raise CalibrationError("the calibration text is empty")
-    with step(f"building {directory} on the meta device"):
+    with step(f"building {directory} on the meta device", "building on meta"):
         model = reader.build()
         stored = reader.stored(model)
         held = reader.tensor_files()
@@ -1451,9 +1459,10 @@ def prune_checkpoint(
         tensors = _Tensors(reader.directory, held, stored, sorted(ignored))
         tensors.check(model)
         buffers = _load_buffers(model, tensors)
-    batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
-               if texts is not None and (importance == "activation" or searching
-                                         or isinstance(layers, int)) else None)
+    with phase("tokenising"):
+        batches = (reader.calibration(texts, tokens=calibration_tokens, seq_len=seq_len)
+                   if texts is not None and (importance == "activation" or searching
+                                             or isinstance(layers, int)) else None)
     if batches is not None and not batches:
         raise CalibrationError("the calibration text gave no tokens")
     if param_ratio is not None:
@@ -1462,9 +1471,10 @@ def prune_checkpoint(
     if target_params is not None and target_params > whole:
         raise PlanError(f"target_params {target_params:,} is above the checkpoint's {whole:,} "
                         f"parameters: nothing to prune; give a target under {whole:,}")
-    with step("analyzing"):
+    with step("analyzing", "analysing"):
         sm = analyze(model, routing_groups=routing_groups)
-    sized = None if sizes is None else sizes_for(sm, **sizes)
+    with phase("roles and sizes"):
+        sized = None if sizes is None else sizes_for(sm, **sizes)
     if layers is not None:
         choose_blocks(sm, layers, {g.name: torch.zeros(g.size) for g in sm.depth_groups()},
                       model=model)  # refused before any read: positions losing a needed kind
@@ -1485,12 +1495,13 @@ def prune_checkpoint(
             meeting()
             describe = False
             notes.append(_UNDESCRIBED.format(refused))
-    with step("mapping the groups onto the parameters"):
+    with step("mapping the groups onto the parameters", "layout"):
         lay = layout(model, sm)
     extra: dict[str, Any] = {}
     depth_scores: dict[str, torch.Tensor] | None = None
     if batches is not None:
-        streamed = stream_activations(model, sm, tensors, batches, progress=progress)
+        with phase("calibration pass"):
+            streamed = stream_activations(model, sm, tensors, batches, progress=progress)
         extra = {"blocks": streamed.blocks, "block_importance": streamed.block_importance}
         if streamed.expert_load:
             extra.update(expert_load=streamed.expert_load,
@@ -1500,7 +1511,8 @@ def prune_checkpoint(
     if batches is not None and importance == "activation":
         scores = streamed.scores
     else:
-        scores = _weight_scores(model, sm, tensors, importance, lay, progress=progress)
+        with phase("weight scores"):
+            scores = _weight_scores(model, sm, tensors, importance, lay, progress=progress)
 
     def given(m: nn.Module, s: Any) -> dict[str, torch.Tensor]:
         return scores
@@ -1509,18 +1521,19 @@ def prune_checkpoint(
     first = _first_names(model)
     if searching:
         assert target is not None and batches is not None
-        found = architecture_search(
-            model, sm, target_params=target, active=target_active_params is not None,
-            round_to=round_to, importance=given, block_scores=depth_scores or {},
-            evaluate_all=lambda plans: stream_losses(model, sm, tensors, lay, plans, batches,
-                                                     progress=progress),
-            depths=depths, describable=describe, exclude=exclude, min_keep=min_keep,
-            progress=progress)
+        with phase("search"):
+            found = architecture_search(
+                model, sm, target_params=target, active=target_active_params is not None,
+                round_to=round_to, importance=given, block_scores=depth_scores or {},
+                evaluate_all=lambda plans: stream_losses(model, sm, tensors, lay, plans,
+                                                         batches, progress=progress),
+                depths=depths, describable=describe, exclude=exclude, min_keep=min_keep,
+                progress=progress)
         chosen = found.plan
         extra["search"] = found.rows()
         notes += [f"the search skipped {why}" for why in found.skipped]
     else:
-        with step("planning"):
+        with step("planning", "planning"):
             chosen, note = _describable_plan(
                 describe, model, sm, ratio=ratio, target_params=target_params,
                 importance=given, scope=scope, round_to=round_to, min_keep=min_keep,
@@ -1534,12 +1547,13 @@ def prune_checkpoint(
         from .planning import with_extra
 
         chosen = with_extra(chosen, **extra)
-    cuts = kept_positions(lay, chosen.choices())
-    depth_groups = sm.depth_groups()
-    blocks = {d.name: list(d.keep) for d in chosen.depth}
-    names = {n: renamed(n, depth_groups, blocks) for unit in tensors.units() for n in unit}
-    chosen = apply_with_notes(chosen, model, sm)
-    files = plugin_files(model, chosen)
+    with phase("resizing the meta model"):
+        cuts = kept_positions(lay, chosen.choices())
+        depth_groups = sm.depth_groups()
+        blocks = {d.name: list(d.keep) for d in chosen.depth}
+        names = {n: renamed(n, depth_groups, blocks) for unit in tensors.units() for n in unit}
+        chosen = apply_with_notes(chosen, model, sm)
+        files = plugin_files(model, chosen)
     aliases = _aliases(model, {n for n in names.values() if n is not None})
     carried, left_out = _carried(reader, files)
     from .planning import with_extra
@@ -1547,14 +1561,16 @@ def prune_checkpoint(
     chosen = with_extra(chosen, carried=carried, left_out=left_out)
     manifest = {"fxsym": FORMAT, "source": None, "aliases": aliases, "files": sorted(files),
                 "history": [], "plan": chosen.to_dict()}
-    with replace_directory(output) as tmp:
-        _write_weights(tmp, tensors, names, first, cuts, model, buffers, max_shard_size,
-                       progress)
-        for name, data in files.items():
-            (tmp / name).write_bytes(data)
-        for name in carried:
-            _copy(reader.directory / name, tmp / name)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    with phase("putting the output in place"), replace_directory(output) as tmp:
+        with phase("writing the weights"):
+            _write_weights(tmp, tensors, names, first, cuts, model, buffers, max_shard_size,
+                           progress)
+        with phase("writing the other files"):
+            for name, data in files.items():
+                (tmp / name).write_bytes(data)
+            for name in carried:
+                _copy(reader.directory / name, tmp / name)
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     return chosen
 
 

@@ -40,6 +40,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+#: when the command line's module was imported: ``fxsym prune --times`` counts from here
+_STARTED = time.perf_counter()
+
 
 class CliError(Exception):
     """A command-line failure, shown as one line."""
@@ -652,10 +655,40 @@ def _refuse_unused(args: argparse.Namespace, shape: dict[str, int], architecture
 def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
                       layers: int | list[int] | None) -> int:
     """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed (its options
-    checked by :func:`check_prune_options`)."""
-    from .checkpoint import loading_note, prune_checkpoint
-    from .console import status
+    checked by :func:`check_prune_options`); its steps timed (:mod:`fxsym.phases`), the
+    times printed on stderr with ``--times``."""
+    from .phases import format_record, phase, recording
 
+    with recording() as seconds:
+        with phase("importing torch and fxsym"):
+            from .checkpoint import loading_note, prune_checkpoint
+            from .console import status
+        plan = _pruned_checkpoint(args, shape, layers, prune_checkpoint, status)
+        with phase("saying how the output loads"):
+            note = loading_note(args.model, args.output)
+    if args.times:
+        total = time.perf_counter() - _STARTED
+        print(f"time by step ({total:.2f} s since the command started):\n"
+              f"{format_record(seconds, total)}", file=sys.stderr)
+    if args.importance_warning:
+        print(f"fxsym: ImportanceWarning: {args.importance_warning}", file=sys.stderr)
+    if args.json:
+        print(plan.to_json())
+        return 0
+    rows = plan.extra.get("search")
+    if rows:
+        from .search import table
+
+        print(f"candidates for {_target_text(args, plan)}:\n{table(rows)}\n")
+    print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
+          f"{_carried_text(plan)}{note}")
+    return 0
+
+
+def _pruned_checkpoint(args: argparse.Namespace, shape: dict[str, int],
+                       layers: int | list[int] | None, prune_checkpoint: Any, status: Any
+                       ) -> Any:
+    """:func:`fxsym.prune_checkpoint` called with the command's options."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ImportanceWarning)  # said below, in the flags' words
         plan = prune_checkpoint(
@@ -674,19 +707,7 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
             max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None
                                   else args.max_shard_size),
             progress=True, status=status)
-    if args.importance_warning:
-        print(f"fxsym: ImportanceWarning: {args.importance_warning}", file=sys.stderr)
-    if args.json:
-        print(plan.to_json())
-        return 0
-    rows = plan.extra.get("search")
-    if rows:
-        from .search import table
-
-        print(f"candidates for {_target_text(args, plan)}:\n{table(rows)}\n")
-    print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
-          f"{_carried_text(plan)}{loading_note(args.model, args.output)}")
-    return 0
+    return plan
 
 
 def _carried_text(plan: Any) -> str:
@@ -905,6 +926,9 @@ def add_prune_parser(sub: Any) -> _Parser:
     p.add_argument("--force", action="store_true",
                    help="replace the output directory even if it holds files")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--times", action="store_true", help="a checkpoint directory: print on "
+                   "stderr the seconds each step took (building, analysing, the calibration "
+                   "pass, writing ...)")
     p.set_defaults(func=cmd_prune)
     return p
 
