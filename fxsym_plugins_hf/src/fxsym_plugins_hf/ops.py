@@ -10,10 +10,8 @@ describes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from fxsym.analysis import Layout, OpContext
+from fxsym.plugins.contracts import OpRuleRegistrar
 
 from .masks import MASK_LEAF_NAME
 
@@ -22,5 +20,5 @@ def mask_leaf(ctx: OpContext) -> Layout:
     return ctx.fixed()
 
 
-def register_op_rules(register: Callable[[Any, Callable[[OpContext], Layout]], None]) -> None:
+def register_op_rules(register: OpRuleRegistrar) -> None:
     register(MASK_LEAF_NAME, mask_leaf)

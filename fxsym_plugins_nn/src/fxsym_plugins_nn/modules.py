@@ -17,6 +17,7 @@ from torch import nn
 
 from fxsym import Symbol, SymInfo
 from fxsym.analysis import norm_groups
+from fxsym.plugins.contracts import SymInfoRegistrar
 from fxsym.resizing import keep_entries, l1_scores, resize_projection
 
 from . import values
@@ -420,7 +421,7 @@ VALUE_RULES: dict[Callable[..., SymInfo], Callable[..., Any]] = {
 }
 
 
-def register_sym_infos(register: Callable[..., None]) -> None:
+def register_sym_infos(register: SymInfoRegistrar) -> None:
     for classes, factory, resize, importance in FAMILIES:
         register(classes, factory, resize=resize, importance=importance,
                  value=VALUE_RULES.get(factory))

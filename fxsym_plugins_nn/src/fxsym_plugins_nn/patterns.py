@@ -42,6 +42,7 @@ from fxsym.passes import (
     SubgraphPattern,
     get_arg,
 )
+from fxsym.plugins.contracts import PatternRegistrar
 
 __all__ = ["PATTERNS", "register_patterns"]
 
@@ -360,7 +361,7 @@ GELU_TANH = SubgraphPattern(
 PATTERNS = [FOLD_CONV_BN, FOLD_LINEAR_BN, LOG_SOFTMAX, EINSUM_OUTER_SUM, SILU, GELU_TANH]
 
 
-def register_patterns(register: Callable[[Any], None]) -> None:
+def register_patterns(register: PatternRegistrar) -> None:
     """Body of the nn plugin's ``fxsym_register_patterns`` hook."""
     for item in semantics():
         register(item)

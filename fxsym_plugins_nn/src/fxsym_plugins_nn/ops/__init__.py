@@ -25,6 +25,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fxsym.plugins.contracts import OpRuleRegistrar
+
 from .common import OpTarget, Rule
 from .contractions import add_matmul, einsum, matmul, sdpa
 from .creation import constant_fill, creation, like_fill
@@ -59,7 +61,7 @@ from .views import (
 )
 
 
-def register_op_rules(register: Callable[[Any, Rule], None]) -> None:
+def register_op_rules(register: OpRuleRegistrar) -> None:
     """Register every rule of this package with fxsym (called from the plugin hook): the
     table, then :mod:`.positions` over it (its rules wrap or fall back to the table's)."""
     rules: dict[Any, Rule] = {}
