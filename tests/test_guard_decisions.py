@@ -4,7 +4,9 @@
 :class:`~fxsym.analysis.guards.Pin`, :class:`~fxsym.analysis.guards.Unify`,
 :class:`~fxsym.analysis.guards.TieSizes`, :class:`~fxsym.analysis.guards.EachPair` or
 ``None``; it writes nothing. Neither ``guards`` nor ``derived`` imports the analyzer (the
-``analyzer`` <-> ``guards`` cycle is gone).
+``analyzer`` <-> ``guards`` cycle is gone). :func:`fxsym.analysis.shared.tie_shared_tensors`
+ties groups through the op-rule context, as a rule does, and returns the symbol dims and
+members it found (:class:`~fxsym.analysis.shared.SharedMembers`) for the analyzer to record.
 """
 
 from __future__ import annotations
@@ -100,3 +102,56 @@ def test_guards_and_derived_do_not_import_the_analyzer() -> None:
         imported = {node.module for node in ast.walk(tree)
                     if isinstance(node, ast.ImportFrom) and node.module}
         assert not any(m.endswith("analyzer") for m in imported), (name, imported)
+
+
+class HeldAndRead(nn.Module):
+    """``shared`` is never called but holds ``enc``'s weight (its symbols join the groups of
+    the dims they size); ``qkv``'s weight is read, never called (its size attributes follow
+    the tensor as attribute members)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(10, 8)
+        self.enc = nn.Embedding(10, 8)
+        self.enc.weight = self.shared.weight
+        self.qkv = nn.Linear(8, 12, bias=False)
+        self.head = nn.Linear(12, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.enc(ids)
+        return self.head(torch.relu(torch.nn.functional.linear(h, self.qkv.weight)))
+
+
+def test_shared_tensors_return_what_they_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """:func:`~fxsym.analysis.shared.tie_shared_tensors` leaves the analyzer's symbol dims and
+    members as they were and returns the ones it found (``shared``'s embedding dim, ``qkv``'s
+    size attributes), which the analyzer records: they are members of the groups, and a
+    resize keeps ``shared`` and ``qkv`` consistent with their tensors."""
+    from fxsym.analysis import shared
+
+    found: list[shared.SharedMembers] = []
+
+    def spy(an: Any) -> shared.SharedMembers:
+        before = (dict(an.symbol_dims), set(an.param_members))
+        members = shared.tie_shared_tensors(an)
+        assert (dict(an.symbol_dims), set(an.param_members)) == before
+        found.append(members)
+        return members
+
+    monkeypatch.setattr(analyzer_module, "tie_shared_tensors", spy)
+    torch.manual_seed(0)
+    model = HeldAndRead().double().eval()
+    ids = torch.randint(0, 10, (2, 5))
+    sm = fxsym.analyze(model, example_inputs=(ids,))
+    with torch.no_grad():
+        torch.testing.assert_close(sm.graph_module(ids), model(ids))
+    members = found[-1]
+    assert ("shared", "embedding_dim") in members.symbol_dims
+    assert {("qkv", "attr:in_features"), ("qkv", "attr:out_features")} <= members.param_members
+    every = {m for g in sm.groups() for m in g.members}
+    assert set(members.symbol_dims) <= every
+    assert check_permutation(model, sm, (ids,)).ok
+    fxsym.resize(model, sm, {g.name: g.size // 2 for g in sm.groups()})
+    assert model.shared.embedding_dim == model.shared.weight.shape[1] == 4
+    assert model.qkv.out_features == model.qkv.weight.shape[0] == 6
+    assert model(ids).shape == (2, 5, 3)

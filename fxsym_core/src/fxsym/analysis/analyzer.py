@@ -150,7 +150,9 @@ class Analyzer:
         resolve = self.table.resolve_layout  # read groups split since as their blocks
         self.symbol_dims = {k: resolve(d) for k, d in self.symbol_dims.items()}
         self.param_reads = {k: resolve(v) for k, v in self.param_reads.items()}
-        tie_shared_tensors(self)
+        shared = tie_shared_tensors(self)
+        self.symbol_dims.update(shared.symbol_dims)
+        self.param_members |= shared.param_members
 
     def _apply_guard(self, decision: Decision, at: torch.fx.Node) -> None:
         """Apply what :func:`fxsym.analysis.guards.decide` decided of a guard whose last read

@@ -35,12 +35,18 @@ tensors the graph reads without calling it. The size attributes that rule would 
 dims they follow, found by running the rule on meta copies: an int attribute that equals a
 dim's length and that the rule, keeping all but the dim's last unit, sets to the entries kept.
 A resize then sets it to the entries kept, so the module's attributes agree with its tensors.
+
+The groups are tied through :class:`~fxsym.analysis.context.OpContext`, as an op rule ties
+them; the symbol dims and attribute members found are returned (:class:`SharedMembers`) for
+the analyzer to record.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections import ChainMap
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -62,13 +68,25 @@ class AnalyzerState(AnalysisState, Protocol):
     gm: torch.fx.GraphModule
     symmap: SymMap
     registry: Registry
-    symbol_dims: dict[tuple[str, str], Dim]
-    param_members: set[tuple[str, str]]
     param_reads: dict[str, Layout]
     #: the model's submodules by path
     model_modules: Submodules
 
+    @property
+    def symbol_dims(self) -> Mapping[tuple[str, str], Dim]:
+        """(module qualname, symbol name) -> the Dim that symbol sizes, as found so far."""
+
     def drop_parameter_member(self, target: str) -> None: ...
+
+
+@dataclass
+class SharedMembers:
+    """What :func:`tie_shared_tensors` found, for the analyzer to record: the dims of the
+    symbols of modules the graph never calls that hold shared tensors, and of the attribute
+    members following their tensors (``param_members``: those keys, sliced directly)."""
+
+    symbol_dims: dict[tuple[str, str], Dim] = field(default_factory=dict)
+    param_members: set[tuple[str, str]] = field(default_factory=set)
 
 #: a dim that no symbol of a leaf sizes, or that several size: it pins what meets it
 _PIN = "pin"
@@ -87,8 +105,9 @@ class _Place(NamedTuple):
     rel: str = ""
 
 
-def tie_shared_tensors(an: AnalyzerState) -> None:
-    """Unify, dim by dim, what sizes each tensor at each of its places (see the module doc)."""
+def tie_shared_tensors(an: AnalyzerState) -> SharedMembers:
+    """Unify, dim by dim, what sizes each tensor at each of its places (see the module doc);
+    return the symbol dims and members found, which ``an`` does not hold yet."""
     places: dict[int, list[_Place]] = {}
     tensors: dict[int, torch.Tensor] = {}
     model = an.model_modules
@@ -140,9 +159,11 @@ def tie_shared_tensors(an: AnalyzerState) -> None:
             for p in where:
                 if p.leaf is None:
                     an.drop_parameter_member(str(p.node.target))
+    members = SharedMembers()
     for name, mod, entry, snames, own in holders:
-        _join(an, name, mod, entry, snames, own, places, tied)
-    _follow_family_attributes(an, outside, tied)
+        _join(an, name, mod, entry, snames, own, places, tied, members)
+    _follow_family_attributes(an, outside, tied, members)
+    return members
 
 
 def _in_leaf(qualname: str, leaves: set[str]) -> bool:
@@ -155,10 +176,11 @@ def _in_leaf(qualname: str, leaves: set[str]) -> bool:
 
 
 def _follow_family_attributes(an: AnalyzerState, outside: list[tuple[str, nn.Module]],
-                              tied: dict[int, dict[int, Dim]]) -> None:
+                              tied: dict[int, dict[int, Dim]], found: SharedMembers) -> None:
     """The size attributes of modules among ``outside`` (neither leaves nor inside one)
     that override their family's ``forward`` become attribute members of the dims of their own
-    tensors they follow (module doc)."""
+    tensors they follow (module doc), added to ``found``."""
+    symbol_dims = ChainMap(found.symbol_dims, dict(an.symbol_dims))
     followers: list[tuple[str, nn.Module, SymInfoEntry, list[str]]] = []
     for qualname, mod in outside:
         entry = an.registry.sym_info_entry(type(mod))
@@ -172,7 +194,7 @@ def _follow_family_attributes(an: AnalyzerState, outside: list[tuple[str, nn.Mod
             snames = list(an.symmap[mod] if mod in an.symmap else entry.factory(mod).symbols)
         except Exception:  # a family's SymInfo that does not fit this subclass: left alone
             continue
-        if not any((name, sname) in an.symbol_dims for sname in snames):  # no rule runs
+        if not any((name, sname) in symbol_dims for sname in snames):  # no rule runs
             followers.append((name, mod, entry, snames))
     if not followers:
         return
@@ -190,14 +212,14 @@ def _follow_family_attributes(an: AnalyzerState, outside: list[tuple[str, nn.Mod
                 for attr in _following(an, entry, mod, snames, rel, tuple(t.shape), d, dim,
                                        results):
                     key = (name, f"{ATTRIBUTE_PREFIX}{attr}")
-                    old = an.symbol_dims.get(key)
+                    old = symbol_dims.get(key)
                     if old is not None and key not in added:
                         continue  # read as a size by the traced forward: already a member
                     try:
-                        an.symbol_dims[key] = dim if old is None else ctx.unify(old, dim)
+                        symbol_dims[key] = dim if old is None else ctx.unify(old, dim)
                     except Unsupported:
                         continue
-                    an.param_members.add(key)
+                    found.param_members.add(key)
                     added.add(key)
 
 
@@ -271,9 +293,9 @@ def _holders(an: AnalyzerState, leaves: set[str], outside: list[tuple[str, nn.Mo
 
 def _join(an: AnalyzerState, name: str, mod: nn.Module, entry: SymInfoEntry, snames: list[str],
           tensors: list[tuple[str, torch.Tensor]], places: dict[int, list[_Place]],
-          tied: dict[int, dict[int, Dim]]) -> None:
+          tied: dict[int, dict[int, Dim]], out: SharedMembers) -> None:
     """Attach the symbols of a holder to the dims of its tensors they size (module doc), if
-    each dim is sized by one of them."""
+    each dim is sized by one of them: their dims go to ``out``."""
     dims: dict[str, list[Dim]] = {}
     for rel, t in tensors:
         sizers = _sizers(an, entry, mod, snames, rel, t, tied.get(id(t), {}))
@@ -284,7 +306,7 @@ def _join(an: AnalyzerState, name: str, mod: nn.Module, entry: SymInfoEntry, sna
     ctx = OpContext(an, places[id(tensors[0][1])][0].node)
     for sname, found in dims.items():
         try:
-            an.symbol_dims[(name, sname)] = ctx.unify(*found)
+            out.symbol_dims[(name, sname)] = ctx.unify(*found)
         except Unsupported:
             for dim in found:
                 ctx.fix(dim, f"{name}.{sname} sizes tensors held elsewhere that are sized "
@@ -523,4 +545,4 @@ def _run_rule(entry: SymInfoEntry, mod: nn.Module, sname: str, dim: Dim,
     return {rel: tuple(t.shape) for rel, t in _named_tensors(clone)}, drop, dim
 
 
-__all__ = ["own_tensor", "tie_shared_tensors"]
+__all__ = ["SharedMembers", "own_tensor", "tie_shared_tensors"]
