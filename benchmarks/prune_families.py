@@ -79,7 +79,8 @@ def cell(src: Path, out: Path, op: dict[str, Any]) -> str:
     from fxsym.errors import FxsymError
 
     try:
-        plan = fxsym.prune_checkpoint(src, out, calibration_tokens=64, seq_len=24, **op)
+        calibrated = dict(calibration_tokens=64, seq_len=24) if "calibration" in op else {}
+        plan = fxsym.prune_checkpoint(src, out, **calibrated, **op)
     except FxsymError as exc:
         return f"refused: {_short(str(exc))}"
     except Exception as exc:

@@ -156,7 +156,7 @@ print("exit", code, "torch imported:", "torch" in sys.modules)
     (["torchvision:resnet18"], "give exactly one of --ratio"),
     (["torchvision:resnet18", "--ratio", "0.5", "--hidden", "8"], "or an amount, not both"),
     (["torchvision:resnet18", "--param-ratio", "1.5"], "--param-ratio is the fraction"),
-    (["torchvision:resnet18", "--ratio", "0.5", "--calib", "c.txt"], "--calib is for a"),
+    (["torchvision:resnet18", "--ratio", "0.5", "--calib", "c.txt"], "--calib FILE is for a"),
     (["torchvision:resnet18", "--target-active-params", "9", "--layers", "0,1"],
      "not positions"),
     (["torchvision:resnet18", "--ratio", "0.5", "--layers", "two"], "--layers is a count"),

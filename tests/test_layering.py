@@ -37,7 +37,8 @@ ORDER = [
     "errors",      # the exception and warning classes
     "naming",      # how a class or callable is named
     "paths",       # what a path is, outputs overlapping inputs, the lock of an output
-    "options",     # the rules of the pruning options alone (no torch)
+    "options",     # the rules of single pruning options, their spellings (no torch)
+    "request",     # one prune request, its options checked together once (no torch)
     "console",     # tables and progress: rich at a terminal, plain text otherwise
     "phases",      # where a long call's time goes: its steps timed when asked
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
@@ -70,6 +71,7 @@ ALLOWED: dict[str, set[str]] = {
     "naming": set(),
     "paths": {"errors"},
     "options": {"errors"},
+    "request": {"errors", "options"},
     "console": set(),
     "phases": set(),
     "modstate": set(),
@@ -91,15 +93,15 @@ ALLOWED: dict[str, set[str]] = {
                "paramlayout", "planning", "plugins", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
-    "checkpoint": {"analysis", "depth", "errors", "importance", "options", "paths", "persist",
-                   "phases", "planning", "plugins", "search"},
+    "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist",
+                   "phases", "planning", "plugins", "request", "search"},
     "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},
     "report_html": {"errors", "importance", "naming", "planning", "symbols"},
     "demo": set(),
     # everything else inside its commands, so ``fxsym --help`` is fast
-    "cli": {"errors", "options"},
+    "cli": {"errors", "options", "request"},
     "fxsym": {"errors"},  # every other name on first use, so ``import fxsym`` skips torch
 }
 

@@ -4,7 +4,7 @@ The core holds the machinery — symbols, the plugin system, the tracer, the ana
 resize engine and the pass pipeline — and knows no module family by itself: every family
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
-The package is built in rooms that import downward only — errors, naming, paths, options,
+The package is built in rooms that import downward only — errors, naming, paths, options, request,
 modstate, lockstep, plugins, registry, symbols, tracer, analysis, resizing, paramlayout,
 importance, depth, planning, search, persist, checkpoint, oracles, passes, demo, cli — checked by
 ``tests/test_layering.py``. Each room's docstring ends with what it imports. The pruning
@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
     from .persist import load, save
     from .planning import Plan, plan
     from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
+    from .request import PruneRequest
     from .resizing import resize
     from .symbols import SizeExpr, Symbol, SymGroup, SymInfo, SymMap
     from .tracer import TraceReport, trace
@@ -86,6 +87,7 @@ __all__ = [
     "PluginError",
     "PluginManager",
     "PluginWarning",
+    "PruneRequest",
     "ResizeError",
     "ResizeWarning",
     "SizeExpr",
@@ -123,6 +125,7 @@ _ROOMS = {
     "load": "persist",
     "save": "persist",
     "Plan": "planning", "plan": "planning", "prune_checkpoint": "checkpoint",
+    "PruneRequest": "request",
     "PluginManager": "plugins", "hookimpl": "plugins",
     "load_plugins": "plugins", "use_plugins": "plugins", "resize": "resizing",
     "SizeExpr": "symbols", "Symbol": "symbols", "SymGroup": "symbols", "SymInfo": "symbols",

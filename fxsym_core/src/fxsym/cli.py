@@ -3,12 +3,13 @@
 Every failure, a usage error included, is reported as one line on stderr,
 ``fxsym: <what failed>``, with exit code 2 (130 when interrupted); a traceback is never shown.
 An unknown option is answered with the closest one the command has; a warning is shown as one
-line too, ``fxsym: <Category>: <message>``. Every rule of
-``fxsym prune``'s options that depends on the options alone is checked first
-(:func:`check_prune_options`; the rules it shares with :func:`fxsym.prune_checkpoint` are
-:mod:`fxsym.options`'), before torch is imported: a usage error takes no time.
+line too, ``fxsym: <Category>: <message>``. ``fxsym prune`` only parses its flags into a
+:class:`fxsym.request.PruneRequest` (:func:`prune_request`): every rule of the options is the
+request's check, the one :func:`fxsym.prune_checkpoint` runs on its keyword arguments, with
+the same messages in the flags' words (a refusal is the request's typed error,
+``fxsym: PlanError: ...``), before torch is imported: a usage error takes no time.
 
-Imports from fxsym: errors, options (torch and the other rooms inside each command, so
+Imports from fxsym: errors, options, request (torch and the other rooms inside each command, so
 ``fxsym --help`` and ``fxsym --version`` never import torch: tested in a subprocess).
 """
 
@@ -24,17 +25,13 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import FxsymError, ImportanceWarning
-from .options import (
-    Spelling,
-    check_amount_values,
-    check_param_ratio,
-    checkpoint_request,
-    searches,
-)
+from .options import Spelling
+from .request import CALIBRATION_TOKENS, RANDOM_BATCHES, SEQ_LEN, Checked, PruneRequest
 
 if TYPE_CHECKING:
     import torch
@@ -325,7 +322,7 @@ def cmd_passes(args: argparse.Namespace) -> int:
 SAFE_SOURCES = ("torchvision", "timm")
 #: ``fxsym prune``'s defaults of the options only some ways of pruning use (left ``None`` by
 #: the parser, so an option given where it is not used is refused, never dropped)
-RANDOM_BATCHES, CALIB_TOKENS, SEQ_LEN, MAX_SHARD = 4, 8192, 512, "5GB"
+MAX_SHARD = "5GB"
 
 
 def is_saved_dir(spec: str) -> bool:
@@ -420,18 +417,18 @@ def _random_batches(inputs: Any, count: int) -> list[Any]:
     return [tuple(like(v) for v in inputs) for _ in range(count)]
 
 
-def _criterion(args: argparse.Namespace, inputs: Any) -> Any:
-    """The importance the options name; taylor and activation are calibrated on random inputs
-    of the example shape (a smoke run: with real data, use the library)."""
+def _criterion(name: str, count: int, inputs: Any) -> Any:
+    """The importance ``name``d; taylor and activation are calibrated on ``count`` random
+    inputs of the example shape (a smoke run: with real data, use the library)."""
     import torch
 
     from . import importance
     from .importance import run_batch
 
-    if args.importance not in ("taylor", "activation"):
-        return args.importance
-    batches = _random_batches(inputs, args.batches)
-    if args.importance == "activation":
+    if name not in ("taylor", "activation"):
+        return name
+    batches = _random_batches(inputs, count)
+    if name == "activation":
         return importance.activation(batches, progress=True)
 
     def self_labelled(model: nn.Module, batch: Any) -> torch.Tensor:
@@ -453,73 +450,64 @@ def is_checkpoint_dir(spec: str) -> bool:
 
 #: the flags giving sizes by role
 _SIZE_FLAGS = "--hidden, --ffn, --expert-ffn, --shared-ffn, --heads, --kv-heads, --experts"
+#: the size flags' destinations, the roles of :func:`fxsym.search.sizes_for`
+_SIZE_ROLES = ("hidden", "ffn", "expert_ffn", "shared_ffn", "heads", "kv_heads", "experts")
 
-#: ``fxsym prune``'s flags, as the options' rules name them (:mod:`fxsym.options`)
+#: ``fxsym prune``'s flags, as the request's rules name them (:mod:`fxsym.request`)
 FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="--layers",
                  scope="--scope", search="--search", no_search="--no-search",
                  target_active_params="--target-active-params",
                  calibration_tokens="--calib-tokens", seq_len="--seq-len",
                  param_ratio="--param-ratio", target_params="--target-params",
                  ratio="--ratio", target_macs="--target-macs", round_to="--round-to",
-                 min_keep="--min-keep")
+                 min_keep="--min-keep",
+                 target_non_embedding_params="--target-non-embedding-params",
+                 sizes=_SIZE_FLAGS, batches="--batches", input_shape="--input-shape",
+                 max_shard_size="--max-shard-size", norm_groups="--norm-groups")
 
 
-def check_prune_options(args: argparse.Namespace
-                        ) -> tuple[dict[str, int], int | list[int] | None, bool]:
-    """Every rule of ``fxsym prune``'s options that depends on the options alone (and on
-    what MODEL and ``-o`` name on disk), checked before torch is imported: the sizes asked
-    (``--hidden`` ...), the ``--layers`` asked and whether MODEL is a checkpoint directory."""
-    targets = [x for x in (args.ratio, args.param_ratio, args.target_params, args.target_macs,
-                           args.target_active_params) if x is not None]
-    shape = {k: getattr(args, k) for k in ("hidden", "ffn", "expert_ffn", "shared_ffn",
-                                           "heads", "kv_heads", "experts")
-             if getattr(args, k) is not None}
-    if len(targets) > 1 or not (targets or shape or args.layers is not None):
-        raise CliError("give exactly one of --ratio, --param-ratio, --target-params, "
-                       "--target-active-params and --target-macs, or sizes (--hidden, --ffn, "
-                       "--heads, --kv-heads, --layers)")
-    if targets and shape:
-        raise CliError(f"give sizes ({_SIZE_FLAGS}) or an amount, not both")
+def prune_request(args: argparse.Namespace) -> PruneRequest:
+    """``fxsym prune``'s flags parsed into the request (what cannot be read as a value is a
+    usage error here; every rule of the values is :meth:`PruneRequest.check`'s)."""
     layers = _layers(args.layers)
-    try:
-        check_param_ratio(args.param_ratio, FLAGS)
-        check_amount_values(ratio=args.ratio, target_params=args.target_params,
-                            target_macs=args.target_macs, round_to=args.round_to,
-                            min_keep=args.min_keep, names=FLAGS)
-        _check_output(args.output, args.force, args.model)
-        if is_checkpoint_dir(args.model):
-            _refuse_unused_checkpoint(args, shape, layers)
-            return shape, layers, True
-        for flag, value in (("--calib", args.calib), ("--calib-tokens", args.calib_tokens),
-                            ("--seq-len", args.seq_len),
-                            ("--max-shard-size", args.max_shard_size)):
-            if value is not None:
-                raise CliError(f"{flag} is for a checkpoint directory (what save_pretrained "
-                               f"writes); {args.model} is not one (an in-memory model is "
-                               "calibrated on --batches random batches of --input-shape)")
-        _searched(args, shape, layers)
-        if not _parameter_target(args):  # the way of pruning is known without the model
-            _refuse_unused(args, shape, bool(shape or layers is not None))
-        if not Path(args.model).is_dir():
-            check_spec(args.model)
-        if args.input_shape:
-            _input_shape(args.input_shape)
-    except FxsymError as exc:  # a rule of fxsym.options, in the flags' words
-        raise CliError(str(exc)) from exc
-    return shape, layers, False
+    sizes = {k: getattr(args, k) for k in _SIZE_ROLES if getattr(args, k) is not None}
+    return PruneRequest(
+        checkpoint=is_checkpoint_dir(args.model), ratio=args.ratio,
+        param_ratio=args.param_ratio, target_params=args.target_params,
+        target_non_embedding_params=args.target_non_embedding_params,
+        target_active_params=args.target_active_params, target_macs=args.target_macs,
+        sizes=sizes or None, layers=tuple(layers) if isinstance(layers, list) else layers,
+        search=args.search, scope=args.scope, importance=args.importance,
+        calibration=args.calib, calibration_tokens=args.calib_tokens, seq_len=args.seq_len,
+        batches=args.batches,
+        input_shape=None if args.input_shape is None else _input_shape(args.input_shape),
+        round_to=args.round_to, min_keep=args.min_keep, exclude=tuple(args.exclude or ()),
+        describable=args.describable, norm_groups=args.norm_groups,
+        routing_groups=args.routing_groups,
+        max_shard_size=None if args.max_shard_size is None else _bytes(args.max_shard_size))
+
+
+def check_prune_options(args: argparse.Namespace) -> Checked:
+    """``fxsym prune``'s flags parsed and checked (:meth:`PruneRequest.check`, the API's
+    rules in the flags' words), and what MODEL and ``-o`` name on disk, before torch is
+    imported."""
+    checked = prune_request(args).check(FLAGS)
+    _check_output(args.output, args.force, args.model)
+    if not checked.request.checkpoint and not Path(args.model).is_dir():
+        check_spec(args.model)
+    return checked
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    shape, layers, checkpoint = check_prune_options(args)
-    if checkpoint:
-        return _prune_checkpoint(args, shape, layers)
+    checked = check_prune_options(args)
+    if checked.request.checkpoint:
+        return _prune_checkpoint(args, checked)
     from . import analyze, load_plugins
     from . import plan as make_plan
     from .checkpoint import apply_with_notes
     from .console import status
     from .persist import save
 
-    args.importance = args.importance or "l2"
     load_plugins()
     model, inputs, manifest = _load(args.model)
     source, history = args.model, []
@@ -532,32 +520,23 @@ def cmd_prune(args: argparse.Namespace) -> int:
                      routing_groups=_routing_groups(args, manifest))
     if inputs is None:
         inputs = sm.example_inputs
-    if args.param_ratio is not None:
+    checked = checked.on_model(stack=bool(sm.depth_groups()))
+    req = checked.request
+    if req.param_ratio is not None:
         before = sum(p.numel() for p in model.parameters())
-        args.target_params = int(before * (1 - args.param_ratio))
-    architecture = bool(shape or args.layers is not None or (
-        sm.depth_groups() and (args.target_params or args.target_active_params)))
-    if args.search and not sm.depth_groups():
-        raise CliError("--search: the architecture search plans candidates of a model with a "
-                       "stack of residual blocks, and this one has none; leave --search out")
-    if args.target_active_params is not None and not sm.depth_groups():
-        raise CliError("--target-active-params searches uniform architectures of a model with "
-                       "a stack of residual blocks, and this one has none; give "
-                       "--target-params or --ratio")
-    if _parameter_target(args):
-        _refuse_unused(args, shape, architecture)
-    args.scope = args.scope or ("uniform" if architecture else "global")
-    args.batches = RANDOM_BATCHES if args.batches is None else args.batches
-    criterion = _criterion(args, inputs)
+        req = replace(req, param_ratio=None, target_params=int(before * (1 - req.param_ratio)))
+    criterion = _criterion(checked.importance, checked.batches, inputs)
     searched = None
-    if architecture:
-        plan, searched = _plan_architecture(args, model, sm, inputs, criterion, shape)
+    if checked.architecture:
+        plan, searched = _plan_architecture(checked, req, model, sm, inputs, criterion)
     else:
         with status("planning (mapping every group onto the parameters, scoring, solving)"):
-            plan = make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
-                             target_macs=args.target_macs, importance=criterion,
-                             scope=args.scope, round_to=args.round_to, min_keep=args.min_keep,
-                             exclude=args.exclude or (), describable=bool(args.describable))
+            plan = make_plan(model, sm, ratio=req.ratio, target_params=req.target_params,
+                             target_non_embedding_params=req.target_non_embedding_params,
+                             target_macs=req.target_macs, importance=criterion,
+                             scope=checked.scope or "global", round_to=req.round_to,
+                             min_keep=req.min_keep, exclude=req.exclude,
+                             describable=bool(req.describable))
     with status("resizing"):
         plan = apply_with_notes(plan, model, sm)
     save(model, args.output, plan, source=source, history=history, keep_others=False)
@@ -565,8 +544,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(plan.to_json())
         return 0
     if searched:
-        print(f"candidates for {_target_text(args, plan)}:\n{searched}\n")
-    print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
+        print(f"candidates for {_target_text(checked, plan)}:\n{searched}\n")
+    print(f"{plan.summary()}{_reached_text(checked, plan)}\n\nsaved to {args.output}\n"
           f"{saved_note(source, args.output)}")
     return 0
 
@@ -592,86 +571,82 @@ def saved_note(source: str | None, output: str) -> str:
             f"replayed on it, then the weights are loaded){again}")
 
 
-def _target_text(args: argparse.Namespace, plan: Any) -> str:
+#: what each kind of parameter target counts, as the output says it
+_COUNTED = {"params": "parameters", "non_embedding": "non-embedding parameters",
+            "active": "active parameters"}
+
+
+def _target_kind(record: dict[str, Any]) -> str:
+    """What a plan's ``extra["target"]`` counts."""
+    return ("active" if record.get("active") else "non_embedding"
+            if record.get("non_embedding") else "params")
+
+
+def _asked(checked: Checked, plan: Any) -> tuple[int | None, str]:
+    """The parameter count asked and what it counts (a ``--param-ratio`` of the model's
+    parameters before the plan)."""
+    count, kind = checked.target
+    ratio = checked.request.param_ratio
+    if ratio is not None:
+        count = int(plan.params_before * (1 - ratio))
+    return count, kind
+
+
+def _target_text(checked: Checked, plan: Any) -> str:
     """The parameter target as given: ``117,792 parameters (--param-ratio 0.5 of 235,584)``."""
-    target = plan.extra.get("target") or {}
-    count = target.get("params", args.target_params or args.target_active_params)
-    text = f"{count:,} {'active ' if target.get('active') else ''}parameters"
-    if args.param_ratio is not None:
-        text += f" (--param-ratio {args.param_ratio} of {plan.params_before:,})"
+    record = plan.extra.get("target") or {}
+    count, kind = _asked(checked, plan)
+    count = record.get("params", count)
+    text = f"{count:,} {_COUNTED[_target_kind(record) if record else kind]}"
+    if checked.request.param_ratio is not None:
+        text += f" (--param-ratio {checked.request.param_ratio} of {plan.params_before:,})"
     return text
 
 
-def _reached_text(args: argparse.Namespace, plan: Any) -> str:
+def _reached_text(checked: Checked, plan: Any) -> str:
     """What a plan for a parameter target reached, beside the target it was given (empty
-    without a target)."""
-    target = plan.extra.get("target")
-    if not target and args.target_params is not None:  # a plan of widths to the target
-        target = {"params": args.target_params, "reached": plan.params_after}
-    if not target:
+    without a target); both counts, every parameter and all but the embedding tables."""
+    record = plan.extra.get("target")
+    counts = plan.extra.get("non_embedding")
+    count, kind = _asked(checked, plan)
+    if not record and count is not None:  # a plan of widths to the target
+        reached = (counts["after"] if kind == "non_embedding" and counts
+                   else plan.params_after)
+        record = {"params": count, "reached": reached, kind: True}
+    if not record:
         return ""
     removed = 100 * (plan.params_before - plan.params_after) / max(plan.params_before, 1)
-    counts = plan.extra.get("non_embedding")
     also = "" if not counts else (
         f"; {100 * (counts['before'] - counts['after']) / max(counts['before'], 1):.1f}% of its "
         "non-embedding parameters")
-    return (f"\n\ntarget: {_target_text(args, plan)}; reached {target['reached']:,}"
-            f"{' active' if target.get('active') else ''} parameters ({removed:.1f}% of the "
-            f"model's parameters removed{also})")
+    return (f"\n\ntarget: {_target_text(checked, plan)}; reached {record['reached']:,} "
+            f"{_COUNTED[_target_kind(record)]} ({removed:.1f}% of the model's parameters "
+            f"removed{also})")
 
 
-def _parameter_target(args: argparse.Namespace) -> bool:
-    """Whether a parameter count is asked (``--target-params``, ``--param-ratio``,
-    ``--target-active-params``): on an in-memory model, whether it is searched for depends
-    on the model (a depth group)."""
-    return any(x is not None for x in (args.target_params, args.param_ratio,
-                                       args.target_active_params))
-
-
-def _refuse_unused(args: argparse.Namespace, shape: dict[str, int], architecture: bool) -> None:
-    """An option the in-memory model's way of pruning would not use is an error naming it:
-    the architecture search (a target with a depth group) plans uniform candidates, sizes
-    and depth alone leave nothing to a scope, random batches serve only taylor,
-    activation, ranking ``--layers K`` and the search. ``architecture``: a plan by depth and
-    sizes or the search (known from the options alone without a parameter target:
-    :func:`check_prune_options` checks it then, before the model is loaded)."""
-    searching = architecture and _searched(args, shape, _layers(args.layers))
-    layers = _layers(args.layers)
-    if searching and args.scope == "global":
-        raise CliError("--scope global: the architecture search (--target-params or "
-                       "--target-active-params on a model with a stack of residual blocks) "
-                       "plans uniform candidates; leave --scope out, or give --ratio or "
-                       "--target-macs for a global plan of widths")
-    if architecture and not searching:
-        _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.target_macs),
-                             "blocks")
-    if args.batches is not None and not (
-            searching or isinstance(layers, int) or args.importance in ("taylor", "activation")):
-        raise CliError("--batches: random batches are used by --importance taylor or "
-                       "activation, ranking --layers K and the architecture search; this "
-                       "prune uses none (leave --batches out)")
-
-
-def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
-                      layers: int | list[int] | None) -> int:
-    """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed (its options
-    checked by :func:`check_prune_options`); its steps timed (:mod:`fxsym.phases`), the
-    times printed on stderr with ``--times``."""
+def _prune_checkpoint(args: argparse.Namespace, checked: Checked) -> int:
+    """``fxsym prune CKPT_DIR``: :func:`fxsym.prune_checkpoint`, streamed, given the request
+    checked (:func:`check_prune_options`); its steps timed (:mod:`fxsym.phases`), the times
+    printed on stderr with ``--times``."""
     from .phases import format_record, phase, recording
 
+    req = checked.request
     with recording() as seconds:
         with phase("importing torch and fxsym"):
             from .checkpoint import loading_note, prune_checkpoint
             from .console import status
-        plan = _pruned_checkpoint(args, shape, layers, prune_checkpoint, status)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ImportanceWarning)  # said below, in the flags' words
+            plan = prune_checkpoint(args.model, args.output, request=req, progress=True,
+                                    status=status)
         with phase("saying how the output loads"):
             note = loading_note(args.model, args.output)
     if args.times:
         total = time.perf_counter() - _STARTED
         print(f"time by step ({total:.2f} s since the command started):\n"
               f"{format_record(seconds, total)}", file=sys.stderr)
-    if args.importance_warning:
-        print(f"fxsym: ImportanceWarning: {args.importance_warning}", file=sys.stderr)
+    if checked.warning:  # said once the prune is done: a refused prune says its refusal
+        print(f"fxsym: ImportanceWarning: {checked.warning}", file=sys.stderr)
     if args.json:
         print(plan.to_json())
         return 0
@@ -679,35 +654,10 @@ def _prune_checkpoint(args: argparse.Namespace, shape: dict[str, int],
     if rows:
         from .search import table
 
-        print(f"candidates for {_target_text(args, plan)}:\n{table(rows)}\n")
-    print(f"{plan.summary()}{_reached_text(args, plan)}\n\nsaved to {args.output}\n"
+        print(f"candidates for {_target_text(checked, plan)}:\n{table(rows)}\n")
+    print(f"{plan.summary()}{_reached_text(checked, plan)}\n\nsaved to {args.output}\n"
           f"{_carried_text(plan)}{note}")
     return 0
-
-
-def _pruned_checkpoint(args: argparse.Namespace, shape: dict[str, int],
-                       layers: int | list[int] | None, prune_checkpoint: Any, status: Any
-                       ) -> Any:
-    """:func:`fxsym.prune_checkpoint` called with the command's options."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ImportanceWarning)  # said below, in the flags' words
-        plan = prune_checkpoint(
-            args.model, args.output, calibration=args.calib,
-            calibration_tokens=(CALIB_TOKENS if args.calib_tokens is None
-                                else args.calib_tokens),
-            seq_len=SEQ_LEN if args.seq_len is None else args.seq_len,
-            importance=args.importance, ratio=args.ratio,
-            target_params=args.target_params, param_ratio=args.param_ratio,
-            target_active_params=args.target_active_params,
-            search=args.search, layers=layers, sizes=shape or None,
-            scope=args.scope or "uniform",
-            routing_groups=args.routing_groups or "follow",
-            round_to=args.round_to, min_keep=args.min_keep, exclude=args.exclude or (),
-            describable=args.describable,
-            max_shard_size=_bytes(MAX_SHARD if args.max_shard_size is None
-                                  else args.max_shard_size),
-            progress=True, status=status)
-    return plan
 
 
 def _carried_text(plan: Any) -> str:
@@ -720,66 +670,6 @@ def _carried_text(plan: Any) -> str:
     return text
 
 
-def _refuse_unused_checkpoint(args: argparse.Namespace, shape: dict[str, int],
-                              layers: int | list[int] | None) -> None:
-    """An option a checkpoint directory's way of pruning would not use is an error naming
-    it (see :func:`_refuse_unused` for an in-memory model); the rules it shares with
-    :func:`fxsym.prune_checkpoint` are :func:`fxsym.options.checkpoint_request`'s, and so is
-    the warning of a default ranking known to cost quality, kept in the flags' words for
-    :func:`_prune_checkpoint` (a refused prune says one ``fxsym:`` line, its refusal)."""
-    if args.target_macs is not None:
-        raise CliError("--target-macs is not available for a checkpoint directory; give "
-                       "--ratio, --param-ratio or --target-params")
-    if args.norm_groups == "keep":
-        raise CliError("--norm-groups keep is not available for a checkpoint directory: it is "
-                       "analyzed in the default mode (a causal language model of transformers "
-                       "has no group norm)")
-    for flag, value in (("--input-shape", args.input_shape), ("--batches", args.batches)):
-        if value is not None:
-            raise CliError(f"{flag} is for an in-memory model's random inputs; a checkpoint "
-                           "directory is calibrated on text (--calib FILE, --calib-tokens, "
-                           "--seq-len)")
-    if args.max_shard_size is not None:
-        _bytes(args.max_shard_size)
-    for flag, value in (("--calib-tokens", args.calib_tokens), ("--seq-len", args.seq_len)):
-        if value is not None and args.calib is None:
-            raise CliError(f"{flag} sizes the calibration run on --calib text; give "
-                           "--calib FILE, or leave it out")
-    request = checkpoint_request(
-        calibration=args.calib is not None, importance=args.importance, ratio=args.ratio,
-        target_params=args.target_params, param_ratio=args.param_ratio,
-        target_active_params=args.target_active_params, search=args.search,
-        layers=layers, sizes=bool(shape), scope=args.scope or "uniform",
-        calibration_tokens=CALIB_TOKENS if args.calib_tokens is None else args.calib_tokens,
-        seq_len=SEQ_LEN if args.seq_len is None else args.seq_len, names=FLAGS)
-    if not request.searching:
-        _refuse_unused_scope(args, shape, (args.ratio, args.target_params, args.param_ratio),
-                             "layers")
-    args.importance_warning = request.warning  # said once the prune is done
-
-
-def _searched(args: argparse.Namespace, shape: dict[str, int],
-              layers: int | list[int] | None) -> bool:
-    """Whether ``fxsym prune``'s flags ask for the architecture search
-    (:func:`fxsym.options.searches`, the API's meaning: a parameter target without sizes,
-    unless ``--no-search``); on an in-memory model, if it has a stack of residual blocks."""
-    return searches(search=args.search, target=args.target_params is not None
-                    or args.param_ratio is not None,
-                    active=args.target_active_params is not None, sizes=bool(shape),
-                    layers=layers, names=FLAGS)
-
-
-def _refuse_unused_scope(args: argparse.Namespace, shape: dict[str, int],
-                         amounts: tuple[Any, ...], blocks: str) -> None:
-    """``--scope`` is an error where sizes set every kept size or ``--layers`` alone only
-    removes ``blocks`` (no amount of units among ``amounts``)."""
-    if args.scope is not None and (shape or all(x is None for x in amounts)):
-        raise CliError(f"--scope {args.scope}: "
-                       + (f"sizes ({_SIZE_FLAGS}) set every kept size" if shape
-                          else f"--layers alone removes {blocks}, no units")
-                       + "; leave --scope out")
-
-
 def _bytes(text: str) -> int:
     """``--max-shard-size``: bytes, or a number with KB, MB or GB (powers of 1000)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?B?)\s*", text, flags=re.IGNORECASE)
@@ -790,38 +680,42 @@ def _bytes(text: str) -> int:
     return max(1, int(float(m.group(1)) * unit))
 
 
-def _plan_architecture(args: argparse.Namespace, model: nn.Module, sm: Any, inputs: Any,
-                       criterion: Any, shape: dict[str, int]) -> tuple[Any, str | None]:
+def _plan_architecture(checked: Checked, req: PruneRequest, model: nn.Module, sm: Any,
+                       inputs: Any, criterion: Any) -> tuple[Any, str | None]:
     """A plan by depth and sizes (``--layers``, ``--hidden`` ...), or the architecture search
-    for ``--target-params``/``--target-active-params`` (:mod:`fxsym.search`; with
-    ``--target-active-params``, ``--layers K`` fixes the candidates' depth): its plan and
-    the table of candidates (``None`` without a search). Calibrated on random batches shaped
-    like the example inputs."""
+    for a parameter target (:mod:`fxsym.search`; ``--layers K`` fixes the candidates'
+    depth): its plan and the table of candidates (``None`` without a search). Calibrated on
+    random batches shaped like the example inputs. ``req`` is the request with a
+    ``--param-ratio`` made a count of the model's."""
     from . import plan as make_plan
     from .console import status
     from .depth import block_importance
     from .search import search, sizes_for
 
-    batches = _random_batches(inputs, args.batches)
-    target = args.target_params or args.target_active_params
-    layers = _layers(args.layers)
-    if _searched(args, shape, layers):
+    batches = _random_batches(inputs, checked.batches)
+    count, kind = checked.target
+    layers = list(req.layers) if isinstance(req.layers, tuple) else req.layers
+    if checked.searching:
+        target = req.target_params if count is None else count  # a --param-ratio's count
+        assert target is not None
         with status("searching uniform architectures (each planned and scored)"):
             result = search(model, sm, target_params=target, batches=batches,
-                            active=args.target_active_params is not None,
-                            round_to=max(args.round_to, 1), importance=criterion,
+                            active=kind == "active", non_embedding=kind == "non_embedding",
+                            round_to=max(req.round_to, 1), importance=criterion,
                             depths=(layers,) if isinstance(layers, int) else None,
-                            describable=bool(args.describable), exclude=args.exclude or (),
-                            min_keep=args.min_keep)
+                            describable=bool(req.describable), exclude=req.exclude,
+                            min_keep=req.min_keep)
         return result.plan, result.table()
     with status("planning (depth and sizes)"):
-        return make_plan(model, sm, ratio=args.ratio, target_params=args.target_params,
-                         target_macs=args.target_macs, importance=criterion, scope=args.scope,
-                         round_to=args.round_to, min_keep=args.min_keep,
-                         exclude=args.exclude or (), layers=layers,
-                         describable=bool(args.describable),
+        return make_plan(model, sm, ratio=req.ratio, target_params=req.target_params,
+                         target_non_embedding_params=req.target_non_embedding_params,
+                         target_macs=req.target_macs, importance=criterion,
+                         scope=checked.scope or "uniform", round_to=req.round_to,
+                         min_keep=req.min_keep, exclude=req.exclude, layers=layers,
+                         describable=bool(req.describable),
                          depth_importance=None if layers is None else block_importance(
-                             batches), sizes=sizes_for(sm, **shape) if shape else None), None
+                             batches), sizes=sizes_for(sm, **req.sizes) if req.sizes
+                         else None), None
 
 
 def _layers(text: str | None) -> int | list[int] | None:
@@ -867,6 +761,9 @@ def add_prune_parser(sub: Any) -> _Parser:
     how.add_argument("--param-ratio", type=float, help="fraction of parameters to remove, "
                      "e.g. 0.5 (the same as --target-params at that fraction of the model)")
     how.add_argument("--target-params", type=int, help="parameters to reach or go under")
+    how.add_argument("--target-non-embedding-params", type=int, metavar="N",
+                     help="parameters but the embedding tables (tied or not: the count model "
+                     "cards quote) to reach or go under; searched as --target-params is")
     how.add_argument("--target-macs", type=int, help="MACs to reach or go under")
     how.add_argument("--target-active-params", type=int, metavar="N",
                      help="parameters a token uses (all but lookup tables) to reach or go "
@@ -911,7 +808,7 @@ def add_prune_parser(sub: Any) -> _Parser:
     calib.add_argument("--calib", metavar="FILE", help="calibration text: plain text, or JSON "
                        "lines with a \"text\" field; tokenised with the checkpoint's tokenizer")
     calib.add_argument("--calib-tokens", type=int, metavar="N",
-                       help=f"calibration tokens to use (default {CALIB_TOKENS})")
+                       help=f"calibration tokens to use (default {CALIBRATION_TOKENS})")
     calib.add_argument("--seq-len", type=int, metavar="L",
                        help=f"tokens per calibration sequence (default {SEQ_LEN})")
     calib.add_argument("--max-shard-size", metavar="SIZE",

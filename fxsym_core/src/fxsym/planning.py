@@ -586,11 +586,14 @@ def plan(
     depth_importance: Any = None,
     sizes: Mapping[str, int] | None = None,
     describable: bool = False,
+    target_non_embedding_params: int | None = None,
 ) -> Plan:
     """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
 
     Exactly one of ``ratio`` (the fraction of units to remove, in ``[0, 1)``),
-    ``target_params`` or ``target_macs`` (counts to reach or go under) says how much.
+    ``target_params``, ``target_non_embedding_params`` (every parameter but the embedding
+    tables, tied or not: :mod:`fxsym.embeddings`) or ``target_macs`` (counts to reach or go
+    under) says how much.
     ``importance`` is a criterion of :mod:`fxsym.importance` (``"l1"``, ``"l2"``,
     ``"bn_scale"``, or a callable such as ``fxsym.importance.taylor(loss_fn, batches)``) or
     precomputed scores ``{group name: one score per unit}``. See the module docstring for
@@ -623,16 +626,25 @@ def plan(
     non-finite weights there).
     """
     if (layers is not None or sizes is not None) and (
-            ratio is None and target_params is None and target_macs is None):
+            ratio is None and target_params is None and target_macs is None
+            and target_non_embedding_params is None):
         ratio = 0.0
     elif sizes is not None:
-        raise PlanError("give sizes or one of ratio, target_params and target_macs, not both")
-    _check_amounts(ratio, target_params, target_macs)
+        raise PlanError("give sizes or one of ratio, target_params, "
+                        "target_non_embedding_params and target_macs, not both")
+    _check_amounts(ratio, target_params, target_macs, target_non_embedding_params)
     if not isinstance(scope, str) or scope not in ("global", "uniform"):
         raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
     check_amount_values(round_to=round_to, min_keep=min_keep)
     lay = layout(model, symmap)
     macs = _mac_model(model, symmap)
+    tables = embedding_tables(model, symmap)
+    counted = frozenset() if target_non_embedding_params is None else tables
+    whole = sum(math.prod(v) for k, v in lay.shapes.items() if k not in tables)
+    if target_non_embedding_params is not None and target_non_embedding_params > whole:
+        raise PlanError(f"target_non_embedding_params {target_non_embedding_params:,} is above "
+                        f"the model's {whole:,} non-embedding parameters: nothing to prune; "
+                        f"give a target under {whole:,}")
     if target_params is not None and target_params > lay.param_count({}):
         raise PlanError(f"target_params {target_params:,} is above the model's "
                         f"{lay.param_count({}):,} parameters: nothing to prune; give a target "
@@ -689,9 +701,9 @@ def plan(
     def measure(kept: Mapping[str, int]) -> int:
         if target_macs is not None:
             return macs.count(_without(lay.shapes_after(kept), dropped))
-        if dropped:
+        if dropped or counted:
             return sum(math.prod(v) for k, v in lay.shapes_after(kept).items()
-                       if k not in dropped)
+                       if k not in dropped and k not in counted)
         return lay.param_count(kept)
 
     if sizes is not None:
@@ -699,12 +711,14 @@ def plan(
     elif ratio is not None:
         kept = uniform(ratio) if scope == "uniform" else global_(int(ratio * len(everyone)))
     else:
-        target = target_params if target_params is not None else target_macs
-        assert target is not None
+        target = next(x for x in (target_params, target_non_embedding_params, target_macs)
+                      if x is not None)
+        what = ("MACs" if target_macs is not None else "non-embedding parameters" if counted
+                else "parameters")
         if scope == "uniform":
             lo, hi = 0.0, 1.0
             if measure(uniform(hi)) > target:
-                raise PlanError(_unreachable(target_params, target, measure(uniform(hi))))
+                raise PlanError(_unreachable(what, target, measure(uniform(hi))))
             for _ in range(40):
                 mid = (lo + hi) / 2
                 lo, hi = (lo, mid) if measure(uniform(mid)) <= target else (mid, hi)
@@ -712,7 +726,7 @@ def plan(
         else:
             lo_n, hi_n = 0, len(everyone)
             if measure(global_(hi_n)) > target:
-                raise PlanError(_unreachable(target_params, target, measure(global_(hi_n))))
+                raise PlanError(_unreachable(what, target, measure(global_(hi_n))))
             while lo_n < hi_n:
                 mid_n = (lo_n + hi_n) // 2
                 if measure(global_(mid_n)) <= target:
@@ -728,7 +742,6 @@ def plan(
                for g in groups if steps[g.name][0] > 1 and kept.get(g.name, g.size) < g.size}
     if stepped:
         made = with_extra(made, steps=stepped)
-    tables = embedding_tables(model, symmap)
     if tables:
         after = lay.shapes_after(kept)
         made = with_extra(made, non_embedding={
@@ -744,13 +757,17 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _check_amounts(ratio: Any, target_params: Any, target_macs: Any) -> None:
+def _check_amounts(ratio: Any, target_params: Any, target_macs: Any,
+                   target_non_embedding_params: Any) -> None:
     """Exactly one amount, each a finite number in its range (a NaN compares false with
     everything: unchecked, a bisection on it ends at the smallest model)."""
-    given = [x for x in (ratio, target_params, target_macs) if x is not None]
+    given = [x for x in (ratio, target_params, target_macs, target_non_embedding_params)
+             if x is not None]
     if len(given) != 1:
-        raise PlanError("give exactly one of ratio, target_params and target_macs")
-    check_amount_values(ratio=ratio, target_params=target_params, target_macs=target_macs)
+        raise PlanError("give exactly one of ratio, target_params, target_non_embedding_params "
+                        "and target_macs")
+    check_amount_values(ratio=ratio, target_params=target_params, target_macs=target_macs,
+                        target_non_embedding_params=target_non_embedding_params)
 
 
 def described(model: nn.Module, symmap: SymMap
@@ -859,8 +876,7 @@ def _check_finite(model: nn.Module, lay: ParamLayout, group: SymGroup, scores: t
                     f"(exclude={group.name!r}) or give finite scores")
 
 
-def _unreachable(params: int | None, target: int, least: int) -> str:
-    what = "parameters" if params is not None else "MACs"
+def _unreachable(what: str, target: int, least: int) -> str:
     return (f"cannot reach {target} {what}: the smallest plan allowed (min_keep, round_to, "
             f"exclude, the groups the criterion scores) has {least}")
 

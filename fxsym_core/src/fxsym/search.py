@@ -54,9 +54,11 @@ The candidates are counted from the parameters' metadata (:func:`candidates`, on
 too); a checkpoint directory scores them by streaming instead of running a copy
 (``evaluate``: :func:`fxsym.checkpoint.stream_loss`).
 
-*Active* parameters (``active=True``, :func:`active_params`) are those a token uses: every
-parameter but those only looked up (an embedding table whose rows one token reads one of;
-tied to an output head, it counts), and of a MoE layer's expert tensors only the share a
+*Non-embedding* parameters (``non_embedding=True``) are every parameter but the embedding
+tables (tied to the head or not: :func:`fxsym.embeddings.embedding_tables`), the count model
+cards quote. *Active* parameters (``active=True``, :func:`active_params`) are those a token
+uses: every parameter but those only looked up (an embedding table whose rows one token reads
+one of; tied to an output head, it counts), and of a MoE layer's expert tensors only the share a
 router picks. The experts of a MoE layer are a *routed* group (:attr:`SymGroup.routed`); a
 token reads the ``k`` experts a ``topk`` over all of them picks (its ``min_size`` where no
 such ``topk`` is found; DeepSeek picks ``topk_group`` routing groups first, then ``top_k``
@@ -617,7 +619,7 @@ def _ranges(symmap: SymMap, r: Roles, kept: frozenset[str], whole: Mapping[str, 
 
 
 def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
-               active: bool = False, round_to: int = 64,
+               active: bool = False, non_embedding: bool = False, round_to: int = 64,
                block_scores: Mapping[str, Any] | None = None,
                fractions: Sequence[float] = FRACTIONS,
                depths: Sequence[int] | None = None,
@@ -651,12 +653,13 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     scores = dict(block_scores or {})
     if depth is not None and scores.get(depth.name) is None:
         scores[depth.name] = torch.zeros(depth.size)
-    count = _counter(model, symmap, active)
+    count = _counter(model, symmap, active, non_embedding)
     whole_model = count({}, None)
+    what = _counted(active, non_embedding)
     if target_params > whole_model:
-        raise PlanError(f"the target of {target_params:,} {'active ' if active else ''}"
-                        f"parameters is above the model's {whole_model:,}: nothing to prune; "
-                        f"give a target under {whole_model:,}")
+        raise PlanError(f"the target of {target_params:,} {what} is above the model's "
+                        f"{whole_model:,}: nothing to prune; give a target under "
+                        f"{whole_model:,}")
     whole, said = described(model, symmap) if describable else ({}, {})
     kept = excluded_groups(symmap, exclude)
     step = {g.name: g.unit * math.lcm(g.step, said.get(g.name, (1, ""))[0])
@@ -710,8 +713,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                                     classes=tuple(chosen.items())),
                           widths_bind, hidden_binds))
     if not found:
-        raise PlanError(f"no uniform candidate reaches {target_params:,} "
-                        f"{'active ' if active else ''}parameters" + "".join(
+        raise PlanError(f"no uniform candidate reaches {target_params:,} {what}" + "".join(
                             f"; skipped {why}" for why in unusable))
     bound = [c.params for c, widths_bind, _ in found if widths_bind]
     if bound:  # within a width step of the target: others only where as close
@@ -721,7 +723,8 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
 
 
 def search(model: nn.Module, symmap: SymMap, *, target_params: int,
-           batches: Iterable[Any] = (), active: bool = False, round_to: int = 64,
+           batches: Iterable[Any] = (), active: bool = False, non_embedding: bool = False,
+           round_to: int = 64,
            importance: Any = "l2", loss: Callable[[nn.Module, Any], torch.Tensor] | None = None,
            fractions: Sequence[float] = FRACTIONS,
            block_scores: Mapping[str, Any] | None = None,
@@ -758,9 +761,10 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
         block_scores = (block_importance(batches)(model, symmap) if depth is not None else {})
     skipped: list[str] = []
     found = candidates(model, symmap, target_params=target_params, active=active,
-                       round_to=round_to, block_scores=block_scores, fractions=fractions,
-                       depths=depths, describable=describable, exclude=exclude,
-                       min_keep=min_keep, skipped=skipped)
+                       non_embedding=non_embedding, round_to=round_to,
+                       block_scores=block_scores, fractions=fractions, depths=depths,
+                       describable=describable, exclude=exclude, min_keep=min_keep,
+                       skipped=skipped)
     kept = excluded_groups(symmap, exclude)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     now = _class_now(symmap, r, kept)
@@ -790,15 +794,24 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
     assert best.plan is not None
     marked = replace(best, plan=with_extra(best.plan, target=target_record(
-        target_params, active, best.params)))
+        target_params, active, best.params, non_embedding=non_embedding)))
     return SearchResult(tuple(marked if c is best else c for c in scored), marked,
                         tuple(skipped))
 
 
-def target_record(target: int, active: bool, reached: int) -> dict[str, Any]:
+def target_record(target: int, active: bool, reached: int, *, non_embedding: bool = False
+                  ) -> dict[str, Any]:
     """What a plan made for a parameter target records of it (``plan.extra["target"]``): the
-    target given, whether it counts active parameters, and the count the plan reached."""
-    return {"params": target, "active": active, "reached": reached}
+    target given, whether it counts active (or non-embedding) parameters, and the count the
+    plan reached."""
+    return {"params": target, "active": active, "reached": reached,
+            **({"non_embedding": True} if non_embedding else {})}
+
+
+def _counted(active: bool, non_embedding: bool) -> str:
+    """What a target counts, as a message says it."""
+    return ("active parameters" if active else "non-embedding parameters" if non_embedding
+            else "parameters")
 
 
 def _sizes(symmap: SymMap, r: Roles, kept: frozenset[str], hidden: int | None,
@@ -839,12 +852,13 @@ def _blocks(model: nn.Module, symmap: SymMap, depth: Any, scores: Any, k: int
     return kept, None if why is None else f"{k} blocks of {depth.container}: {why}"
 
 
-def _counter(model: nn.Module, symmap: SymMap, active: bool
+def _counter(model: nn.Module, symmap: SymMap, active: bool, non_embedding: bool = False
              ) -> Callable[[Mapping[str, int], Any], int]:
-    """``count(sizes, layers)``: the (active) parameters of the plan of those sizes and
-    blocks, without building it."""
+    """``count(sizes, layers)``: the (active or non-embedding) parameters of the plan of
+    those sizes and blocks, without building it."""
     shapes_after = param_shapes(model, symmap)
-    skipped = embedding_tables(model, symmap, only_looked_up=True) if active else frozenset()
+    skipped = (embedding_tables(model, symmap, only_looked_up=True) if active
+               else embedding_tables(model, symmap) if non_embedding else frozenset())
     shares = expert_shares(model, symmap) if active else {}
     sizes_now = {g.name: g.size for g in symmap.groups()}
     groups = symmap.depth_groups()

@@ -1,0 +1,201 @@
+"""One prune request for the command line and the API, checked once (issue 32 §2).
+
+``fxsym prune`` parses its flags into a :class:`fxsym.PruneRequest` and
+:func:`fxsym.prune_checkpoint` builds one from its keyword arguments; both run its one check.
+Each bad combination below is given to ``fxsym prune CKPT_DIR``, to ``fxsym prune MODEL`` (a
+model in memory) where it applies, and to the API: each path refuses with the request's own
+error (same type; the message the request's check gives, in the flags' words on the command
+line and the keyword arguments' in Python), before anything is written (two that
+``prune_checkpoint``'s keyword arguments used to accept, an unused scope or calibration size,
+are left out there with a DeprecationWarning giving that message). Good combinations
+make the same plan by the flags, the keyword arguments and a request. Tiny llama models from
+``AutoConfig.for_model`` with random weights."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from ckpt_helpers import checkpoint
+
+import fxsym
+from fxsym.cli import FLAGS, main
+from fxsym.errors import FxsymError
+
+transformers = pytest.importorskip("transformers")
+
+MODEL = "test_prune_request:make_llama"
+CALIB = "CALIB"  # replaced by the calibration file
+SMALL = dict(calibration_tokens=64, seq_len=16, round_to=8)
+
+
+def make_llama() -> Any:
+    cfg = transformers.AutoConfig.for_model(
+        "llama", hidden_size=64, intermediate_size=192, vocab_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def _argv(options: dict[str, Any]) -> list[str]:
+    """The flags saying what the keyword arguments ``options`` say."""
+    out: list[str] = []
+    for key, value in options.items():
+        if key == "sizes":
+            for role, size in value.items():
+                out += [f"--{role.replace('_', '-')}", str(size)]
+        elif key == "search":
+            out.append("--search" if value else "--no-search")
+        elif key == "layers":
+            out += ["--layers", ",".join(map(str, value)) if isinstance(value, tuple)
+                    else str(value)]
+        else:
+            flag = {"calibration": "--calib", "calibration_tokens": "--calib-tokens"}.get(
+                key, f"--{key.replace('_', '-')}")
+            out += [flag, str(value)]
+    return out
+
+
+def _refusal(request: fxsym.PruneRequest, names: Any = None, *, stack: bool = True
+             ) -> FxsymError:
+    """What the request's check raises (for a model in memory, with a stack of blocks)."""
+    with pytest.raises(FxsymError) as caught:
+        checked = request.check() if names is None else request.check(names)
+        checked.on_model(stack=stack)
+    return caught.value
+
+
+def _cli_line(capsys: pytest.CaptureFixture[str], argv: list[str], out: Path) -> str:
+    assert main(["prune", *argv, "-o", str(out)]) == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+#: (keyword arguments, where: "checkpoint", "model" or both; "deprecated": what
+#: ``prune_checkpoint``'s keyword arguments accepted before, now left out with a
+#: DeprecationWarning saying the refusal)
+BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+    ({}, ("checkpoint", "model")),
+    (dict(ratio=0.3, param_ratio=0.3), ("checkpoint", "model")),
+    (dict(target_params=9000, target_non_embedding_params=9000), ("checkpoint", "model")),
+    (dict(param_ratio=1.5), ("checkpoint", "model")),
+    (dict(ratio=0.3, sizes={"hidden": 32}), ("checkpoint", "model")),
+    (dict(search=True, ratio=0.3, calibration=CALIB), ("checkpoint",)),
+    (dict(search=True, ratio=0.3), ("model",)),
+    (dict(search=False, target_active_params=9000, calibration=CALIB), ("checkpoint",)),
+    (dict(search=False, target_active_params=9000), ("model",)),
+    (dict(search=True, target_params=9000, layers=(0, 2), calibration=CALIB),
+     ("checkpoint", "model")),
+    (dict(search=True, target_non_embedding_params=9000), ("checkpoint",)),
+    (dict(ratio=0.3, importance="l2", calibration_tokens=64), ("checkpoint", "deprecated")),
+    (dict(ratio=0.3, importance="l2", calibration=CALIB), ("checkpoint",)),
+    (dict(target_params=90000, calibration=CALIB, scope="global"), ("checkpoint",)),
+    (dict(target_params=90000, scope="global"), ("model",)),
+    (dict(sizes={"hidden": 32}, importance="l2", scope="uniform"),
+     ("checkpoint", "model", "deprecated")),
+    (dict(layers=2), ("checkpoint",)),
+    (dict(importance="taylor", ratio=0.3), ("checkpoint",)),
+    (dict(ratio=0.3, batches=2), ("model",)),
+    (dict(ratio=0.3, seq_len=16), ("model",)),
+]
+
+
+@pytest.mark.parametrize("options, where", BAD, ids=[
+    "nothing", "two-amounts", "two-targets", "param-ratio-range", "sizes-and-amount",
+    "search-without-target", "search-without-target-in-memory", "active-without-search",
+    "active-without-search-in-memory", "search-positions", "search-without-calibration",
+    "calib-tokens-without-text", "calibration-unused", "search-scope",
+    "search-scope-in-memory", "sizes-scope", "layer-count-without-text",
+    "taylor-on-a-checkpoint", "batches", "seq-len-in-memory"])
+def test_every_path_refuses_a_bad_combination_alike(
+        tmp_path: Path, calib: Path, capsys: pytest.CaptureFixture[str],
+        options: dict[str, Any], where: tuple[str, ...]) -> None:
+    options = {k: str(calib) if v == CALIB else v for k, v in options.items()}
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=3)
+    if "checkpoint" in where:
+        request = fxsym.PruneRequest(checkpoint=True, **options)
+        asked = _refusal(request)
+        with pytest.raises(FxsymError) as by_api:
+            fxsym.prune_checkpoint(src, tmp_path / "api", request=request)
+        assert type(by_api.value) is type(asked) and str(by_api.value) == str(asked)
+        if "deprecated" in where:
+            with pytest.warns(DeprecationWarning, match=re.escape(str(asked))):
+                fxsym.prune_checkpoint(src, tmp_path / "kw", **options)
+        else:
+            with pytest.raises(FxsymError) as by_api:
+                fxsym.prune_checkpoint(src, tmp_path / "api", **options)
+            assert type(by_api.value) is type(asked) and str(by_api.value) == str(asked)
+        in_flags = _refusal(request, FLAGS)
+        assert type(in_flags) is type(asked)
+        line = _cli_line(capsys, [str(src), *_argv(options)], tmp_path / "cli")
+        assert line == f"fxsym: {type(asked).__name__}: {in_flags}"
+        assert not (tmp_path / "api").exists() and not (tmp_path / "cli").exists()
+    if "model" in where:
+        request = fxsym.PruneRequest(**options)
+        asked, in_flags = _refusal(request), _refusal(request, FLAGS)
+        assert type(in_flags) is type(asked)
+        line = _cli_line(capsys, [MODEL, *_argv(options)], tmp_path / "cli")
+        assert line == f"fxsym: {type(asked).__name__}: {in_flags}"
+        assert not (tmp_path / "cli").exists()
+
+
+def test_a_request_and_keyword_arguments_are_not_mixed(tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    request = fxsym.PruneRequest(checkpoint=True, ratio=0.3, importance="l2")
+    with pytest.raises(fxsym.PlanError, match=r"give the request or its options \(ratio\)"):
+        fxsym.prune_checkpoint(src, tmp_path / "out", request=request, ratio=0.5)
+    with pytest.raises(fxsym.PlanError, match="checkpoint=True"):
+        fxsym.prune_checkpoint(src, tmp_path / "out", request=fxsym.PruneRequest(ratio=0.3))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("options", [
+    dict(ratio=0.3, importance="l2"),
+    dict(target_non_embedding_params=60000, calibration=CALIB, **SMALL),
+], ids=["l2-ratio", "non-embedding-search"])
+def test_the_flags_the_keywords_and_a_request_make_the_same_plan(
+        tmp_path: Path, calib: Path, capsys: pytest.CaptureFixture[str],
+        options: dict[str, Any]) -> None:
+    options = {k: str(calib) if v == CALIB else v for k, v in options.items()}
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=3)
+    assert main(["prune", str(src), *_argv(options), "-o", str(tmp_path / "cli")]) == 0
+    capsys.readouterr()
+    by_cli = fxsym.persist.read_manifest(tmp_path / "cli")["plan"]
+    by_keywords = fxsym.prune_checkpoint(src, tmp_path / "kw", **options)
+    by_request = fxsym.prune_checkpoint(
+        src, tmp_path / "req", request=fxsym.PruneRequest(checkpoint=True, **options))
+    assert by_cli.choices() == by_keywords.choices() == by_request.choices()
+    assert by_cli.extra.get("search") == by_keywords.extra.get("search") == \
+        by_request.extra.get("search")
+    assert by_cli.extra.get("target") == by_keywords.extra.get("target") == \
+        by_request.extra.get("target")
+
+
+def test_an_in_memory_prune_makes_the_plan_the_api_makes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fxsym prune MODEL --target-non-embedding-params N`` (a model in memory with a stack
+    of blocks: the search, on copies of its example inputs, integer ids kept) keeps what
+    :func:`fxsym.search.search` keeps for the same request in Python."""
+    from fxsym.search import search
+
+    model = make_llama()
+    sm = fxsym.analyze(model)
+    target = sum(p.numel() for p in model.parameters()) // 2
+    checked = fxsym.PruneRequest(target_non_embedding_params=target, round_to=8).check()
+    checked = checked.on_model(stack=bool(sm.depth_groups()))
+    assert checked.searching and checked.target == (target, "non_embedding")
+    by_api = search(model, sm, target_params=target, non_embedding=True, round_to=8,
+                    batches=[sm.example_inputs] * checked.batches,
+                    importance=checked.importance).plan
+    out = tmp_path / "out"
+    assert main(["prune", MODEL, "--target-non-embedding-params", str(target), "--round-to",
+                 "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    by_cli = fxsym.persist.read_manifest(out)["plan"]
+    assert by_cli.choices() == by_api.choices()
+    assert by_cli.extra["target"] == by_api.extra["target"]
