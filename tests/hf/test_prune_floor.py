@@ -7,6 +7,10 @@ on a real checkpoint."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +111,25 @@ def test_healthy_weights_are_checked_without_a_mask_of_every_value(
         fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib,
                                calibration_tokens=64, seq_len=16, sizes={"ffn": 96})
     assert masks.shapes and not [s for s in masks.shapes if len(s) >= 2]  # scores are 1-d
+
+
+def test_the_loading_note_imports_only_the_checkpoints_own_model_module(
+        tmp_path: Path) -> None:
+    """The note of how a pruned checkpoint loads names its auto class, found for the
+    config's own model type: transformers' other model modules are not imported (before:
+    every one, by reading the auto mappings' values; longer than the prune itself)."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2, with_tokenizer=False)
+    with pytest.warns(fxsym.ImportanceWarning):
+        fxsym.prune_checkpoint(src, tmp_path / "out", sizes={"ffn": 96})
+    code = ("import json, sys\n"
+            "from fxsym.checkpoint import loading_note\n"
+            f"note = loading_note({str(src)!r}, {str(tmp_path / 'out')!r})\n"
+            "print(json.dumps([note, sorted({m.split('.')[2] for m in sys.modules\n"
+            "    if m.startswith('transformers.models.') and m.count('.') >= 2})]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+                          check=True)
+    note, families = json.loads(done.stdout.splitlines()[-1])
+    assert "load it with AutoModelForCausalLM.from_pretrained(" in note
+    assert set(families) <= {"auto", "llama"}, families

@@ -126,7 +126,7 @@ def loading_note(directory: Path) -> str:
         return f"load it with fxsym.load(model, {str(directory)!r})"
     if data.get("model_type") != MODEL_TYPE:
         arch = (data.get("architectures") or ["the model's class"])[0]
-        auto = _auto_class_of(str(arch))
+        auto = _auto_class_of(str(arch), data.get("model_type"))
         return (f"{directory} is a checkpoint of {arch} whose config.json gives the pruned "
                 f"sizes: load it with {auto}.from_pretrained({str(directory)!r}) (the plan is "
                 "in fxsym.json)")
@@ -144,18 +144,28 @@ def loading_note(directory: Path) -> str:
             "unpruned_config, directory)")
 
 
-def _auto_class_of(arch: str) -> str:
-    """The first auto class whose mapping holds the transformers class named ``arch``."""
+def _auto_class_of(arch: str, model_type: object) -> str:
+    """The first auto class whose mapping gives the transformers class named ``arch`` for the
+    config class of ``model_type``. Only that config's entry is looked up (one model module
+    imported): the mappings' values import every model module transformers has, which took
+    longer than the whole prune of a 135M checkpoint."""
     import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    try:
+        config_class = CONFIG_MAPPING[model_type] if isinstance(model_type, str) else None
+    except KeyError:
+        config_class = None
+    if config_class is None:
+        return f"transformers.{arch}"
     for name in AUTO_CLASSES:
         mapping = getattr(getattr(transformers, name, None), "_model_mapping", None)
         try:
-            if mapping is not None and any(getattr(c, "__name__", None) == arch
-                                           for c in mapping.values()):
-                return name
+            found = mapping[config_class] if mapping is not None else None
         except Exception:
             continue
+        if getattr(found, "__name__", None) == arch:
+            return name
     return f"transformers.{arch}"
 
 
