@@ -9,30 +9,33 @@ never ran can disagree with a resize: RWKV's recurrent state is allocated from
 ``v_dim``, a value its config computes from ``hidden_size`` (rounded up to 64) while the layers
 hold theirs. The analysis cannot prove such a group safe, so it is tried:
 
-* a copy of the model whose parameters and buffers are meta tensors (nothing real is copied),
-  every searchable group halved (rounded down to :attr:`fxsym.SymGroup.step`, not under
-  ``min_size``), runs the cached path as ``generate`` does: the prefill
-  (``prepare_inputs_for_generation`` of the example inputs, a forward with
-  ``use_cache=True``), then one decode step (the cache the prefill returned, one more token,
-  ``next_sequence_length=1``);
-* where that fails, the unresized copy runs the path: where it cannot either (a kernel with no
+* copies of the model whose parameters and buffers are meta tensors (nothing real is copied)
+  run the cached path as ``generate`` does: the prefill (``prepare_inputs_for_generation`` of
+  the example inputs, a forward with ``use_cache=True``), then one decode step (the cache the
+  prefill returned, one more token, ``next_sequence_length=1``);
+* one trial: every searchable group resized to a fraction of its size between a quarter and
+  three quarters, another for each group in turn (:func:`_apart`: sizes equal before end
+  unequal and ratios change, since RWKV's hidden size and attention widths each break its
+  cache alone but not together), rounded down to :attr:`fxsym.SymGroup.step`, not under
+  ``min_size``;
+* where it fails, the unresized copy runs the path: where it cannot either (a kernel with no
   meta implementation), nothing is pinned and a report line says the path was not tried;
-  else each group is halved alone, and each group whose own trial fails is pinned, the
-  failure in its reason; groups that fail only together are all pinned.
+  else each group is resized alone to its size of the trial, and each group whose own trial
+  fails is pinned, the failure in its reason; groups that fail only together are all pinned.
 
 A trial sees what fails (a shape the cache disagrees with, a check that raises); it does not
-compare values, so a cached path that reads a stale size and still runs is not seen, and one
-size is tried (half), so a group that breaks only at other sizes is not seen either. Only
-decoder-only models that can generate, analyzed with ``input_ids``, are tried. The trials run
-on the meta device with the trace's kernel choices (:func:`.context.traceable_kernels`): when
-nothing fails, one copy and two forwards on meta tensors per analysis.
+compare values, so a cached path that reads a stale size and still runs is not seen, nor a
+group that breaks only at sizes not tried. Only decoder-only models that can generate,
+analyzed with ``input_ids``, are tried. The trials run on the meta device with the trace's
+kernel choices (:func:`.context.traceable_kernels`): when nothing fails, one copy, one
+resize and two forwards on meta tensors per analysis.
 """
 
 from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -54,8 +57,10 @@ def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[s
     groups = [g for g in symmap.groups() if g.size >= 2]
     if ids is None or not groups:
         return {}
-    others = {k: v for k, v in example_inputs.items() if k != "input_ids"}
-    sizes = {g.name: s for g in groups if (s := _half(g)) is not None}
+    # the mask's values are data a meta tensor lacks (transformers asks whether it is all
+    # ones); the path's shapes are the same without it
+    others = {k: v for k, v in example_inputs.items() if k not in ("input_ids", "attention_mask")}
+    sizes = _apart(groups)
     if not sizes or _try(model, symmap, sizes, ids, others) is None:
         return {}
     failure = _try(model, symmap, {}, ids, others)
@@ -63,17 +68,48 @@ def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[s
         return {NOT_TRIED: f"the cached path (use_cache=True, one decode step, as generate "
                            f"runs it) does not run on meta tensors ({failure}): no resize "
                            "was tried on it"}
-    alone = {}
+    size_of = {g.name: g.size for g in groups}
+    found: dict[str, str] = {}
     for name, size in sizes.items():
         failure = _try(model, symmap, {name: size}, ids, others)
         if failure is not None:
-            alone[name] = failure
-    if not alone:  # each one runs, not all of them together
+            found[name] = (f"resized from {size_of[name]} to {size} units (a trial on a meta "
+                           f"copy), {_CACHED} fails: {failure}")
+    if not found:  # each one runs alone, not all of them together
         failure = _try(model, symmap, sizes, ids, others) or "fails"
-        alone = {name: f"{failure} (with every group halved)" for name in sizes}
-    return {name: (f"halved (a trial on a meta copy), the model's cached forward "
-                   f"(use_cache=True then one decode step, as generate runs it; not traced) "
-                   f"fails: {failure}") for name, failure in alone.items()}
+        found = {name: (f"resized from {size_of[name]} to {size} units with every group "
+                        f"resized (a trial on a meta copy), {_CACHED} fails: {failure}")
+                 for name, size in sizes.items()}
+    return found
+
+
+_CACHED = ("the model's cached forward (use_cache=True then one decode step, as generate runs "
+           "it; not traced)")
+#: fractions kept by the trial, one per group in turn (the first group halved): sizes equal
+#: before the resize end unequal, and ratios between sizes change
+_FRACTIONS = (1 / 2, 3 / 8, 5 / 8, 1 / 4, 3 / 4, 7 / 16, 9 / 16, 5 / 16, 11 / 16)
+
+
+def _apart(groups: Sequence[Any]) -> dict[str, int]:
+    """Each group resized to another fraction of its size (groups of one same-size class to
+    one size), so that a path needing two sizes equal, or in a ratio, fails: two groups of
+    one size never get the same new size where another is possible."""
+    out: dict[str, int] = {}
+    given: dict[int, set[int]] = {}
+    for i, g in enumerate(groups):
+        tied = [out[n] for n in g.same_size if n in out]
+        if tied:
+            out[g.name] = tied[0]
+            continue
+        used = given.setdefault(g.size, set())
+        sizes = [s for k in range(len(_FRACTIONS))
+                 if (s := _rounded(g, round(g.size * _FRACTIONS[(i + k) % len(_FRACTIONS)])))
+                 is not None]
+        fresh = [s for s in sizes if s not in used]
+        if fresh or sizes:
+            out[g.name] = (fresh or sizes)[0]
+            used.add(out[g.name])
+    return out
 
 
 def _input_ids(model: nn.Module, example_inputs: Any) -> torch.Tensor | None:
@@ -96,10 +132,6 @@ def _input_ids(model: nn.Module, example_inputs: Any) -> torch.Tensor | None:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.is_floating_point():
         return None
     return ids
-
-
-def _half(group: Any) -> int | None:
-    return _rounded(group, group.size // 2)
 
 
 def _rounded(group: Any, size: int) -> int | None:

@@ -8,10 +8,11 @@ The rules live in one module per concern, each stating what it proves: :mod:`.el
 (broadcasting), :mod:`.sizes` (ints read from shapes), :mod:`.creation` (new tensors),
 :mod:`.order` (reductions and order-dependent ops), :mod:`.pieces` (concatenations and cuts),
 :mod:`.linear_sizes` (sizes as linear forms in kept units), :mod:`.views` (reshape algebra),
-:mod:`.slicing` (indexing and slice bounds), :mod:`.spatial` (pooling, padding, shuffles),
-:mod:`.contractions` (matmul, einsum, attention), :mod:`.functional` (the module
-families' functional forms) and :mod:`.positions` (values that are positions along a dim: a
-router's picks and what reads by them). :func:`register_op_rules` is the table: which rule
+:mod:`.slicing` (indexing and slice bounds), :mod:`.assign` (item assignment),
+:mod:`.spatial` (pooling, padding, shuffles), :mod:`.contractions` (matmul, einsum,
+attention), :mod:`.functional` (the module families' functional forms) and
+:mod:`.positions` (values that are positions along a dim: a router's picks and what reads
+by them). :func:`register_op_rules` is the table: which rule
 each target gets (a target registered twice keeps the later rule).
 """
 
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 
 from fxsym.plugins.contracts import OpRuleRegistrar
 
+from .assign import setitem
 from .common import OpTarget, Rule
 from .contractions import add_matmul, einsum, matmul, sdpa
 from .creation import constant_fill, creation, like_fill
@@ -150,6 +152,7 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
     register("torchvision.ops.stochastic_depth.stochastic_depth", same_as_input)
     register("torchvision.models.swin_transformer._patch_merging_pad", patch_merging_pad)
     register(operator.getitem, getitem)
+    register(operator.setitem, setitem)
     register(getattr, getattr_rule)
     register(F.linear, linear_fn)
     register(F.embedding, embedding_fn)
