@@ -54,6 +54,7 @@ ORDER = [
     "importance",  # importance criteria
     "depth",       # block importance and the blocks a plan keeps
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
+    "shortlist",   # the search's damage estimate from the calibration pass; its shortlist
     "search",      # architecture sizes by role; the search for a parameter target
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "checkpoint",  # fxsym.prune_checkpoint: a checkpoint directory pruned, streamed
@@ -89,12 +90,14 @@ ALLOWED: dict[str, set[str]] = {
     "embeddings": {"symbols"},
     "planning": {"console", "depth", "embeddings", "errors", "importance", "options",
                  "paramlayout", "plugins", "resizing", "symbols"},
+    "shortlist": {"errors", "importance", "planning", "symbols"},
     "search": {"analysis", "console", "depth", "embeddings", "errors", "importance",
-               "paramlayout", "planning", "plugins", "symbols"},
+               "paramlayout", "planning", "plugins", "shortlist", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist",
-                   "phases", "planning", "plugins", "request", "search"},
+                   "phases", "planning", "plugins", "request", "search",
+                   "shortlist"},
     "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -162,10 +162,18 @@ def block_importance(model: torch.nn.Module, blocks: torch.nn.ModuleList,
     return [1 - s / n for s, n in zip(sums, counts)]
 
 
-def on_reads(monkeypatch: Any, before_read: Callable[[str], None]) -> None:
+def on_reads(monkeypatch: Any, before_read: Callable[[str], None],
+             after_read: Callable[[str, torch.Tensor], None] | None = None) -> None:
     """From now on, call ``before_read(name)`` before safetensors reads the bytes of tensor
     ``name`` (``get_tensor``, or indexing a ``get_slice``; a header's shapes and dtypes are not
-    reads): to record the reads, or to fail one."""
+    reads): to record the reads, or to fail one; ``after_read(name, tensor)`` with what each
+    read gave."""
+
+    def given(name: str, t: Any) -> Any:
+        if after_read is not None:
+            after_read(name, t)
+        return t
+
     import safetensors
 
     real = safetensors.safe_open
@@ -176,7 +184,7 @@ def on_reads(monkeypatch: Any, before_read: Callable[[str], None]) -> None:
 
         def __getitem__(self, key: Any) -> Any:
             before_read(self.name)
-            return self.part[key]
+            return given(self.name, self.part[key])
 
         def __getattr__(self, attr: str) -> Any:
             return getattr(self.part, attr)
@@ -196,7 +204,7 @@ def on_reads(monkeypatch: Any, before_read: Callable[[str], None]) -> None:
 
         def get_tensor(self, name: str) -> Any:
             before_read(name)
-            return self.handle.get_tensor(name)
+            return given(name, self.handle.get_tensor(name))
 
         def get_slice(self, name: str) -> Slice:
             return Slice(self.handle.get_slice(name), name)

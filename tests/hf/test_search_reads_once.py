@@ -65,8 +65,8 @@ def test_one_at_a_time_reads_them_again(tmp_path: Path,
 def test_the_search_of_a_checkpoint_scores_its_candidates_in_one_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``prune_checkpoint``'s search: each block tensor is read by the calibration run, the
-    scoring run and the writer — three times, however many candidates (before: once per
-    candidate more)."""
+    scoring run of its shortlist (four candidates by default) and the writer — three times,
+    however many candidates (before: once per candidate more)."""
     src = tmp_path / "in"
     model = checkpoint(src, "llama", num_hidden_layers=4)
     target = sum(p.numel() for p in model.parameters()) // 2
@@ -78,4 +78,5 @@ def test_the_search_of_a_checkpoint_scores_its_candidates_in_one_run(
     assert len(plan.extra["search"]) > 3
     blocks = {n: k for n, k in reads.items() if n.startswith("model.layers.")}
     assert blocks and max(blocks.values()) <= 3, Counter(blocks.values())
-    assert torch.isfinite(torch.tensor([r["loss"] for r in plan.extra["search"]])).all()
+    scored = [r["loss"] for r in plan.extra["search"] if r["scored"]]
+    assert len(scored) == 4 and torch.isfinite(torch.tensor(scored)).all()

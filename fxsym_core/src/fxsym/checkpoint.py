@@ -26,7 +26,9 @@ The steps, none of which holds more than one decoder layer's weights:
      go back to the meta device. Nothing is replayed: each block receives what the model
      gives it (per-layer masks, rotary tables, caches), so the run is the in-memory run. A
      module outside the blocks (embeddings, final norm, head) gets its tensors when it is
-     called and gives them back when it returns. Per block, ``1 - cos`` between its input
+     first called and gives them back when the run opens its next block (every batch's
+     embedding runs before the first block, every batch's head after the last: each read
+     once, not once per batch). Per block, ``1 - cos`` between its input
      and output hidden states (ShortGPT's block importance) is kept too;
    * *weights* (``l1``, ``l2``): each parameter read, scored and dropped in turn, its memory
      given back before the next is read (:func:`fxsym.importance.element_scores` with a
@@ -66,7 +68,7 @@ about the largest block or module outside the blocks (an embedding, the head) pl
 calibration hidden states.
 
 Imports from fxsym: analysis, depth, errors, importance, paths, persist, phases,
-planning, plugins, request, search (console and lockstep inside functions).
+planning, plugins, request, search, shortlist (console and lockstep inside functions).
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ from .plugins.calls import call_hook
 from .request import LENIENT, PruneRequest
 from .search import candidates, next_token_loss, sizes_for, target_record
 from .search import search as architecture_search
+from .shortlist import SHORTLIST, check_shortlist
 
 __all__ = [
     "CheckpointReader",
@@ -340,6 +343,14 @@ class _Tensors:
         self.renamed: dict[str, str] = dict(stored.renamed) if stored is not None else {}
         self.fused: dict[str, list[str]] = ({n: list(s) for n, s in stored.fused.items()}
                                             if stored is not None else {})
+        #: the bytes of tensor data read from the files so far (as stored, before any cut or
+        #: conversion): what a run costs in reads, against :meth:`stored_bytes`
+        self.bytes_read = 0
+
+    def stored_bytes(self) -> int:
+        """The bytes of tensor data the files hold (the tensors read or written; from the
+        headers)."""
+        return sum(math.prod(shape) * dtype.itemsize for dtype, shape in self.header().values())
 
     def has(self, name: str) -> bool:
         """Whether the files hold model tensor ``name``."""
@@ -393,7 +404,9 @@ class _Tensors:
             try:
                 with safe_open(str(self.directory / f), framework="pt") as handle:
                     for name in group:
-                        out[name] = _finite(handle.get_tensor(name), self.directory / f, name)
+                        t = handle.get_tensor(name)
+                        self.bytes_read += t.numel() * t.element_size()
+                        out[name] = _finite(t, self.directory / f, name)
             except CheckpointError:
                 raise
             except Exception as exc:
@@ -418,7 +431,9 @@ class _Tensors:
                 part = handle.get_slice(name)
                 shape = tuple(part.get_shape())
                 if len(shape) < 2:
-                    t = _finite(handle.get_tensor(name), path, name)
+                    t = handle.get_tensor(name)
+                    self.bytes_read += t.numel() * t.element_size()
+                    t = _finite(t, path, name)
                     index = cut(0) if t.dim() else None
                     yield t if index is None else t.index_select(0, index)
                     return
@@ -429,7 +444,9 @@ class _Tensors:
                 for j in range(0, positions.numel(), step):
                     p = positions[j:j + step]
                     lo, hi = int(p.min()), int(p.max()) + 1
-                    t = _finite(part[lo:hi], path, name)
+                    t = part[lo:hi]
+                    self.bytes_read += t.numel() * t.element_size()
+                    t = _finite(t, path, name)
                     if kept is not None:
                         t = t.index_select(0, p - lo)
                     for dim in range(1, t.dim()):
@@ -625,6 +642,9 @@ class _Loader:
         self.meta: dict[str, nn.Parameter] = {}
         self.unread: dict[str, _Unread] = {}
         self.loaded: set[str] = set()
+        #: the parameters of modules outside the blocks kept after their call, until
+        #: :meth:`drop_held` (:meth:`on_call`)
+        self.held: set[str] = set()
         by_id: dict[int, str] = {}
         for qual, mod in model.named_modules(remove_duplicate=False):
             for attr, p in mod.named_parameters(recurse=False, remove_duplicate=False):
@@ -658,6 +678,7 @@ class _Loader:
         """The model's own meta parameters back in every place; every tensor freed."""
         for first, meta in self.meta.items():
             self._put(first, meta)
+        self.held.clear()
         if self.loaded:
             self.loaded.clear()
             _trim()
@@ -691,9 +712,12 @@ class _Loader:
             _trim()
 
     def on_call(self, modules: Sequence[nn.Module]) -> list[Any]:
-        """Hooks loading each module's own parameters when it is called and releasing them
-        when it returns (the modules outside the blocks: only one of them in memory at a
-        time); remove the handles returned when done."""
+        """Hooks loading each module's own parameters when it is called and keeping them
+        when it returns, until :meth:`drop_held` (the modules outside the blocks: the
+        streamed run drops them when it opens its next block, so the batches that call one
+        in turn, such as every batch's embedding before the first block and head after the
+        last, read its tensors once, and no more is in memory at once than the block the
+        batches have just passed beside it); remove the handles returned when done."""
         handles = []
         for mod in modules:
             own = self.names(mod, recurse=False)
@@ -701,8 +725,14 @@ class _Loader:
                 handles.append(mod.register_forward_pre_hook(
                     lambda m, args, own=own: self.load(own)))
                 handles.append(mod.register_forward_hook(
-                    lambda m, args, out, own=own: self.release(own)))
+                    lambda m, args, out, own=own: self.held.update(own)))
         return handles
+
+    def drop_held(self) -> None:
+        """Release the parameters :meth:`on_call` kept."""
+        if self.held:
+            held, self.held = list(self.held), set()
+            self.release(held)
 
 
 def _trim() -> None:
@@ -794,9 +824,9 @@ def _stream(model: nn.Module, loader: _Loader, batches: Sequence[Any], watch: _W
     ``batches``, every batch through the model's own ``forward``, held in lock step at the
     blocks of its block list (:func:`fxsym.lockstep.run_in_lockstep`): a block's tensors are
     read once, when the batches reach it, and given back when they have all passed it; a
-    module outside the blocks gets its tensors when it is called and gives them back when it
-    returns. ``watch`` is told; ``model``'s parameters are on the meta device again when this
-    returns."""
+    module outside the blocks gets its tensors when it is called and gives them back when the
+    next block is opened (:meth:`_Loader.on_call`). ``watch`` is told; ``model``'s
+    parameters are on the meta device again when this returns."""
     _stream_together([_Trial(model, loader, watch)], batches, progress=progress,
                      description=description)
 
@@ -850,6 +880,8 @@ def _stream_together(trials: Sequence[_Trial], batches: Sequence[Any], *,
 
     def enter(g: int) -> None:
         trial, i = owners[g]
+        for t in trials:
+            t.loader.drop_held()
         reached(order[g])
         step(labels[g])
         trial.loader.load(trial.loader.names(gates[g]))
@@ -1386,6 +1418,7 @@ def prune_checkpoint(
     routing_groups: str | None = None,
     target_non_embedding_params: int | None = None,
     request: PruneRequest | None = None,
+    shortlist: int | None = SHORTLIST,
 ) -> Plan:
     """Prune the checkpoint in ``directory`` into ``output`` (see the module docstring);
     return the plan.
@@ -1410,7 +1443,13 @@ def prune_checkpoint(
     (:func:`fxsym.search.search`), each scored by its next-token loss on the calibration text
     computed layer by layer on its pruned tensors (:func:`stream_loss`); a number of
     ``layers`` with it fixes the candidates' depth (a width-only search); the candidates are
-    recorded as ``plan.extra["search"]`` (:meth:`fxsym.search.SearchResult.rows`).
+    recorded as ``plan.extra["search"]`` (:meth:`fxsym.search.SearchResult.rows`). Only the
+    ``shortlist`` candidates the calibration pass estimates least damaged
+    (:func:`fxsym.shortlist.damage`) are scored by their loss (``None``: every candidate), in
+    one streamed run (:func:`stream_losses`); the rows of the others say ``scored`` false.
+    ``plan.extra["read"]`` gives the bytes of tensor data read from the checkpoint
+    (``bytes``: the calibration run, the search's scoring run and the writing each read what
+    they use) and the bytes it holds (``checkpoint``).
     ``ratio``, ``target_params``, ``scope``, ``round_to``, ``min_keep`` and ``exclude`` are
     :func:`fxsym.plan`'s (the search gives ``exclude`` and ``min_keep`` to every candidate: an
     excluded group keeps its size in all of them). ``describable`` (default: for a uniform
@@ -1486,6 +1525,7 @@ def prune_checkpoint(
     round_to, min_keep, exclude = request.round_to, request.min_keep, request.exclude
     describable, routing_groups = request.describable, request.routing_groups or "follow"
     max_shard_size = request.max_shard_size or DEFAULT_SHARD_BYTES
+    check_shortlist(shortlist)
     reader = open_checkpoint(directory)
     if checked.warning:
         warnings.warn(checked.warning, ImportanceWarning, stacklevel=2)
@@ -1580,7 +1620,7 @@ def prune_checkpoint(
                 evaluate_all=lambda plans: stream_losses(model, sm, tensors, lay, plans,
                                                          batches, progress=progress),
                 depths=depths, describable=describe, exclude=exclude, min_keep=min_keep,
-                progress=progress)
+                progress=progress, shortlist=shortlist)
         chosen = found.plan
         extra["search"] = found.rows()
         notes += [f"the search skipped {why}" for why in found.skipped]
@@ -1620,6 +1660,9 @@ def prune_checkpoint(
         with phase("writing the weights"):
             _write_weights(tmp, tensors, names, first, cuts, model, buffers, max_shard_size,
                            progress)
+        chosen = with_extra(chosen, read={"bytes": tensors.bytes_read,
+                                          "checkpoint": tensors.stored_bytes()})
+        manifest["plan"] = chosen.to_dict()
         with phase("writing the other files"):
             for name, data in files.items():
                 (tmp / name).write_bytes(data)

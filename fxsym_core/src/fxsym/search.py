@@ -48,8 +48,11 @@ allow (one further under is not offered, see :func:`candidates`); a target above
 (``extra["target"]``). Each candidate is planned (blocks by block importance, units by
 ``importance``), applied to a copy and scored by its loss on the calibration batches: the
 next-token cross-entropy where the model returns ``logits`` for ``input_ids``, else the mean
-squared error to the unpruned model's output. The table lists every candidate; the plan of
-the lowest loss is kept (Minitron's architecture search, in miniature: no distillation).
+squared error to the unpruned model's output; only the ``shortlist`` candidates of lowest
+damage (:mod:`fxsym.shortlist`: estimated from the importance scores and block importance the
+calibration already gave) are scored so, the others ranked by that estimate alone. The table
+lists every candidate, its damage, its loss or "not scored"; the plan of the lowest loss is
+kept (Minitron's architecture search, in miniature: no distillation).
 The candidates are counted from the parameters' metadata (:func:`candidates`, on a meta model
 too); a checkpoint directory scores them by streaming instead of running a copy
 (``evaluate``: :func:`fxsym.checkpoint.stream_loss`).
@@ -70,7 +73,7 @@ asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active
 the router's rows only).
 
 Imports from fxsym: analysis, console, depth, embeddings, errors, importance, paramlayout,
-planning, plugins, symbols.
+planning, plugins, shortlist, symbols.
 """
 
 from __future__ import annotations
@@ -91,10 +94,12 @@ from .console import format_table
 from .depth import block_importance, renamed, usable_blocks
 from .embeddings import embedding_tables
 from .errors import PlanError
-from .importance import run_batch
+from .importance import criterion_by_name, run_batch
 from .paramlayout import Slices, layout
 from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan, with_extra
 from .plugins.calls import call_hook
+from .shortlist import SHORTLIST, check_shortlist, damage
+from .shortlist import shortlist as shortlist_of
 from .symbols import SymMap
 
 __all__ = ["WIDTHS", "Candidate", "Roles", "SearchResult", "active_params", "candidates",
@@ -521,6 +526,10 @@ class Candidate:
     expert_ffn: int | None = None
     shared_ffn: int | None = None
     classes: tuple[tuple[str, int], ...] = ()
+    #: the damage the calibration pass estimates (:func:`fxsym.shortlist.damage`)
+    damage: float = math.nan
+    #: whether the candidate was scored by its loss (it was on the shortlist)
+    scored: bool = True
 
     def widths(self) -> dict[str, int]:
         """``{role: entries}`` of the FFN-like widths the candidate sets."""
@@ -547,7 +556,8 @@ class SearchResult:
         return [{"layers": c.layers, "hidden": c.hidden, "ffn": c.ffn,
                  "expert_ffn": c.expert_ffn, "shared_ffn": c.shared_ffn,
                  "classes": dict(c.classes), "params": c.params,
-                 "loss": None if math.isnan(c.loss) else c.loss, "kept": c is self.best}
+                 "loss": None if math.isnan(c.loss) else c.loss, "kept": c is self.best,
+                 "damage": None if math.isnan(c.damage) else c.damage, "scored": c.scored}
                 for c in self.candidates]
 
     def table(self) -> str:
@@ -569,12 +579,19 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
     def value(r: Mapping[str, Any], column: str, role: str | None) -> Any:
         return r.get(role) if role is not None else (r.get("classes") or {}).get(column)
 
+    def loss(r: Mapping[str, Any]) -> str:
+        if not r.get("scored", True):
+            return "not scored"
+        return "nan" if r["loss"] is None else f"{r['loss']:.4f}"
+
+    damaged = any(r.get("damage") is not None for r in rows)
     return format_table([[r["layers"], r["hidden"], *(value(r, c, k) for c, k in shown),
                           f"{r['params']:,}",
-                          "nan" if r["loss"] is None else f"{r['loss']:.4f}",
-                          "<- kept" if r["kept"] else ""] for r in rows],
+                          *([f"{r['damage']:.4f}" if r.get("damage") is not None else ""]
+                            if damaged else []),
+                          loss(r), "<- kept" if r["kept"] else ""] for r in rows],
                         ["layers", "hidden", *(c.replace("_", " ") for c, _ in shown),
-                         "params", "calib loss", ""])
+                         "params", *(["damage"] if damaged else []), "calib loss", ""])
 
 
 @dataclass(frozen=True)
@@ -734,7 +751,8 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
            describable: bool = False,
            exclude: str | Iterable[str] = (),
            min_keep: int = 1,
-           progress: bool = False) -> SearchResult:
+           progress: bool = False,
+           shortlist: int | None = SHORTLIST) -> SearchResult:
     """Search uniform architectures meeting ``target_params`` (see the module docstring);
     nothing of ``model`` is changed.
 
@@ -748,9 +766,15 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     description follows (:func:`candidates`; each plan with
     :func:`fxsym.plan`'s ``describable``); ``exclude`` and ``min_keep`` are
     :func:`fxsym.plan`'s, given to every candidate (:func:`candidates`: an excluded group
-    keeps its size in all of them). ``progress`` shows the candidates being scored."""
+    keeps its size in all of them). ``progress`` shows the candidates being scored.
+
+    Only the ``shortlist`` candidates of lowest damage (:func:`fxsym.shortlist.damage`,
+    from ``importance``'s scores and ``block_scores``) are scored by their loss (``None``:
+    all of them); the others are in the result, ranked by damage alone (``scored`` false,
+    ``loss`` nan). The importance is computed once for all the candidates."""
     from .console import track
 
+    check_shortlist(shortlist)
     batches = list(batches)
     if not batches and ((evaluate is None and evaluate_all is None) or block_scores is None):
         raise PlanError("the search needs at least one calibration batch")
@@ -768,7 +792,6 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     kept = excluded_groups(symmap, exclude)
     hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
     now = _class_now(symmap, r, kept)
-    scored = []
     reference = (_references(model, batches)
                  if loss is None and evaluate is None and evaluate_all is None else None)
 
@@ -777,26 +800,60 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
                           *(f"{k.replace('_', ' ')} {w}" for k, w in c.classes)]
                          or ["ffn None"])
 
-    for c in (track(found, description="scoring candidates", label=label)
-              if progress and evaluate_all is None else found):
+    given = _scored_once(model, symmap, importance)
+    planned = []
+    for c in found:
         blocks, _ = _blocks(model, symmap, depth, block_scores.get(r.layers or ""), c.layers)
-        p = plan(model, symmap, importance=importance, scope="uniform",
+        p = plan(model, symmap, importance=given, scope="uniform",
                  sizes=_sizes(symmap, r, kept, c.hidden if c.hidden != hidden_now else None,
                               {k: w for k, w in c.classes if w != now.get(k)}),
                  layers=_layers_arg(r.layers, blocks), describable=describable,
                  exclude=exclude, min_keep=min_keep)
-        value = (math.nan if evaluate_all is not None else evaluate(p) if evaluate is not None
-                 else _loss_of(model, symmap, p, batches, loss, reference))
-        scored.append(replace(c, loss=value, plan=p))
+        planned.append(replace(c, plan=p, damage=damage(symmap, p, given(model, symmap),
+                                                        block_scores)))
+    picked = set(shortlist_of([c.damage for c in planned], shortlist))
+    chosen = [c for i, c in enumerate(planned) if i in picked]
     if evaluate_all is not None:
-        values = evaluate_all([c.plan for c in scored if c.plan is not None])
-        scored = [replace(c, loss=v) for c, v in zip(scored, values, strict=True)]
-    best = min(scored, key=lambda c: (math.isnan(c.loss), c.loss))
+        values = list(evaluate_all([c.plan for c in chosen if c.plan is not None]))
+    else:
+        values = []
+        for c in (track(chosen, description="scoring candidates", label=label)
+                  if progress else chosen):
+            assert c.plan is not None
+            values.append(evaluate(c.plan) if evaluate is not None
+                          else _loss_of(model, symmap, c.plan, batches, loss, reference))
+    losses = dict(zip(sorted(picked), values, strict=True))
+    scored = [replace(c, loss=losses[i]) if i in losses else replace(c, scored=False)
+              for i, c in enumerate(planned)]
+    best = min((c for c in scored if c.scored), key=lambda c: (math.isnan(c.loss), c.loss))
     assert best.plan is not None
     marked = replace(best, plan=with_extra(best.plan, target=target_record(
         target_params, active, best.params, non_embedding=non_embedding)))
     return SearchResult(tuple(marked if c is best else c for c in scored), marked,
                         tuple(skipped))
+
+
+def _scored_once(model: nn.Module, symmap: SymMap, importance: Any
+                 ) -> Callable[[nn.Module, SymMap], dict[str, torch.Tensor]]:
+    """``importance`` (a criterion's name, a criterion, or scores) as a criterion computed
+    once and named as :func:`fxsym.plan` names it, so every candidate is planned from the
+    same scores."""
+    if isinstance(importance, Mapping):
+        scores: dict[str, torch.Tensor] = dict(importance)
+        name = "given"
+    elif isinstance(importance, str):
+        scores, name = criterion_by_name(importance)(model, symmap), importance
+    elif callable(importance):
+        scores, name = importance(model, symmap), getattr(importance, "__name__", "custom")
+    else:
+        raise PlanError(f"importance must be a criterion's name, a criterion or {{group name: "
+                        f"scores}}; got a {type(importance).__name__}")
+
+    def given(m: nn.Module, s: SymMap) -> dict[str, torch.Tensor]:
+        return scores
+
+    given.__name__ = name
+    return given
 
 
 def target_record(target: int, active: bool, reached: int, *, non_embedding: bool = False
