@@ -255,8 +255,8 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fxsym/passes/copying.py", "_buffers"): "nn.Module storage, shallow clone",
     ("fxsym/passes/copying.py", "_modules"): "nn.Module storage, shallow clone",
     ("fxsym/passes/copying.py", "_non_persistent_buffers_set"): "nn.Module storage",
-    ("fxsym/cli.py", "_actions"): "argparse's arguments: the only way to list a parser's "
-                                  "options (the close match of an unknown one)",
+    ("fxsym/cli/parser.py", "_actions"): "argparse's arguments: the only way to list a "
+                                         "parser's options (the close match of an unknown one)",
     ("fxsym/resizing/helpers.py", "_forward_pre_hooks"): "nn.Module's pre-hooks: which "
         "of them computes a tensor a rule keeps entries of (no public reader)",
     ("fxsym/resizing/helpers.py", "_parameters"): "nn.Module storage: a tensor that is "
