@@ -12,7 +12,8 @@ interleaved so that the machine's load hits every row alike:
 * **cli**: ``fxsym prune DIR --ffn N --calib FILE --calib-tokens T --seq-len L -o OUT
   --force --times`` in a child (``python -m fxsym.cli``), its wall time from the parent;
 * **api**: ``fxsym.prune_checkpoint(DIR, OUT, calibration=FILE, sizes={"ffn": N}, ...)`` in a
-  child, its time after the imports, and the time of each step (:mod:`fxsym.phases`).
+  child, its time after the imports (torch, transformers, fxsym: as the floor's), and the
+  time of each step (:mod:`fxsym.phases`).
 
 Every child runs with ``torch.set_num_threads(--threads)`` (and ``OMP_NUM_THREADS``); the
 floor is measured with each of ``--floor-threads`` too (default 2 and 1: on a loaded 2-core
@@ -97,6 +98,7 @@ def child_api(model: str, calib: str, tokens: int, seq_len: int, threads: int, f
     import contextlib
 
     import torch
+    import transformers  # noqa: F401  (imported by the floor's import step too)
 
     import fxsym
     from fxsym import checkpoint  # noqa: F401  (the prune's imports, timed here)

@@ -41,6 +41,7 @@ ORDER = [
     "request",     # one prune request, its options checked together once (no torch)
     "console",     # tables and progress: rich at a terminal, plain text otherwise
     "phases",      # where a long call's time goes: its steps timed when asked
+    "spans",       # a safetensors tensor as a byte range, copied by the kernel
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "lockstep",    # batches run through a model together, held at the entry of its blocks
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
@@ -75,6 +76,7 @@ ALLOWED: dict[str, set[str]] = {
     "request": {"errors", "options"},
     "console": set(),
     "phases": set(),
+    "spans": {"errors"},
     "modstate": set(),
     "lockstep": {"errors"},
     "plugins": {"errors"},
@@ -97,7 +99,7 @@ ALLOWED: dict[str, set[str]] = {
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist",
                    "phases", "planning", "plugins", "request", "search",
-                   "shortlist"},
+                   "shortlist", "spans"},
     "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

@@ -133,3 +133,75 @@ def test_the_loading_note_imports_only_the_checkpoints_own_model_module(
     note, families = json.loads(done.stdout.splitlines()[-1])
     assert "load it with AutoModelForCausalLM.from_pretrained(" in note
     assert set(families) <= {"auto", "llama"}, families
+
+
+def test_a_tensor_kept_whole_is_copied_as_checked_not_read_again(
+        tmp_path: Path, calib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a calibrated prune every stored tensor is read (and checked finite) by the
+    calibration pass; the writer copies those it keeps whole from the file by the kernel
+    (fxsym.spans), unchanged, and reads again only those it cuts. Before: the writer read
+    every tensor again."""
+    import collections
+    import contextlib
+    from collections.abc import Iterator
+
+    import torch
+    from ckpt_helpers import on_reads
+    from safetensors.torch import load_file
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    reads: collections.Counter[str] = collections.Counter()
+    on_reads(monkeypatch, lambda name: reads.update([name]))
+    calibrated: collections.Counter[str] = collections.Counter()
+
+    @contextlib.contextmanager
+    def status(message: str) -> Iterator[None]:
+        if message == "planning":  # after the calibration pass, before the writing
+            calibrated.update(reads)
+        yield
+
+    fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib, calibration_tokens=64,
+                           seq_len=16, sizes={"ffn": 96}, status=status)
+    before = {k: v for f in sorted(src.glob("*.safetensors")) for k, v in
+              load_file(str(f)).items()}
+    after = {k: v for f in sorted((tmp_path / "out").glob("*.safetensors")) for k, v in
+             load_file(str(f)).items()}
+    assert set(after) == set(before) and set(calibrated) == set(before)
+    written = reads - calibrated
+    whole = [n for n in before if ".mlp." not in n]
+    assert whole and not [n for n in whole if written[n]], written
+    assert all(torch.equal(after[n], before[n]) for n in whole)
+    assert all(written[n] >= 1 for n in before if ".mlp." in n)
+
+
+def test_a_file_changed_after_the_calibration_pass_is_read_and_checked_again(
+        tmp_path: Path, calib: Path) -> None:
+    """A tensor checked in the calibration pass is copied unread only while its file is
+    the one read (device, inode, size, modification time): a NaN written into a kept
+    tensor after the pass is read by the writer and refused, the output not written."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    shard = src / json.loads((src / "model.safetensors.index.json").read_text())[
+        "weight_map"][name]
+
+    @contextlib.contextmanager
+    def status(message: str) -> Iterator[None]:
+        if message == "planning":  # after the calibration pass, before the writing
+            tensors = load_file(str(shard))
+            tensors[name][1, 2] = torch.nan
+            save_file(tensors, str(shard), metadata={"format": "pt"})
+        yield
+
+    with pytest.raises(fxsym.CheckpointError, match=f"{name} holds NaN"):
+        fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib,
+                               calibration_tokens=64, seq_len=16, sizes={"ffn": 96},
+                               status=status)
+    assert not (tmp_path / "out").exists()

@@ -161,8 +161,8 @@ def test_the_damage_of_dropped_blocks_and_cut_widths(tmp_path: Path) -> None:
 def test_prune_checkpoint_says_which_candidates_were_scored(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``prune_checkpoint``'s search scores its shortlist: the rows say ``scored``, the table
-    says "not scored" for the others, and ``extra["read"]`` counts the bytes safetensors gave
-    against the checkpoint's (calibration, shortlist and writing: at most three reads)."""
+    says "not scored" for the others, and ``extra["read"]`` counts the bytes read against the
+    checkpoint's (calibration, shortlist and writing: at most three reads)."""
     from ckpt_helpers import checkpoint, on_reads
 
     from fxsym.search import table
@@ -185,7 +185,9 @@ def test_prune_checkpoint_says_which_candidates_were_scored(
     stored = sum(p.numel() * 4 for p in model.parameters())
     read = plan.extra["read"]
     assert read["checkpoint"] == stored
-    assert read["bytes"] == sum(given)
+    # the tensors written whole are copied from the files by the kernel (fxsym.spans), not
+    # given by safetensors: counted as read all the same
+    assert sum(given) < read["bytes"] <= sum(given) + stored
     assert 2 * stored < read["bytes"] <= 3 * stored
     manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
     assert manifest["plan"]["extra"]["read"] == read

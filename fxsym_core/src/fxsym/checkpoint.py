@@ -49,7 +49,9 @@ The steps, none of which holds more than one decoder layer's weights:
    by :meth:`StoredLayout.store`: one layer's experts at a time; the parameters one stored
    tensor becomes, cut, and fused again), checked against the shape
    of the resized meta model, read in chunks of rows
-   (safetensors' ``get_slice``) and written straight into its
+   (safetensors' ``get_slice``; a tensor kept whole that the calibration pass read and
+   checked, its file unchanged since, is the bytes of its file, copied by the kernel:
+   :mod:`fxsym.spans`) and written straight into its
    shard (safetensors files of at most ``max_shard_size`` bytes,
    ``model-0000k-of-0000n.safetensors`` with a ``model.safetensors.index.json``, or one
    ``model.safetensors``): the shapes are known before any tensor is read, so each file's
@@ -68,7 +70,7 @@ about the largest block or module outside the blocks (an embedding, the head) pl
 calibration hidden states.
 
 Imports from fxsym: analysis, depth, errors, importance, paths, persist, phases,
-planning, plugins, request, search, shortlist (console and lockstep inside functions).
+planning, plugins, request, search, shortlist, spans (console and lockstep inside functions).
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ from .request import LENIENT, PruneRequest
 from .search import candidates, next_token_loss, sizes_for, target_record
 from .search import search as architecture_search
 from .shortlist import SHORTLIST, check_shortlist
+from .spans import Span, copy_span, identity, offsets
 
 __all__ = [
     "CheckpointReader",
@@ -346,6 +349,10 @@ class _Tensors:
         #: the bytes of tensor data read from the files so far (as stored, before any cut or
         #: conversion): what a run costs in reads, against :meth:`stored_bytes`
         self.bytes_read = 0
+        #: by file: its identity before it was read (:func:`fxsym.spans.identity`) and the
+        #: tensors read from it whole and checked finite since
+        self.checked: dict[str, tuple[tuple[int, ...], set[str]]] = {}
+        self._spans: dict[str, dict[str, Span]] = {}
 
     def stored_bytes(self) -> int:
         """The bytes of tensor data the files hold (the tensors read or written; from the
@@ -402,6 +409,7 @@ class _Tensors:
         out: dict[str, torch.Tensor] = {}
         for f, group in by_file.items():
             try:
+                before = identity(self.directory / f)
                 with safe_open(str(self.directory / f), framework="pt") as handle:
                     for name in group:
                         t = handle.get_tensor(name)
@@ -412,20 +420,50 @@ class _Tensors:
             except Exception as exc:
                 raise CheckpointError(f"{self.directory / f}: cannot read {group[0]}: "
                                       f"{exc}") from exc
+            seen = self.checked.get(f)
+            if seen is None or seen[0] != before:
+                self.checked[f] = seen = (before, set())
+            seen[1].update(group)
         return out
+
+    def checked_span(self, name: str) -> Span | None:
+        """Stored tensor ``name`` as the bytes of its file (:class:`fxsym.spans.Span`), if it
+        was read whole and checked finite (:meth:`_read`) and its file has not changed since
+        (same identity); else ``None``."""
+        f = self.files.get(name)
+        seen = self.checked.get(f) if f is not None else None
+        if f is None or seen is None or name not in seen[1]:
+            return None
+        try:
+            if identity(self.directory / f) != seen[0]:
+                return None
+            spans = self._spans.get(f)
+            if spans is None:
+                spans = self._spans[f] = offsets(self.directory / f)
+        except (OSError, ValueError, KeyError, TypeError, CheckpointError):
+            return None
+        return spans.get(name)
 
     def one(self, name: str) -> torch.Tensor:
         return self.read([name])[name]
 
     def rows(self, name: str, cut: Callable[[int], torch.Tensor | None]
-             ) -> Iterator[torch.Tensor]:
+             ) -> Iterator[torch.Tensor | Span]:
         """Tensor ``name`` with the positions ``cut(dim)`` kept along each dim (all where it
         gives ``None``), in chunks of rows of about :data:`CHUNK_BYTES` read one at a time (a
-        range of rows with ``get_slice``), so a large tensor is never in memory whole."""
+        range of rows with ``get_slice``), so a large tensor is never in memory whole. A
+        tensor kept whole that was read and checked before, its file unchanged
+        (:meth:`checked_span`), is its bytes in the file instead, which the writer copies
+        without reading them again."""
         from safetensors import safe_open
 
         name = self.renamed.get(name, name)
         path = self.directory / self.files[name]
+        span = self.checked_span(name)
+        if span is not None and all(cut(d) is None for d in range(len(span.shape))):
+            self.bytes_read += span.size  # the kernel reads them
+            yield span
+            return
         try:
             with safe_open(str(path), framework="pt") as handle:
                 part = handle.get_slice(name)
@@ -1153,12 +1191,13 @@ _CODES = {v: k for k, v in _DTYPES.items()}
 
 def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
                  shapes: Mapping[str, tuple[int, ...]],
-                 produce: Iterator[tuple[str, Iterator[torch.Tensor]]]) -> None:
+                 produce: Iterator[tuple[str, Iterator[torch.Tensor | Span]]]) -> None:
     """Write one safetensors file whose tensors (names, dtypes and shapes known in advance)
     ``produce`` yields one at a time (in the order of ``shapes``), each as chunks of rows, so
     neither the file nor a large tensor is ever held in memory whole: the header first (the
     format's: an 8-byte little-endian length, then JSON padded to 8 bytes), then each tensor's
-    bytes in order. A tensor that does not have its announced dtype and shape raises
+    bytes in order (a :class:`~fxsym.spans.Span`, a whole input tensor, copied from its file
+    by the kernel). A tensor that does not have its announced dtype and shape raises
     :class:`~fxsym.errors.CheckpointError`."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "fxsym"}}
     offset = 0
@@ -1175,6 +1214,15 @@ def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
         for name, chunks in produce:
             want, rows = shapes[name], 0
             for t in chunks:
+                if isinstance(t, Span):
+                    if _DTYPES.get(t.dtype) != dtypes[name] or t.shape != want:
+                        raise CheckpointError(f"{name}: the plan gives it shape {t.shape}, "
+                                              f"the pruned model {want}")
+                    f.flush()
+                    copy_span(t, f.fileno())
+                    f.seek(0, os.SEEK_END)
+                    rows += want[0] if want else 1
+                    continue
                 if t.dtype != dtypes[name] or tuple(t.shape[1:]) != want[1:] or t.dim() != len(
                         want):
                     raise CheckpointError(f"{name}: the plan gives it shape {tuple(t.shape)}, "
@@ -1246,7 +1294,7 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
     sizes: dict[str, int] = {}
     dtypes: dict[str, torch.dtype] = {}
     shapes: dict[str, tuple[int, ...]] = {}
-    produce: dict[str, Callable[[], Iterator[torch.Tensor]]] = {}
+    produce: dict[str, Callable[[], Iterator[torch.Tensor | Span]]] = {}
     for unit in tensors.units():
         after = [names_after.get(n, n) for n in unit]
         if any(new is None for new in after):
@@ -1278,7 +1326,7 @@ def _write_weights(tmp: Path, tensors: _Tensors, names_after: Mapping[str, str |
     names = [WEIGHTS] if len(shards) == 1 else [SHARD.format(k + 1, len(shards))
                                                 for k in range(len(shards))]
 
-    def pruned(members: Sequence[str]) -> Iterator[tuple[str, Iterator[torch.Tensor]]]:
+    def pruned(members: Sequence[str]) -> Iterator[tuple[str, Iterator[torch.Tensor | Span]]]:
         for out in members:
             yield out, produce.pop(out)()
 
