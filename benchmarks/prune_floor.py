@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,7 @@ def child_api(model: str, calib: str, tokens: int, seq_len: int, threads: int, f
     try:
         from fxsym.phases import recording
     except ImportError:
-        recording = contextlib.nullcontext  # type: ignore[assignment]
+        recording = partial(contextlib.nullcontext, {})  # type: ignore[assignment]
     torch.set_num_threads(threads)
     imported = time.perf_counter()
     with recording() as seconds:
