@@ -99,6 +99,9 @@ BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     (dict(importance="taylor", ratio=0.3), ("checkpoint",)),
     (dict(ratio=0.3, batches=2), ("model",)),
     (dict(ratio=0.3, seq_len=16), ("model",)),
+    (dict(ratio=0.3, importance="l2", shortlist=2), ("checkpoint", "model")),
+    (dict(target_params=90000, calibration=CALIB, shortlist=0), ("checkpoint",)),
+    (dict(target_params=90000, shortlist=0), ("model",)),
 ]
 
 
@@ -108,7 +111,8 @@ BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     "active-without-search-in-memory", "search-positions", "search-without-calibration",
     "calib-tokens-without-text", "calibration-unused", "search-scope",
     "search-scope-in-memory", "sizes-scope", "layer-count-without-text",
-    "taylor-on-a-checkpoint", "batches", "seq-len-in-memory"])
+    "taylor-on-a-checkpoint", "batches", "seq-len-in-memory", "shortlist-without-search",
+    "shortlist-zero", "shortlist-zero-in-memory"])
 def test_every_path_refuses_a_bad_combination_alike(
         tmp_path: Path, calib: Path, capsys: pytest.CaptureFixture[str],
         options: dict[str, Any], where: tuple[str, ...]) -> None:
@@ -156,7 +160,9 @@ def test_a_request_and_keyword_arguments_are_not_mixed(tmp_path: Path) -> None:
 @pytest.mark.parametrize("options", [
     dict(ratio=0.3, importance="l2"),
     dict(target_non_embedding_params=60000, calibration=CALIB, **SMALL),
-], ids=["l2-ratio", "non-embedding-search"])
+    dict(target_non_embedding_params=60000, calibration=CALIB, shortlist=1, **SMALL),
+    dict(target_non_embedding_params=60000, calibration=CALIB, shortlist="all", **SMALL),
+], ids=["l2-ratio", "non-embedding-search", "shortlist-1", "shortlist-all"])
 def test_the_flags_the_keywords_and_a_request_make_the_same_plan(
         tmp_path: Path, calib: Path, capsys: pytest.CaptureFixture[str],
         options: dict[str, Any]) -> None:
@@ -174,6 +180,10 @@ def test_the_flags_the_keywords_and_a_request_make_the_same_plan(
         by_request.extra.get("search")
     assert by_cli.extra.get("target") == by_keywords.extra.get("target") == \
         by_request.extra.get("target")
+    if "shortlist" in options:  # the candidates scored by their loss: as many as asked
+        rows = by_cli.extra["search"]
+        asked = len(rows) if options["shortlist"] == "all" else options["shortlist"]
+        assert len(rows) > 1 and sum(r["scored"] for r in rows) == asked
 
 
 def test_an_in_memory_prune_makes_the_plan_the_api_makes(

@@ -70,7 +70,7 @@ about the largest block or module outside the blocks (an embedding, the head) pl
 calibration hidden states.
 
 Imports from fxsym: analysis, depth, errors, importance, paths, persist, phases,
-planning, plugins, request, search, shortlist, spans (console and lockstep inside functions).
+planning, plugins, request, search, spans (console and lockstep inside functions).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, ParamSpec, Protocol, runtime_checkable
+from typing import Any, Literal, ParamSpec, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -106,10 +106,9 @@ from .phases import phase
 from .planning import Plan, plan
 from .plugins import load_plugins
 from .plugins.calls import call_hook
-from .request import LENIENT, PruneRequest
+from .request import LENIENT, SHORTLIST, PruneRequest
 from .search import candidates, next_token_loss, sizes_for, target_record
 from .search import search as architecture_search
-from .shortlist import SHORTLIST, check_shortlist
 from .spans import Span, copy_span, identity, offsets
 
 __all__ = [
@@ -1466,7 +1465,7 @@ def prune_checkpoint(
     routing_groups: str | None = None,
     target_non_embedding_params: int | None = None,
     request: PruneRequest | None = None,
-    shortlist: int | None = SHORTLIST,
+    shortlist: int | Literal["all"] | None = SHORTLIST,
 ) -> Plan:
     """Prune the checkpoint in ``directory`` into ``output`` (see the module docstring);
     return the plan.
@@ -1493,7 +1492,8 @@ def prune_checkpoint(
     ``layers`` with it fixes the candidates' depth (a width-only search); the candidates are
     recorded as ``plan.extra["search"]`` (:meth:`fxsym.search.SearchResult.rows`). Only the
     ``shortlist`` candidates the calibration pass estimates least damaged
-    (:func:`fxsym.shortlist.damage`) are scored by their loss (``None``: every candidate), in
+    (:func:`fxsym.shortlist.damage`) are scored by their loss (``None`` or ``"all"``: every
+    candidate; ``fxsym prune --shortlist K|all``), in
     one streamed run (:func:`stream_losses`); the rows of the others say ``scored`` false.
     ``plan.extra["read"]`` gives the bytes of tensor data read from the checkpoint
     (``bytes``: the calibration run, the search's scoring run and the writing each read what
@@ -1546,7 +1546,8 @@ def prune_checkpoint(
         layers=tuple(layers) if isinstance(layers, Sequence) else layers, sizes=sizes,
         scope=scope, round_to=round_to, min_keep=min_keep, exclude=tuple(exclude),
         describable=describable, routing_groups=routing_groups,
-        max_shard_size=None if max_shard_size == DEFAULT_SHARD_BYTES else max_shard_size)
+        max_shard_size=None if max_shard_size == DEFAULT_SHARD_BYTES else max_shard_size,
+        shortlist=None if shortlist == SHORTLIST else "all" if shortlist is None else shortlist)
     if request is None:
         request = PruneRequest(checkpoint=True, **options)
         checked = request.check(lenient=LENIENT)
@@ -1573,7 +1574,7 @@ def prune_checkpoint(
     round_to, min_keep, exclude = request.round_to, request.min_keep, request.exclude
     describable, routing_groups = request.describable, request.routing_groups or "follow"
     max_shard_size = request.max_shard_size or DEFAULT_SHARD_BYTES
-    check_shortlist(shortlist)
+    shortlist = checked.shortlist
     reader = open_checkpoint(directory)
     if checked.warning:
         warnings.warn(checked.warning, ImportanceWarning, stacklevel=2)

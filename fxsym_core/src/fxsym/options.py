@@ -50,6 +50,7 @@ class Spelling:
     input_shape: str = "input_shape"
     max_shard_size: str = "max_shard_size"
     norm_groups: str = "norm_groups"
+    shortlist: str = "shortlist"
 
 
 #: :func:`fxsym.prune_checkpoint`'s (and :func:`fxsym.plan`'s) keyword arguments

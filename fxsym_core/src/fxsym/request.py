@@ -46,6 +46,9 @@ LENIENT = frozenset({"scope", "calibration_tokens", "seq_len"})
 #: the defaults of the options only some ways of pruning use (``None`` in a request, so one
 #: given where it is not used is refused, never dropped)
 CALIBRATION_TOKENS, SEQ_LEN, RANDOM_BATCHES = 8192, 512, 4
+#: how many of the search's candidates are scored by their loss unless told otherwise
+#: (:mod:`fxsym.shortlist`)
+SHORTLIST = 4
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ class PruneRequest:
     norm_groups: str | None = None
     routing_groups: str | None = None
     max_shard_size: int | None = None
+    #: how many of the search's candidates are scored by their loss, ``"all"`` for every
+    #: one (``None``: :data:`SHORTLIST`; the others are ranked by the damage estimate only)
+    shortlist: int | str | None = None
 
     def amounts(self) -> dict[str, float | int]:
         """The amounts given, by field name."""
@@ -128,6 +134,11 @@ class PruneRequest:
                             min_keep=self.min_keep, names=names)
         if self.scope is not None and self.scope not in ("global", "uniform"):
             raise PlanError(f"{names.scope} is global or uniform, got {self.scope!r}")
+        if self.shortlist is not None and self.shortlist != "all" and (
+                isinstance(self.shortlist, bool) or not isinstance(self.shortlist, int)
+                or self.shortlist < 1):
+            raise PlanError(f"{names.shortlist} is how many of the search's candidates are "
+                            f"scored by their loss (1 or more) or 'all', got {self.shortlist!r}")
         return (self._checkpoint(names, lenient) if self.checkpoint
                 else self._in_memory(names))
 
@@ -197,6 +208,7 @@ class PruneRequest:
                                 f"for no search ({names.no_search}) for a global plan of "
                                 "widths")
         else:
+            self._unused_shortlist(names)
             unused = self._unused_scope(names, "layers")
             if unused is not None and "scope" not in lenient:
                 raise unused
@@ -238,6 +250,13 @@ class PruneRequest:
         return checked
 
     # -- shared ----------------------------------------------------------------------------
+    def _unused_shortlist(self, names: Spelling) -> None:
+        """A :class:`~fxsym.errors.PlanError` for a shortlist given to a prune that does not
+        search."""
+        if self.shortlist is not None:
+            raise PlanError(f"{names.shortlist} sizes the architecture search's shortlist, and "
+                            f"this prune does not search; leave {names.shortlist} out")
+
     def _searches(self, names: Spelling) -> bool:
         """:func:`fxsym.options.searches` of this request."""
         return searches(search=self.search, target=any(
@@ -288,6 +307,12 @@ class Checked:
     deprecated: tuple[str, ...] = ()
 
     @property
+    def shortlist(self) -> int | None:
+        """How many of the search's candidates are scored by their loss (``None``: all)."""
+        given = self.request.shortlist
+        return SHORTLIST if given is None else None if given == "all" else int(given)
+
+    @property
     def target(self) -> tuple[int | None, str]:
         """The parameter count asked and what it counts (``"params"``, ``"non_embedding"``,
         ``"active"``); ``param_ratio`` is a count of the model's, known with it."""
@@ -319,6 +344,8 @@ class Checked:
                             "target on a model with a stack of residual blocks) plans uniform "
                             f"candidates; leave {names.scope} out, or give {names.ratio} or "
                             f"{names.target_macs} for a global plan of widths")
+        if not searching:
+            r._unused_shortlist(names)
         if architecture and not searching:
             unused = r._unused_scope(names, "blocks")
             if unused is not None:

@@ -23,7 +23,7 @@ calibration tokens) the lowest damage is the lowest loss at 25 % and 50 % of the
 parameters removed (``docs/pruning.md``); it is an estimate, which is why the shortlist is then
 scored in full, and why the table says which candidates only the estimate ranked.
 
-Imports from fxsym: errors, importance, planning, symbols.
+Imports from fxsym: errors, importance, planning, request, symbols.
 """
 
 from __future__ import annotations
@@ -37,12 +37,11 @@ import torch
 from .errors import PlanError
 from .importance import unit_scores
 from .planning import Plan
+from .request import SHORTLIST
 from .symbols import SymMap
 
 __all__ = ["SHORTLIST", "check_shortlist", "damage", "shortlist"]
 
-#: how many candidates the search scores by their loss unless told otherwise
-SHORTLIST = 4
 
 
 def check_shortlist(size: Any) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from ..errors import FxsymError
-from ..request import CALIBRATION_TOKENS, RANDOM_BATCHES, SEQ_LEN
+from ..request import CALIBRATION_TOKENS, RANDOM_BATCHES, SEQ_LEN, SHORTLIST
 from .analyze import cmd_analyze
 from .failure import CliError, _one_line
 from .group_modes import _add_norm_groups
@@ -69,6 +69,9 @@ def add_prune_parser(sub: Any) -> _Parser:
                    "(default: on for --target-params, --param-ratio and --target-active-params "
                    "without sizes, at the depth of --layers K if given; a checkpoint "
                    "directory's needs --calib); --no-search: one plan of widths to the target")
+    p.add_argument("--shortlist", metavar="K|all", help="candidates of the search scored by "
+                   "their loss, the K the calibration pass estimates least damaged (default "
+                   f"{SHORTLIST}); all: every candidate (slower, the estimate not trusted)")
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
                    "for a checkpoint (every layer keeps the same shape, so its config says it) "
                    "and with --layers; the architecture search is uniform only")

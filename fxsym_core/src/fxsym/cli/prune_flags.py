@@ -33,7 +33,8 @@ FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="
                  min_keep="--min-keep",
                  target_non_embedding_params="--target-non-embedding-params",
                  sizes=_SIZE_FLAGS, batches="--batches", input_shape="--input-shape",
-                 max_shard_size="--max-shard-size", norm_groups="--norm-groups")
+                 max_shard_size="--max-shard-size", norm_groups="--norm-groups",
+                 shortlist="--shortlist")
 
 
 def prune_request(args: argparse.Namespace) -> PruneRequest:
@@ -54,7 +55,18 @@ def prune_request(args: argparse.Namespace) -> PruneRequest:
         round_to=args.round_to, min_keep=args.min_keep, exclude=tuple(args.exclude or ()),
         describable=args.describable, norm_groups=args.norm_groups,
         routing_groups=args.routing_groups,
-        max_shard_size=None if args.max_shard_size is None else _bytes(args.max_shard_size))
+        max_shard_size=None if args.max_shard_size is None else _bytes(args.max_shard_size),
+        shortlist=_shortlist(args.shortlist))
+
+
+def _shortlist(text: str | None) -> int | str | None:
+    """``--shortlist``: a number of candidates, or ``all``."""
+    if text is None or text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise CliError(f"--shortlist is a number of candidates or 'all', got {text!r}") from exc
 
 
 def _bytes(text: str) -> int:

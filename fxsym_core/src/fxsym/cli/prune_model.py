@@ -99,7 +99,7 @@ def _plan_architecture(checked: Checked, req: PruneRequest, model: nn.Module, sm
                             round_to=max(req.round_to, 1), importance=criterion,
                             depths=(layers,) if isinstance(layers, int) else None,
                             describable=bool(req.describable), exclude=req.exclude,
-                            min_keep=req.min_keep)
+                            min_keep=req.min_keep, shortlist=checked.shortlist)
         return result.plan, result.table()
     with status("planning (depth and sizes)"):
         return make_plan(model, sm, ratio=req.ratio, target_params=req.target_params,
