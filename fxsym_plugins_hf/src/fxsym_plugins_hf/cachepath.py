@@ -18,6 +18,9 @@ hold theirs. The analysis cannot prove such a group safe, so it is tried:
   unequal and ratios change, since RWKV's hidden size and attention widths each break its
   cache alone but not together), rounded down to :attr:`fxsym.SymGroup.step`, not under
   ``min_size``;
+* a size the forward itself refuses without a cache (an odd width a complex view splits in
+  pairs, which breaks every path: no finding about the cache) is replaced by the group's next
+  trial size that runs (:func:`_runnable`), the group left out where none does;
 * where it fails, the unresized copy runs the path: where it cannot either (a kernel with no
   meta implementation), nothing is pinned and a report line says the path was not tried;
   else each group is resized alone to its size of the trial, and each group whose own trial
@@ -68,6 +71,10 @@ def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[s
         return {NOT_TRIED: f"the cached path (use_cache=True, one decode step, as generate "
                            f"runs it) does not run on meta tensors ({failure}): no resize "
                            "was tried on it"}
+    if _try(model, symmap, sizes, ids, others, cached=False) is not None:
+        sizes = _runnable(model, symmap, groups, sizes, ids, others)
+        if not sizes or _try(model, symmap, sizes, ids, others) is None:
+            return {}
     size_of = {g.name: g.size for g in groups}
     found: dict[str, str] = {}
     for name, size in sizes.items():
@@ -112,6 +119,25 @@ def _apart(groups: Sequence[Any]) -> dict[str, int]:
     return out
 
 
+def _runnable(model: nn.Module, symmap: Any, groups: Sequence[Any], sizes: Mapping[str, int],
+              ids: torch.Tensor, others: Mapping[str, Any]) -> dict[str, int]:
+    """``sizes`` with each size the uncached forward itself refuses (a size the analysis
+    allows that breaks the forward whichever path runs, such as an odd width a complex view
+    splits in pairs: no finding about the cached path) replaced by the group's next trial size
+    that runs, the group left out of the trial where none does."""
+    out: dict[str, int] = {}
+    for g in groups:
+        if g.name not in sizes:
+            continue
+        tried = [sizes[g.name]] + [s for f in _FRACTIONS
+                                   if (s := _rounded(g, round(g.size * f))) is not None]
+        for size in dict.fromkeys(tried):
+            if _try(model, symmap, {g.name: size}, ids, others, cached=False) is None:
+                out[g.name] = size
+                break
+    return out
+
+
 def _input_ids(model: nn.Module, example_inputs: Any) -> torch.Tensor | None:
     """The token ids a decoder-only generative model is analyzed with, else ``None``."""
     try:
@@ -142,9 +168,9 @@ def _rounded(group: Any, size: int) -> int | None:
 
 
 def _try(model: nn.Module, symmap: Any, sizes: Mapping[str, int], ids: torch.Tensor,
-         others: Mapping[str, Any]) -> str | None:
+         others: Mapping[str, Any], *, cached: bool = True) -> str | None:
     """Resize a meta copy of ``model`` to ``sizes`` (units kept from the first) and run its
-    cached path; what failed, or ``None``."""
+    cached path (``cached``) or one forward without a cache; what failed, or ``None``."""
     clone, clone_map = _meta_copy(model, symmap)
     try:
         with warnings.catch_warnings():
@@ -153,7 +179,12 @@ def _try(model: nn.Module, symmap: Any, sizes: Mapping[str, int], ids: torch.Ten
                 fxsym.resize(clone, clone_map, {name: torch.arange(n)
                                                 for name, n in sizes.items()})
             with traceable_kernels(model_configs(clone)):
-                _cached_path(clone, ids.to("meta"), _to_meta(dict(others)))
+                if cached:
+                    _cached_path(clone, ids.to("meta"), _to_meta(dict(others)))
+                else:
+                    with torch.no_grad():
+                        clone(input_ids=ids.to("meta"), use_cache=False,
+                              **_to_meta(dict(others)))
     except Exception as exc:  # what the path raised is the answer
         return f"{type(exc).__name__}: {_first_line(exc)}"
     return None
