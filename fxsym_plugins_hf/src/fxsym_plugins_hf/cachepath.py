@@ -21,6 +21,9 @@ hold theirs. The analysis cannot prove such a group safe, so it is tried:
 * a size the forward itself refuses without a cache (an odd width a complex view splits in
   pairs, which breaks every path: no finding about the cache) is replaced by the group's next
   trial size that runs (:func:`_runnable`), the group left out where none does;
+* the trials run under a manager of their own holding the same plugins
+  (:func:`_trial_manager`): a plugin whose hook fails on a copy is never disabled for the
+  caller;
 * where it fails, the unresized copy runs the path: where it cannot either (a kernel with no
   meta implementation), nothing is pinned and a report line says the path was not tried;
   else each group is resized alone to its size of the trial, and each group whose own trial
@@ -60,6 +63,26 @@ def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[s
     groups = [g for g in symmap.groups() if g.size >= 2]
     if ids is None or not groups:
         return {}
+    with fxsym.use_plugins(_trial_manager()):
+        return _untraced(model, symmap, groups, ids, example_inputs)
+
+
+def _trial_manager() -> fxsym.PluginManager:
+    """A manager of the plugins in use, the same objects: the trials' resizes call their
+    hooks (``fxsym_after_resize`` brings the copy's config along, as a real resize would),
+    and a plugin whose hook fails on a throw-away meta copy is disabled in this manager
+    only, never in the caller's."""
+    current = fxsym.plugins.get_plugin_manager()
+    trial = fxsym.PluginManager()
+    for name, plugin in current.list_name_plugin():
+        if plugin is not None:
+            trial.register(plugin, name=name)
+    return trial
+
+
+def _untraced(model: nn.Module, symmap: Any, groups: Sequence[Any], ids: torch.Tensor,
+              example_inputs: Any) -> dict[str, str]:
+    """:func:`untraced_paths` under the trial manager."""
     # the mask's values are data a meta tensor lacks (transformers asks whether it is all
     # ones); the path's shapes are the same without it
     others = {k: v for k, v in example_inputs.items() if k not in ("input_ids", "attention_mask")}
@@ -205,8 +228,11 @@ def _cached_path(model: Any, ids: torch.Tensor, others: dict[str, Any]) -> None:
 
 def _meta_copy(model: nn.Module, symmap: Any) -> tuple[nn.Module, Any]:
     """A deep copy of ``model`` and ``symmap`` together whose parameters and buffers are meta
-    tensors (none of the model's data is copied)."""
-    memo: dict[int, Any] = {}
+    tensors (none of the model's data is copied), the copy's SymMap on the registry of the
+    manager in use (the trials' own: its resize calls their hooks)."""
+    from fxsym.registry import get_registry
+
+    memo: dict[int, Any] = {id(symmap.registry): get_registry()}
     for tensor in (*model.parameters(), *model.buffers()):
         if id(tensor) in memo:
             continue

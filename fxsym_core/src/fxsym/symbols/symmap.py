@@ -149,8 +149,9 @@ class SymMap:
     def __deepcopy__(self, memo: dict[int, Any]) -> SymMap:
         """A deep copy that shares :attr:`registry` (it belongs to the plugin manager, not to
         the model) and the analysis' node layouts (plain immutable data, one entry per node of
-        the graph: copying it for every oracle copy would cost more than the model)."""
-        memo[id(self.registry)] = self.registry
+        the graph: copying it for every oracle copy would cost more than the model); a
+        ``memo`` that maps the registry already gives the copy that one (another manager's)."""
+        memo.setdefault(id(self.registry), self.registry)
         analysis = self.__dict__.get("_analysis")
         if analysis is not None:
             memo[id(analysis.node_layouts)] = analysis.node_layouts
