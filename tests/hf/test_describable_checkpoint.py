@@ -108,8 +108,11 @@ def test_the_cli_says_which_sizes_it_rounded(tmp_path: Path, calib: Path,
     src = tmp_path / "in"
     checkpoint(src, "llama")
     out = tmp_path / "out"
+    # one uniform plan of widths to the target (its hidden size cut, as the API test above
+    # asserts): the search's winner on random weights is a near tie between candidates that
+    # cut the hidden size and ones that do not
     code = main(["prune", str(src), "--calib", str(calib), "--calib-tokens", "128",
-                 "--seq-len", "32", "--param-ratio", "0.5", "-o", str(out)])
+                 "--seq-len", "32", "--param-ratio", "0.5", "--no-search", "-o", str(out)])
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert ("kept at a multiple of 4 entries (LlamaConfig's own checks take hidden_size only "
