@@ -154,28 +154,6 @@ def test_undescribed_refuses_a_step_that_is_no_count() -> None:
             Undescribed("r", step=bad)  # type: ignore[arg-type]
 
 
-class _Reader(CheckpointReader):
-    """A reader declaring the protocol: ``stored`` and ``ignored`` are the protocol's."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def build(self) -> nn.Module:
-        return nn.Linear(2, 2)
-
-    def tensor_files(self) -> dict[str, str]:
-        return {}
-
-    def replaced_files(self) -> set[str]:
-        return set()
-
-    def how_to_load(self, output: Path) -> str:
-        return "fxsym.load"
-
-    def calibration(self, texts: Any, *, tokens: int, seq_len: int) -> list[Any]:
-        return []
-
-
 class _Partial:
     """A reader without ``stored``/``ignored`` (nor ``how_to_load``)."""
 
@@ -193,6 +171,13 @@ class _Partial:
 
     def calibration(self, texts: Any, *, tokens: int, seq_len: int) -> list[Any]:
         return []
+
+
+class _Reader(_Partial, CheckpointReader):
+    """A reader declaring the protocol: ``stored`` and ``ignored`` are the protocol's."""
+
+    def how_to_load(self, output: Path) -> str:
+        return "fxsym.load"
 
 
 class _Reads:
