@@ -101,6 +101,18 @@ def tokenizer(vocab: int = 100) -> Any:
                                    eos_token="</s>")
 
 
+def tiny_llama() -> Any:
+    """A 3-layer llama with grouped queries (4 heads, 2 key-value heads), hidden 64, FFN 192,
+    vocabulary 128, seeded; the CLI reaches it as ``ckpt_helpers:tiny_llama``."""
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(
+        "llama", hidden_size=64, intermediate_size=192, vocab_size=128, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
+
+
 def tiny_config(model_type: str, **overrides: Any) -> Any:
     """The config of a tiny causal LM of ``model_type`` (hidden 64, 3 layers, 4 heads, 2
     key/value heads, vocabulary 300), ``overrides`` given."""

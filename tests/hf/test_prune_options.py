@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from ckpt_helpers import checkpoint, n_params
+from ckpt_helpers import checkpoint, n_params, tiny_llama
 
 import fxsym
 from fxsym.cli import main
@@ -27,20 +27,12 @@ BATCHES = [{"input_ids": torch.randint(0, 128, (2, 12),
            for i in range(2)]
 
 
-def make_llama() -> Any:
-    cfg = transformers.AutoConfig.for_model(
-        "llama", hidden_size=64, intermediate_size=192, vocab_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
-
-
 def _cut(plan: fxsym.Plan) -> set[str]:
     return {c.name for c in plan.groups if c.keep is not None and len(c.keep) < c.size}
 
 
 def test_the_search_keeps_excluded_groups_whole_in_every_candidate() -> None:
-    model = make_llama()
+    model = tiny_llama()
     sm = fxsym.analyze(model)
     r = roles(sm)
     first_ffn = r.ffn[0]
@@ -59,7 +51,7 @@ def test_the_search_keeps_excluded_groups_whole_in_every_candidate() -> None:
 
 
 def test_the_search_keeps_min_keep_units() -> None:
-    model = make_llama()
+    model = tiny_llama()
     sm = fxsym.analyze(model)
     result = search(model, sm, target_params=n_params(model) * 6 // 10, batches=BATCHES,
                     round_to=8, min_keep=56)
@@ -77,9 +69,9 @@ def _table_hiddens(out: str) -> set[int]:
 
 def test_cli_search_in_memory_honours_exclude(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    target = n_params(make_llama()) // 2
+    target = n_params(tiny_llama()) // 2
     out = tmp_path / "out"
-    code = main(["prune", "test_prune_options:make_llama", "--target-params", str(target),
+    code = main(["prune", "ckpt_helpers:tiny_llama", "--target-params", str(target),
                  "--round-to", "8", "--exclude", HIDDEN, "-o", str(out)])
     said = capsys.readouterr()
     assert code == 0, said.err
@@ -104,7 +96,7 @@ def test_cli_search_of_a_checkpoint_honours_exclude(tmp_path: Path, calib: Path,
     assert pruned.config.hidden_size == 64 and n_params(pruned) <= target
 
 
-MODEL = "test_prune_options:make_llama"
+MODEL = "ckpt_helpers:tiny_llama"
 
 
 @pytest.mark.parametrize("args, says", [
@@ -138,7 +130,7 @@ def test_active_target_without_blocks_is_refused(tmp_path: Path,
 def test_active_target_with_a_layer_count_searches_widths_at_that_depth(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Before, ``--layers 2`` made a depth-only plan and the active target was dropped."""
-    target = n_params(make_llama()) // 3
+    target = n_params(tiny_llama()) // 3
     out = tmp_path / "out"
     code = main(["prune", MODEL, "--target-active-params", str(target), "--layers", "2",
                  "--round-to", "8", "-o", str(out)])
@@ -194,6 +186,6 @@ def test_an_in_memory_prune_of_a_transformers_model_ends_with_from_pretrained(
     assert f"AutoModelForCausalLM.from_pretrained({str(out)!r})" in last, last
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert pruned.config.hidden_size == 32
-    expected = fxsym.load(make_llama(), out)
+    expected = fxsym.load(tiny_llama(), out)
     ids = BATCHES[0]["input_ids"]
     torch.testing.assert_close(pruned(ids).logits, expected(ids).logits)

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from ckpt_helpers import checkpoint
+from ckpt_helpers import checkpoint, tiny_llama
 
 import fxsym
 from fxsym.cli import FLAGS, main
@@ -27,17 +26,11 @@ from fxsym.errors import FxsymError
 
 transformers = pytest.importorskip("transformers")
 
-MODEL = "test_prune_request:make_llama"
+MODEL = "ckpt_helpers:tiny_llama"
 CALIB = "CALIB"  # replaced by the calibration file
 SMALL = dict(calibration_tokens=64, seq_len=16, round_to=8)
 
 
-def make_llama() -> Any:
-    cfg = transformers.AutoConfig.for_model(
-        "llama", hidden_size=64, intermediate_size=192, vocab_size=128, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(cfg).eval()
 
 
 def _argv(options: dict[str, Any]) -> list[str]:
@@ -193,7 +186,7 @@ def test_an_in_memory_prune_makes_the_plan_the_api_makes(
     :func:`fxsym.search.search` keeps for the same request in Python."""
     from fxsym.search import search
 
-    model = make_llama()
+    model = tiny_llama()
     sm = fxsym.analyze(model)
     target = sum(p.numel() for p in model.parameters()) // 2
     checked = fxsym.PruneRequest(target_non_embedding_params=target, round_to=8).check()
