@@ -263,20 +263,31 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fxsym/resizing/helpers.py", "_parameters"): "nn.Module storage: a tensor that is "
         "neither a parameter nor a buffer may be computed by a pre-hook",
     ("fxsym/resizing/helpers.py", "_buffers"): "nn.Module storage (as _parameters)",
-    ("fxsym/tracer/tracer.py", "_parameters"): "nn.Module storage, meta copy",
-    ("fxsym/tracer/tracer.py", "_buffers"): "nn.Module storage, meta copy",
-    ("fxsym/tracer/tracer.py", "_modules"): "nn.Module storage, meta copy",
-    ("fxsym/tracer/tracer.py", "_non_persistent_buffers_set"): "nn.Module storage: a buffer "
-        "the GraphModule holds stays as persistent as where it came from",
-    ("fxsym/tracer/tracer.py", "_tracer_cls"): "torch.fx.Graph's tracer class, which a "
+    ("fxsym/tracer/meta.py", "_parameters"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/meta.py", "_buffers"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/meta.py", "_modules"): "nn.Module storage, meta copy",
+    ("fxsym/tracer/memo.py", "_parameters"): "nn.Module storage: a torch.nn leaf's key",
+    ("fxsym/tracer/memo.py", "_buffers"): "nn.Module storage: a torch.nn leaf's key",
+    ("fxsym/tracer/memo.py", "_modules"): "nn.Module storage: a torch.nn leaf's key",
+    ("fxsym/tracer/tracer.py", "_parameters"): "nn.Module storage: is it parametrized",
+    ("fxsym/tracer/tracer.py", "_buffers"): "nn.Module storage: is it parametrized",
+    ("fxsym/tracer/tracer.py", "_modules"): "nn.Module storage: is it parametrized",
+    ("fxsym/tracer/assembly.py", "_parameters"): "nn.Module storage: the GraphModule built",
+    ("fxsym/tracer/assembly.py", "_buffers"): "nn.Module storage: the GraphModule built",
+    ("fxsym/tracer/assembly.py", "_modules"): "nn.Module storage: the GraphModule built",
+    ("fxsym/tracer/assembly.py", "_non_persistent_buffers_set"): "nn.Module storage: a "
+        "buffer the GraphModule holds stays as persistent as where it came from",
+    ("fxsym/tracer/assembly.py", "_tracer_cls"): "torch.fx.Graph's tracer class, which a "
         "GraphModule keeps to be copied and pickled (no public reader)",
-    ("fxsym/tracer/tracer.py", "_tracer_extras"): "torch.fx.Graph's tracer arguments, kept "
+    ("fxsym/tracer/assembly.py", "_tracer_extras"): "torch.fx.Graph's tracer arguments, kept "
         "with _tracer_cls",
     ("fxsym/tracer/shadow.py", "_parameters"): "nn.Module storage, shadow sharing tensors",
     ("fxsym/tracer/shadow.py", "_buffers"): "nn.Module storage, shadow sharing tensors",
     ("fxsym/tracer/shadow.py", "_modules"): "nn.Module storage, shadow of the tree",
     ("fxsym/tracer/tracer.py", "_root"): "torch.fx.Graph's node list sentinel (rollback)",
-    ("fxsym/tracer/tracer.py", "_assert"): "torch._assert, the assert torch.fx records",
+    ("fxsym/tracer/attribute_sizes.py", "_root"): "torch.fx.Graph's node list sentinel (the "
+        "newest node when a forward begins)",
+    ("fxsym/tracer/finish.py", "_assert"): "torch._assert, the assert torch.fx records",
     ("fxsym/analysis/shared.py", "_parameters"): "nn.Module storage: a childless leaf's tensors",
     ("fxsym/analysis/shared.py", "_buffers"): "nn.Module storage: a childless leaf's tensors",
     ("fxsym/analysis/shared.py", "_modules"): "nn.Module storage: whether a leaf has children",

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import fxsym
 from fxsym.modstate import ModuleTreeState
-from fxsym.tracer.tracer import _GRAD, _META, _REAL, _tensor_kinds, to_meta
+from fxsym.tracer.meta import _GRAD, _META, _REAL, _tensor_kinds, to_meta
 
 
 class _Shelf(nn.Module):

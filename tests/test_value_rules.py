@@ -25,7 +25,7 @@ from torch import nn
 
 import fxsym
 from fxsym.registry import get_registry
-from fxsym.tracer.tracer import meta_copy, to_meta
+from fxsym.tracer.meta import meta_copy, to_meta
 from fxsym.tracer.values import op_value
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

@@ -55,7 +55,7 @@ from torch import nn
 
 from ..registry import Registry, SymInfoEntry
 from ..symbols import ATTRIBUTE_PREFIX, SymMap
-from ..tracer.tracer import meta_copy
+from ..tracer.meta import meta_copy
 from .context import AnalysisState, OpContext, Unsupported
 from .layout import Dim, Layout, TensorLayout, dim_size
 from .submodules import Submodules
