@@ -4,16 +4,18 @@ The core holds the machinery — symbols, the plugin system, the tracer, the ana
 resize engine and the pass pipeline — and knows no module family by itself: every family
 arrives through a plugin (``pip install fxsym-plugins-nn``).
 
-The package is built in rooms that import downward only — errors, naming, paths, options, request,
-modstate, lockstep, plugins, registry, symbols, tracer, analysis, resizing, paramlayout,
-importance, depth, planning, search, persist, checkpoint, oracles, passes, demo, cli — checked by
-``tests/test_layering.py``. Each room's docstring ends with what it imports. The pruning
-workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them (a :class:`Plan`;
-``fxsym.depth`` the blocks, ``fxsym.search`` the architecture for a parameter target),
-``fxsym.save``/``fxsym.load`` write and replay it, ``fxsym.prune_checkpoint`` does it all to a
-checkpoint directory, streamed.
+The package is two layers of rooms that import downward only, checked by
+``tests/test_layering.py``: the **kernel**, directly under ``fxsym/`` (errors, naming,
+modstate, plugins, registry, symbols, tracer, analysis, resizing, paramlayout, oracles, passes),
+and the pruning **workflow** on top, in :mod:`fxsym.prune` (importance, depth, planning, search,
+persist, checkpoint, report_html, cli, ...). Each room's docstring ends with what it imports.
+The pruning workflow: ``fxsym.importance`` scores units, ``fxsym.plan`` chooses them (a
+:class:`Plan`; ``fxsym.depth`` the blocks, ``fxsym.search`` the architecture for a parameter
+target), ``fxsym.save``/``fxsym.load`` write and replay it, ``fxsym.prune_checkpoint`` does it
+all to a checkpoint directory, streamed. The rooms' old paths (``fxsym.checkpoint``, ...) still
+import, deprecated (:mod:`fxsym._moved`).
 
-Imports from fxsym: errors (every other public name is imported from its room on first use,
+Imports from fxsym: errors, _moved (every other public name is imported from its room on first use,
 so ``import fxsym`` does not import torch and ``fxsym --help`` is instant; type checkers see
 them through ``TYPE_CHECKING`` imports).
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _moved
 from .errors import (
     AnalysisError,
     CalibrationError,
@@ -42,10 +45,10 @@ from .errors import (
     TraceError,
 )
 
+_moved.install()  # the old paths of the rooms moved into fxsym.prune, deprecated
+
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
-    from . import depth, importance, search
     from .analysis import analyze
-    from .checkpoint import prune_checkpoint
     from .passes import (
         ChainPattern,
         ModuleSemantics,
@@ -57,10 +60,12 @@ if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
         graph_pass,
         optimize,
     )
-    from .persist import load, save
-    from .planning import Plan, plan
     from .plugins import PluginManager, hookimpl, load_plugins, use_plugins
-    from .request import PruneRequest
+    from .prune import depth, importance, search
+    from .prune.checkpoint import prune_checkpoint
+    from .prune.persist import load, save
+    from .prune.planning import Plan, plan
+    from .prune.request import PruneRequest
     from .resizing import resize
     from .symbols import SizeExpr, Symbol, SymGroup, SymInfo, SymMap
     from .tracer import TraceReport, trace
@@ -121,11 +126,13 @@ __all__ = [
 #: the room each public name comes from, imported on its first use: ``import fxsym`` imports
 #: the errors only, so ``fxsym --help`` starts without torch
 _ROOMS = {
-    "importance": "importance", "depth": "depth", "search": "search", "analyze": "analysis",
-    "load": "persist",
-    "save": "persist",
-    "Plan": "planning", "plan": "planning", "prune_checkpoint": "checkpoint",
-    "PruneRequest": "request",
+    "importance": "prune.importance", "depth": "prune.depth", "search": "prune.search",
+    "analyze": "analysis",
+    "load": "prune.persist",
+    "save": "prune.persist",
+    "Plan": "prune.planning", "plan": "prune.planning",
+    "prune_checkpoint": "prune.checkpoint",
+    "PruneRequest": "prune.request",
     "PluginManager": "plugins", "hookimpl": "plugins",
     "load_plugins": "plugins", "use_plugins": "plugins", "resize": "resizing",
     "SizeExpr": "symbols", "Symbol": "symbols", "SymGroup": "symbols", "SymInfo": "symbols",
@@ -138,9 +145,12 @@ _ROOMS = {
 def __getattr__(name: str) -> Any:
     room = _ROOMS.get(name)
     if room is None:
+        moved = _moved.moved_attribute(name)
+        if moved is not None:
+            return moved
         raise AttributeError(f"module 'fxsym' has no attribute {name!r}")
     module = importlib.import_module(f".{room}", __name__)
-    value = module if name == room else getattr(module, name)
+    value = module if room.rpartition(".")[2] == name else getattr(module, name)
     globals()[name] = value
     return value
 

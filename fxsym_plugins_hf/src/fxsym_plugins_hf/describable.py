@@ -50,7 +50,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Undescribed]:
     """``{group name: Undescribed(reason, step=entries)}`` for the groups whose sizes
     ``model``'s config describes only in steps of ``entries``, ``{group name:
     Undescribed(reason)}`` for those it cannot describe changed (see the module docstring)."""
-    from fxsym.importance import layout
+    from fxsym.prune.importance import layout
 
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict") or not config_accepted(config):

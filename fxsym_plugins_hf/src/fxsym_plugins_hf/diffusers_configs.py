@@ -177,7 +177,7 @@ def undescribed_groups(model: nn.Module, symmap: Any) -> dict[str, Undescribed]:
     stays keeps every group sharing a field with it, and every group of its same-size class
     (a norm group straddling a skip concatenation), whole; and a group no field sizes cannot
     be described at all."""
-    from fxsym.importance import layout
+    from fxsym.prune.importance import layout
 
     from .configs import attributes_read
 

@@ -111,8 +111,8 @@ def distill(student_dir: str | os.PathLike[str], teacher_dir: str | os.PathLike[
     write it to ``output`` (see the module's description). ``heldout`` (a text file) is
     evaluated before and after on its first ``eval_tokens`` tokens. ``progress`` prints a
     line to stderr every twentieth of the run."""
-    from fxsym.checkpoint import calibration_bytes, read_calibration_text
-    from fxsym.paths import check_new_output, overlap
+    from fxsym.prune.checkpoint import calibration_bytes, read_calibration_text
+    from fxsym.prune.paths import check_new_output, overlap
 
     if steps < 1 or batch_size < 1 or seq_len < 2 or lr <= 0 or temperature <= 0 \
             or not 0 <= ce_weight <= 1 or eval_tokens < 2:
@@ -389,8 +389,8 @@ def _write(student: Any, student_dir: Path, tokenizer: Any, tokenizer_dir: Path,
     """Write the trained ``student`` into ``out`` atomically, carrying the student
     directory's other files (see the module's description)."""
     import fxsym
-    from fxsym.paths import check_new_output, kind
-    from fxsym.persist import MANIFEST, read_manifest, replace_directory
+    from fxsym.prune.paths import check_new_output, kind
+    from fxsym.prune.persist import MANIFEST, read_manifest, replace_directory
 
     from .checkpoint import MODEL_TYPE, MODULE
 

@@ -42,8 +42,8 @@ from typing import Any
 import torch
 
 from fxsym.errors import CheckpointError, FxsymError
-from fxsym.paths import check_new_output, kind
-from fxsym.persist import replace_directory
+from fxsym.prune.paths import check_new_output, kind
+from fxsym.prune.persist import replace_directory
 
 __all__ = ["main", "to_checkpoint"]
 

@@ -60,8 +60,8 @@ from . import (
 from .perhead import PerHeadInputs
 
 if TYPE_CHECKING:
-    from fxsym.checkpoint import CheckpointReader
-    from fxsym.planning import Plan
+    from fxsym.prune.checkpoint import CheckpointReader
+    from fxsym.prune.planning import Plan
     from fxsym.symbols import DepthGroup, SymMap
 
 if importlib.util.find_spec("transformers") is None:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from fxsym.errors import CalibrationError, CheckpointError
-from fxsym.paths import kind
+from fxsym.prune.paths import kind
 
 from .stored import StoredTensors
 

@@ -34,7 +34,7 @@ def group_sources(model: nn.Module, symmap: Any) -> dict[str, str]:
     """``{group name: source}`` for the groups of ``symmap`` some config field of ``model``
     sizes (see the module docstring)."""
     from fxsym.errors import FxsymError
-    from fxsym.importance import layout
+    from fxsym.prune.importance import layout
 
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict") or not config_accepted(config):

@@ -57,8 +57,8 @@ import pluggy
 from torch import nn
 
 if TYPE_CHECKING:
-    from ..checkpoint import CheckpointReader
-    from ..planning import Plan
+    from ..prune.checkpoint import CheckpointReader
+    from ..prune.planning import Plan
     from ..symbols import DepthGroup, SymMap
     from .contracts import (
         ExampleInputs,

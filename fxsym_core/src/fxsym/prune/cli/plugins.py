@@ -1,0 +1,85 @@
+"""``fxsym plugins``: the plugins installed and what each contributed (a rich table at a
+terminal, plain text otherwise), the inactive ones with why; ``--trace``, every hook call while
+the built-in demo model is analyzed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from ...plugins import load_plugins
+    from ...registry import get_registry
+    from ..console import is_terminal
+
+    pm = load_plugins()
+    by_plugin = get_registry().contributions.by_plugin()
+    names = pm.plugin_names()
+    if not names and not pm.failed:
+        print("no fxsym plugins installed (try: pip install fxsym-plugins-nn)")
+    if is_terminal():
+        _plugins_table(pm, by_plugin)
+        names = []  # drawn above
+    for name in names:
+        src = pm.source(name)
+        print(f"{name}  ({src.distribution} {src.version})".rstrip())
+        contributed = dict(by_plugin.get(name, {}))
+        hooks = pm.answered_hooks(name)
+        if hooks:
+            contributed["hooks"] = hooks
+        if not contributed:
+            print("    contributes nothing")
+        for kind, items in contributed.items():
+            more = f", ... ({len(items)} in all)" if len(items) > 6 else ""
+            shown = ", ".join(items[:6]) + more
+            print(f"    {kind}: {shown}")
+    for failure in pm.failed:
+        where = "" if failure.during == "import" else f" (failed in {failure.during})"
+        print(f"{failure.name}  ({failure.distribution})  INACTIVE{where}: {failure.error}")
+    if args.trace:
+        _trace_demo(pm)
+    return 0
+
+
+def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]]) -> None:
+    """``fxsym plugins`` at a terminal: one rich table row per plugin."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="fxsym plugins", title_justify="left", header_style="bold")
+    for column in ("plugin", "distribution", "version", "contributes"):
+        table.add_column(column, overflow="fold")
+    for name in pm.plugin_names():
+        src = pm.source(name)
+        contributed = dict(by_plugin.get(name, {}))
+        hooks = pm.answered_hooks(name)
+        if hooks:
+            contributed["hooks"] = hooks
+        text = "\n".join(
+            f"[bold]{kind}[/bold] ({len(items)}): " + escape(", ".join(items[:6]))
+            + (", ..." if len(items) > 6 else "") for kind, items in contributed.items())
+        table.add_row(escape(name), escape(src.distribution), escape(str(src.version)),
+                      text or "nothing")
+    Console().print(table)
+
+
+def _trace_demo(pm: Any) -> None:
+    """Analyze the built-in demo model with every hook call traced (pluggy's tracer), the
+    registrations collected again, and print the trace."""
+    from ... import analyze
+    from ...registry import get_registry
+    from ..demo import demo_model
+
+    lines: list[str] = []
+    model, _ = demo_model()
+    get_registry().invalidate()
+    undo = pm.trace_hooks(lines.append)
+    try:
+        analyze(model)  # no inputs: the plugins' fxsym_example_inputs is asked too
+    finally:
+        undo()
+    print("\nhook calls while analyzing the built-in demo model (fxsym.demo.DemoNet):")
+    print("".join(lines), end="")
