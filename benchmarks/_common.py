@@ -1,6 +1,6 @@
 """Helpers shared by the benchmark scripts (plain scripts; run them from the repo root).
 
-Tables and progress come from :mod:`fxsym.console`: rich at a terminal, plain text when
+Tables and progress come from :mod:`fxsym.prune.console`: rich at a terminal, plain text when
 piped.
 """
 
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fxsym.console import render_table, track
+from fxsym.prune.console import render_table, track
 
 __all__ = ["input_size", "median_time", "table", "track", "zoo_names"]
 

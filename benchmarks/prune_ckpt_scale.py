@@ -258,7 +258,7 @@ def layers_for(gigabytes: float, family: str) -> int:
 
 
 def main() -> None:
-    from fxsym.console import render_table as table
+    from fxsym.prune.console import render_table as table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="0.5,1.5,3", help="checkpoint sizes in GB")

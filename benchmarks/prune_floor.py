@@ -13,7 +13,7 @@ interleaved so that the machine's load hits every row alike:
   --force --times`` in a child (``python -m fxsym.cli``), its wall time from the parent;
 * **api**: ``fxsym.prune_checkpoint(DIR, OUT, calibration=FILE, sizes={"ffn": N}, ...)`` in a
   child, its time after the imports (torch, transformers, fxsym: as the floor's), and the
-  time of each step (:mod:`fxsym.phases`).
+  time of each step (:mod:`fxsym.prune.phases`).
 
 Every child runs with ``torch.set_num_threads(--threads)`` (and ``OMP_NUM_THREADS``); the
 floor is measured with each of ``--floor-threads`` too (default 2 and 1: on a loaded 2-core
@@ -94,7 +94,7 @@ def child_floor(model: str, calib: str, tokens: int, seq_len: int, threads: int
 def child_api(model: str, calib: str, tokens: int, seq_len: int, threads: int, ffn: int,
               out: str) -> dict[str, Any]:
     """``fxsym.prune_checkpoint`` of explicit sizes, its steps timed where the code has
-    :mod:`fxsym.phases` (an older checkout has not: its total alone)."""
+    :mod:`fxsym.prune.phases` (an older checkout has not: its total alone)."""
     start = time.perf_counter()
     import contextlib
 
@@ -102,12 +102,18 @@ def child_api(model: str, calib: str, tokens: int, seq_len: int, threads: int, f
     import transformers  # noqa: F401  (imported by the floor's import step too)
 
     import fxsym
-    from fxsym import checkpoint  # noqa: F401  (the prune's imports, timed here)
+    try:  # the prune's imports, timed here; fxsym.checkpoint in a checkout before issue 32
+        import fxsym.prune.checkpoint
+    except ImportError:
+        from fxsym import checkpoint  # noqa: F401
 
     try:
-        from fxsym.phases import recording
+        from fxsym.prune.phases import recording
     except ImportError:
-        recording = partial(contextlib.nullcontext, {})  # type: ignore[assignment]
+        try:
+            from fxsym.phases import recording  # type: ignore[no-redef]
+        except ImportError:
+            recording = partial(contextlib.nullcontext, {})  # type: ignore[assignment]
     torch.set_num_threads(threads)
     imported = time.perf_counter()
     with recording() as seconds:
@@ -149,9 +155,10 @@ def run_cli(model: Path, calib: Path, out: Path, a: argparse.Namespace, env: dic
             ) -> tuple[float, str]:
     """``fxsym prune`` in a child; its wall time and what it printed on stderr last (the
     ``--times`` lines, where the checkout has them)."""
-    cmd = [sys.executable, "-m", "fxsym.cli", "prune", str(model), "--ffn", str(a.ffn),
-           "--calib", str(calib), "--calib-tokens", str(a.calib_tokens), "--seq-len",
-           str(a.seq_len), "-o", str(out), "--force"]
+    # fxsym.cli: the path every checkout has (fxsym.prune.cli since issue 32, the old one kept)
+    cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "fxsym.cli", "prune",
+           str(model), "--ffn", str(a.ffn), "--calib", str(calib), "--calib-tokens",
+           str(a.calib_tokens), "--seq-len", str(a.seq_len), "-o", str(out), "--force"]
     start = time.perf_counter()
     done = subprocess.run([*cmd, "--times"], capture_output=True, text=True, env=env,
                           check=False)

@@ -398,7 +398,7 @@ def run(setup: Setup, seeds: int, cache: Path, out: Path) -> dict[str, Any]:
     """The benchmark's raw figures, also written to ``out`` after each seed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from fxsym.checkpoint import open_checkpoint
+    from fxsym.prune.checkpoint import open_checkpoint
 
     base_dir, record = base_model(setup, cache)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
@@ -496,7 +496,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, str]:
 
 
 def render(result: dict[str, Any]) -> str:
-    from fxsym.console import render_table
+    from fxsym.prune.console import render_table
 
     base = result["base"]
     verdict = verdicts(result)

@@ -262,7 +262,7 @@ def tp_ffn_taylor(base: str, out: str, texts: Sequence[str], tokens: int, seq_le
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import fxsym
-    from fxsym.checkpoint import open_checkpoint
+    from fxsym.prune.checkpoint import open_checkpoint
 
     fxsym.load_plugins()
     calib = open_checkpoint(base).calibration(texts, tokens=tokens, seq_len=seq_len)
@@ -299,8 +299,8 @@ def shortgpt(base: str, out: str, texts: Sequence[str], tokens: int, seq_len: in
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import fxsym
-    from fxsym.checkpoint import open_checkpoint
-    from fxsym.importance import run_batch
+    from fxsym.prune.checkpoint import open_checkpoint
+    from fxsym.prune.importance import run_batch
 
     fxsym.load_plugins()
     calib = open_checkpoint(base).calibration(texts, tokens=tokens, seq_len=seq_len)
@@ -543,7 +543,7 @@ def after(runs: Sequence[dict[str, Any]], key: str) -> str:
 
 
 def render(result: dict[str, Any]) -> str:
-    from fxsym.console import render_table
+    from fxsym.prune.console import render_table
 
     base = result["base"]
     rows: list[list[str]] = [["base", "0", f"{base['params']:,}", f"{base['english']:.2f}",

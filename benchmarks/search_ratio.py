@@ -5,7 +5,7 @@ from the checkpoint (issue 31 §4: goal at most 2x for ~25 candidates, and the c
 Each repeat runs, one after another and each in a subprocess of its own (time and
 ``ru_maxrss`` are the child's): ``uniform`` (``search=False``: one plan of widths for the
 target, activation importance), ``shortlist`` (the search, only its ``--shortlist`` candidates
-of lowest estimated damage scored by their loss: :mod:`fxsym.shortlist`) and ``all`` (the
+of lowest estimated damage scored by their loss: :mod:`fxsym.prune.shortlist`) and ``all`` (the
 search scoring every candidate), all on the same ``--tokens`` calibration tokens in sequences
 of ``--seq-len`` and the same ``--param-ratio``. The table gives medians over ``--repeats``;
 the ratio column is the median of each repeat's ratio to that repeat's ``uniform`` (a shared
@@ -155,7 +155,7 @@ def main() -> None:
 
 
 def render(figures: dict[str, list[dict[str, Any]]], src: Path, args: Any) -> str:
-    from fxsym.console import render_table
+    from fxsym.prune.console import render_table
 
     size = figures["uniform"][0]["read"]["checkpoint"]
     rows = []

@@ -6,7 +6,7 @@ per-layer list of the default config (``layer_types``, ``mlp_only_layers`` …) 
 4 entries, the families of ``tests/hf/ckpt_helpers.LAYERED`` with their own overrides (windows
 smaller than the calibration sequences). Its random weights are written by
 ``save_pretrained`` with a tokenizer trained here; then the streamed calibration
-(:func:`fxsym.checkpoint.stream_activations`, one block in memory at a time) and the model
+(:func:`fxsym.prune.checkpoint.stream_activations`, one block in memory at a time) and the model
 loaded whole (:func:`fxsym.importance.activation` and hooks for ``1 - cos`` per block) score
 the same 3 batches. A row gives the largest relative difference of any group's scores and of
 any block's importance (float32 rounding is about 1e-6), or why the family was not compared:
@@ -82,7 +82,7 @@ def compare(src: Path) -> str:
     import transformers
 
     import fxsym
-    import fxsym.checkpoint as ckpt
+    import fxsym.prune.checkpoint as ckpt
 
     reader = ckpt.open_checkpoint(src)
     batches = reader.calibration([TEXT], tokens=64, seq_len=24)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 
 def test_analyze_demo_table(capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,12 +33,12 @@ def test_analyze_json_torchvision(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_analyze_factory_spec_and_bad_specs(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,3,16,16"]) == 0
+    assert main(["analyze", "fxsym.prune.demo:DemoNet", "--input-shape", "1,3,16,16"]) == 0
     assert "5 searchable groups" in capsys.readouterr().out
     assert main(["analyze", "resnet18"]) == 2
     assert "MODEL must look like" in capsys.readouterr().err
     # wrong input shape: a clear error, exit code 2
-    assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,4,16,16"]) == 2
+    assert main(["analyze", "fxsym.prune.demo:DemoNet", "--input-shape", "1,4,16,16"]) == 2
     assert "ModelError" in capsys.readouterr().err
 
 
@@ -52,8 +52,9 @@ def test_console_script_runs() -> None:
 @pytest.mark.parametrize(("spec", "says"), [
     ("json:dumps", "json:dumps is not a model factory: calling it without arguments failed"),
     ("os:sep", "os:sep is a str, not a model or a model factory"),
-    ("fxsym.demo:demo_model", "fxsym.demo:demo_model() returned a tuple, not a torch.nn.Module"),
-    ("fxsym.demo:NoSuchNet", "cannot load fxsym.demo:NoSuchNet: AttributeError"),
+    ("fxsym.prune.demo:demo_model",
+     "fxsym.prune.demo:demo_model() returned a tuple, not a torch.nn.Module"),
+    ("fxsym.prune.demo:NoSuchNet", "cannot load fxsym.prune.demo:NoSuchNet: AttributeError"),
     ("no_such_package_xyz:Net", "cannot load no_such_package_xyz:Net: ModuleNotFoundError"),
     (":Net", "MODEL must look like"),
 ])
@@ -67,7 +68,7 @@ def test_bad_model_specs_are_one_line_errors(
 def test_bad_input_shape_and_model_errors_are_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["analyze", "fxsym.demo:DemoNet", "--input-shape", "1,three,8,8"]) == 2
+    assert main(["analyze", "fxsym.prune.demo:DemoNet", "--input-shape", "1,three,8,8"]) == 2
     assert "--input-shape must be integers" in _error_line(capsys.readouterr().err)
 
 
@@ -102,7 +103,7 @@ def test_analyze_outputs_option_narrows_the_contract(capsys: pytest.CaptureFixtu
 # -- issue 20 §6: a run that explains itself -----------------------------------------------
 _NO_TORCH = """
 import sys
-from fxsym.cli import main
+from fxsym.prune.cli import main
 try:
     main({argv!r})
 except SystemExit as exc:
@@ -131,8 +132,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("argv, says", [
     (["bogus"], "invalid choice: 'bogus'"),
-    (["prune", "fxsym.demo:DemoNet", "--ratio", "0.5"], "-o/--output"),
-    (["prune", "fxsym.demo:DemoNet", "--ratio", "half", "-o", "x"], "--ratio"),
+    (["prune", "fxsym.prune.demo:DemoNet", "--ratio", "0.5"], "-o/--output"),
+    (["prune", "fxsym.prune.demo:DemoNet", "--ratio", "half", "-o", "x"], "--ratio"),
     (["analyze", "--max-report"], "--max-report"),
     ([], "command"),
 ])
@@ -146,7 +147,7 @@ def test_usage_errors_are_one_line(argv: list[str], says: str,
 
 _USAGE_NO_TORCH = """
 import sys
-from fxsym.cli import main
+from fxsym.prune.cli import main
 code = main({argv!r})
 print("exit", code, "torch imported:", "torch" in sys.modules)
 """

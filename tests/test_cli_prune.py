@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 pytest.importorskip("torchvision")
 
@@ -43,8 +43,8 @@ def test_prune_writes_a_directory_analyze_and_prune_read(
 def test_a_saved_directory_never_names_code_to_run(tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "demo"
-    assert main(["prune", "fxsym.demo:DemoNet", "--ratio", "0.5", "--input-shape", "1,3,16,16",
-                 "-o", str(out)]) == 0
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--ratio", "0.5", "--input-shape",
+                 "1,3,16,16", "-o", str(out)]) == 0
     capsys.readouterr()
     assert main(["analyze", str(out)]) == 2
     assert "records no torchvision:NAME or timm:NAME model" in capsys.readouterr().err
@@ -55,13 +55,14 @@ def test_an_in_memory_prune_ends_with_how_to_load_it_back(
     """Before, the output ended with ``saved to DIR``: the last line now says how the
     directory loads, and loading it so works."""
     import fxsym
-    from fxsym.demo import DemoNet
+    from fxsym.prune.demo import DemoNet
 
     out = tmp_path / "demo"
-    assert main(["prune", "fxsym.demo:DemoNet", "--ratio", "0.5", "--input-shape", "1,3,16,16",
-                 "-o", str(out)]) == 0
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--ratio", "0.5", "--input-shape",
+                 "1,3,16,16", "-o", str(out)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
-    assert f"fxsym.load(model, {str(out)!r}) on a fresh model built as fxsym.demo:DemoNet" in last
+    assert (f"fxsym.load(model, {str(out)!r}) on a fresh model built as "
+            "fxsym.prune.demo:DemoNet") in last
     model = fxsym.load(DemoNet(), out)
     assert sum(p.numel() for p in model.parameters()) < sum(
         p.numel() for p in DemoNet().parameters())
@@ -80,12 +81,12 @@ def test_ratio_counts_units_and_param_ratio_counts_parameters(
     text = " ".join(capsys.readouterr().out.split())
     assert "fraction of units" in text and "not of parameters" in text
     assert "--param-ratio" in text
-    assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--input-shape",
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--param-ratio", "0.5", "--input-shape",
                  "1,3,16,16", "-o", str(tmp_path / "half"), "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     before, after = plan["params"]["before"], plan["params"]["after"]
     assert after <= before // 2 and after > before * 0.4
-    assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--ratio", "0.5",
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--param-ratio", "0.5", "--ratio", "0.5",
                  "-o", str(tmp_path / "x")]) == 2
     assert "exactly one of" in capsys.readouterr().err
 
@@ -200,17 +201,17 @@ def test_a_plan_to_a_parameter_target_says_the_target_and_what_it_reached(
     """An in-memory model without blocks (a plan of widths, no search): the last lines give
     the target as given (``--param-ratio``: its count and of what) and the count reached; a
     target above the model is one ``fxsym:`` line, nothing written."""
-    import fxsym.demo
+    import fxsym.prune.demo
 
-    total = sum(p.numel() for p in fxsym.demo.DemoNet().parameters())
-    assert main(["prune", "fxsym.demo:DemoNet", "--param-ratio", "0.5", "--input-shape",
+    total = sum(p.numel() for p in fxsym.prune.demo.DemoNet().parameters())
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--param-ratio", "0.5", "--input-shape",
                  "1,3,16,16", "-o", str(tmp_path / "half")]) == 0
     said = capsys.readouterr().out
     plan = json.loads((tmp_path / "half" / "fxsym.json").read_text())["plan"]
     target, reached = int(total * 0.5), plan["params"]["after"]
     assert (f"target: {target:,} parameters (--param-ratio 0.5 of {total:,}); reached "
             f"{reached:,} parameters") in said
-    assert main(["prune", "fxsym.demo:DemoNet", "--target-params", str(total + 1),
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--target-params", str(total + 1),
                  "--input-shape", "1,3,16,16", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
     assert f"above the model's {total:,} parameters" in err and not (tmp_path / "x").exists()

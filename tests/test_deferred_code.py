@@ -200,6 +200,6 @@ def test_planning_generates_no_code() -> None:
     held = vars(sm)["_graph_module"]
     p = fxsym.plan(model, sm, ratio=0.5)
     assert held.code_pending
-    assert p.macs_before > 0 and p.inputs == fxsym.planning.input_spec((x,))
+    assert p.macs_before > 0 and p.inputs == fxsym.prune.planning.input_spec((x,))
     assert sm.example_inputs is held.example_inputs
     assert fxsym.SymMap(model).example_inputs is None

@@ -296,7 +296,7 @@ def test_plan_keeps_the_most_influential_blocks_and_round_trips(tmp_path: Path) 
     scores = fxsym.depth.block_importance([INPUTS, (torch.randn(3, 7, 4),)])(model, sm)
     assert scores["blocks.depth"].argsort().tolist()[:2] == [1, 3]
     plan = fxsym.plan(model, sm, layers=3)
-    assert plan.depth == (fxsym.planning.DepthChoice("blocks.depth", 5, (0, 2, 4)),)
+    assert plan.depth == (fxsym.prune.planning.DepthChoice("blocks.depth", 5, (0, 2, 4)),)
     assert plan.params_after < plan.params_before
     assert plan.choices() == {"blocks.depth": [0, 2, 4]}
     assert "blocks.2.fc.weight" in plan.shapes and "blocks.3.fc.weight" not in plan.shapes
@@ -342,7 +342,7 @@ def make_tower() -> nn.Module:
 
 def test_cli_layers_and_target_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                       ) -> None:
-    from fxsym.cli import main
+    from fxsym.prune.cli import main
 
     assert main(["prune", "test_depth:make_tower", "--layers", "2", "--input-shape", "2,5,4",
                  "-o", str(tmp_path / "two")]) == 0

@@ -91,7 +91,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
     for name in ("fxsym.analysis.api.analyze", "fxsym.symbols.SymGroup",
-                 "fxsym.report_html.write_html"):
+                 "fxsym.prune.report_html.write_html"):
         assert f'id="{name}"' in api, name
 
 

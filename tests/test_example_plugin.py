@@ -17,7 +17,7 @@ from helpers import assert_oracles
 from torch import nn
 
 import fxsym
-from fxsym.cli import main as cli_main
+from fxsym.prune.cli import main as cli_main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "fxsym-example-plugin"
 PACKAGE = "fxsym_example_plugin"

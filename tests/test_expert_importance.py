@@ -15,8 +15,8 @@ from helpers import group_with
 from torch import nn
 
 import fxsym
-from fxsym.importance import ActivationRecorder, run_batch
-from fxsym.search import sizes_for
+from fxsym.prune.importance import ActivationRecorder, run_batch
+from fxsym.prune.search import sizes_for
 
 H, INTER, E, K = 8, 6, 4, 2
 

@@ -176,7 +176,7 @@ def test_positions_through_one_hot_gather_scatter_and_cat() -> None:
 
 def test_the_html_report_says_which_group_is_routed() -> None:
     """The HTML report's data names the routed group and its minimum (shown in its detail)."""
-    from fxsym.report_html import report_data
+    from fxsym.prune.report_html import report_data
 
     torch.manual_seed(0)
     model = FusedExperts()

@@ -113,7 +113,7 @@ def test_a_resize_off_the_step_warns() -> None:
 
 
 def test_fxsym_analyze_shows_the_step_and_why(capsys: pytest.CaptureFixture[str]) -> None:
-    from fxsym.cli import main
+    from fxsym.prune.cli import main
 
     with _aligned():
         assert main(["analyze", "test_group_steps:MLP", "--input-shape", "2,16"]) == 0

@@ -130,7 +130,7 @@ def test_constant_fill_like_a_tensor_keeps_its_groups() -> None:
 def test_active_parameters_count_the_experts_a_token_is_routed_to() -> None:
     """A token reads ``top_k = 2`` of the 8 experts (not ``topk_group = 2`` of the 4 routing
     groups): the expert tensors count 2/8 of their entries, the router and head whole."""
-    from fxsym.search import active_params
+    from fxsym.prune.search import active_params
 
     torch.manual_seed(0)
     model = GroupedRouterExperts()
@@ -211,7 +211,7 @@ def test_active_parameters_of_kept_routing_groups() -> None:
     """With ``routing_groups="keep"`` a token still reads ``top_k = 2`` of the 8 experts: the
     group has 2 units (positions), each held by 4 experts, so the expert tensors count 2/8
     of their entries, not the 2 of 2 units the in-group ``topk`` picks."""
-    from fxsym.search import active_params
+    from fxsym.prune.search import active_params
 
     torch.manual_seed(0)
     model = GroupedRouterExperts()

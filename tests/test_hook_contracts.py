@@ -21,9 +21,9 @@ from helpers import group_with
 from torch import nn
 
 import fxsym
-from fxsym.checkpoint import CheckpointReader, open_checkpoint
 from fxsym.plugins import hookspecs
 from fxsym.plugins.contracts import Undescribed
+from fxsym.prune.checkpoint import CheckpointReader, open_checkpoint
 
 
 def _implemented(plugin: object) -> set[str]:

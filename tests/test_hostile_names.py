@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 import fxsym
-from fxsym.cli import main
 from fxsym.errors import TraceError
-from fxsym.report_html import to_dot
+from fxsym.prune.cli import main
+from fxsym.prune.report_html import to_dot
 
 INJECTION = 'x", print("PWNED") or "x'
 

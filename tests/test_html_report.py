@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import fxsym
-from fxsym.cli import main
-from fxsym.report_html import report_data, to_dot, write_html
+from fxsym.prune.cli import main
+from fxsym.prune.report_html import report_data, to_dot, write_html
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",

@@ -1,7 +1,11 @@
-"""The rooms of the ``fxsym`` package import downward only (issue 10).
+"""The rooms of the ``fxsym`` package import downward only (issue 10), in two layers (issue 32).
 
 A *room* is a top-level module or subpackage of ``fxsym`` (``fxsym.analysis.context`` is in
-room ``analysis``). :data:`ORDER` lists the rooms lowest first and :data:`ALLOWED` says which
+room ``analysis``) or of ``fxsym.prune`` (``fxsym.prune.planning.data`` is in ``planning``).
+The **kernel** is every room directly under ``fxsym/`` but ``prune``, the **workflow** every room
+under ``fxsym/prune/``: read from the folders, each layer's rooms must be placed in its list
+(:data:`KERNEL`, :data:`WORKFLOW`), and no kernel module imports the workflow.
+:data:`ORDER` lists the rooms lowest first and :data:`ALLOWED` says which
 rooms each one imports; a lower room never imports a higher one. Checked, with :mod:`ast`:
 every import a module runs when it is imported — module level, class bodies, ``try`` and
 ``if`` blocks — except those under ``if TYPE_CHECKING:`` (annotations only). Imports inside
@@ -32,18 +36,13 @@ import fxsym
 
 PACKAGE = Path(fxsym.__file__).parent
 
-#: lowest first; ``fxsym`` is the package's ``__init__`` (the public facade)
-ORDER = [
+#: the kernel's rooms (every module and subpackage directly under ``fxsym/`` but ``prune``),
+#: lowest first
+KERNEL = [
     "errors",      # the exception and warning classes
+    "_moved",      # the old import paths of the rooms moved into fxsym.prune, deprecated
     "naming",      # how a class or callable is named
-    "paths",       # what a path is, outputs overlapping inputs, the lock of an output
-    "options",     # the rules of single pruning options, their spellings (no torch)
-    "request",     # one prune request, its options checked together once (no torch)
-    "console",     # tables and progress: rich at a terminal, plain text otherwise
-    "phases",      # where a long call's time goes: its steps timed when asked
-    "spans",       # a safetensors tensor as a byte range, copied by the kernel
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
-    "lockstep",    # batches run through a model together, held at the entry of its blocks
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
     "registry",    # user registrations + plugin contributions
     "symbols",     # Symbol, SymInfo, SymMap, SymGroup
@@ -51,6 +50,21 @@ ORDER = [
     "analysis",    # layouts, groups, op-rule context, analyze
     "resizing",    # the resize engine and its helpers
     "paramlayout",  # where each group's units lie in the parameters
+    "oracles",     # permutation, shrink, value and layout oracles
+    "passes",      # optimize: passes, patterns, verification
+]
+
+#: the workflow's rooms (every module and subpackage under ``fxsym/prune/``), lowest first;
+#: ``prune`` is the package's ``__init__``
+WORKFLOW = [
+    "prune",       # the workflow's package: its docstring, no code
+    "paths",       # what a path is, outputs overlapping inputs, the lock of an output
+    "options",     # the rules of single pruning options, their spellings (no torch)
+    "request",     # one prune request, its options checked together once (no torch)
+    "console",     # tables and progress: rich at a terminal, plain text otherwise
+    "phases",      # where a long call's time goes: its steps timed when asked
+    "spans",       # a safetensors tensor as a byte range, copied by the kernel
+    "lockstep",    # batches run through a model together, held at the entry of its blocks
     "embeddings",  # which parameters are embedding tables (read by integer inputs)
     "importance",  # importance criteria
     "depth",       # block importance and the blocks a plan keeps
@@ -59,18 +73,21 @@ ORDER = [
     "search",      # architecture sizes by role; the search for a parameter target
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "checkpoint",  # fxsym.prune_checkpoint: a checkpoint directory pruned, streamed
-    "oracles",     # permutation, shrink, value and layout oracles
-    "passes",      # optimize: passes, patterns, verification
     "report_html",  # the HTML and DOT pictures of an analysis
     "demo",        # the demo model of ``fxsym analyze``
     "cli",         # the command line
-    "fxsym",       # the facade: ``import fxsym``
 ]
+
+#: lowest first: the kernel, the workflow on top, ``fxsym`` (the package's ``__init__``, the
+#: public facade) last
+ORDER = [*KERNEL, *WORKFLOW, "fxsym"]
 
 #: the rooms each room imports when it is imported (what the code needs today)
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "_moved": set(),
     "naming": set(),
+    "prune": set(),
     "paths": {"errors"},
     "options": {"errors"},
     "request": {"errors", "options"},
@@ -106,7 +123,7 @@ ALLOWED: dict[str, set[str]] = {
     "demo": set(),
     # everything else inside its commands, so ``fxsym --help`` is fast
     "cli": {"errors", "options", "request"},
-    "fxsym": {"errors"},  # every other name on first use, so ``import fxsym`` skips torch
+    "fxsym": {"errors", "_moved"},  # every other name on first use, so ``import fxsym`` skips torch
 }
 
 #: justified upward imports: (room, imported room) -> reason. None today.
@@ -124,7 +141,11 @@ MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def room(module: str) -> str:
+    """The room of a module: ``fxsym.analysis.context`` is in ``analysis``,
+    ``fxsym.prune.planning.data`` in ``planning``, ``fxsym.prune`` in ``prune``."""
     parts = module.split(".")
+    if parts[1:2] == ["prune"] and len(parts) > 2:
+        return parts[2]
     return parts[1] if len(parts) > 1 else parts[0]
 
 
@@ -199,6 +220,37 @@ def violations(modules: dict[str, Path] = MODULES) -> list[str]:
     return bad
 
 
+def rooms_on_disk(folder: Path) -> set[str]:
+    """The rooms a folder holds: its modules and its packages (``__init__.py`` not a room)."""
+    return ({p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+            | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()})
+
+
+def test_the_layers_are_the_folders() -> None:
+    """The kernel is every room directly under ``fxsym/`` but ``prune``, the workflow every
+    room under ``fxsym/prune/``: a room on disk that its layer's list does not place (or a
+    listed room no longer on disk) fails, so a new room must say where it goes."""
+    kernel, workflow = rooms_on_disk(PACKAGE) - {"prune"}, rooms_on_disk(PACKAGE / "prune")
+    assert kernel == set(KERNEL), (f"kernel rooms on disk but not in KERNEL: "
+                                   f"{sorted(kernel - set(KERNEL))}; listed, not on disk: "
+                                   f"{sorted(set(KERNEL) - kernel)}")
+    assert workflow | {"prune"} == set(WORKFLOW), (
+        f"workflow rooms on disk but not in WORKFLOW: {sorted(workflow - set(WORKFLOW))}; "
+        f"listed, not on disk: {sorted(set(WORKFLOW) - workflow - {'prune'})}")
+
+
+def test_the_kernel_imports_nothing_of_the_workflow() -> None:
+    """No kernel module imports ``fxsym.prune`` (or the facade, which names it) when it is
+    imported; its table allows no workflow room either."""
+    assert all(ALLOWED[r] <= set(KERNEL) for r in KERNEL), {
+        r: sorted(ALLOWED[r] - set(KERNEL)) for r in KERNEL if ALLOWED[r] - set(KERNEL)}
+    bad = [f"{MODULES[m].relative_to(PACKAGE.parent)}:{line} imports {imported}"
+           for m in MODULES if room(m) in KERNEL
+           for line, imported in import_time_imports(m)
+           if imported in ("fxsym", "fxsym.prune") or imported.startswith("fxsym.prune.")]
+    assert not bad, "the kernel imports the workflow:\n" + "\n".join(bad)
+
+
 def test_no_room_imports_a_room_it_may_not() -> None:
     bad = violations()
     assert not bad, "upward or unlisted imports:\n" + "\n".join(bad)
@@ -256,7 +308,7 @@ PRIVATE_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("fxsym/passes/copying.py", "_buffers"): "nn.Module storage, shallow clone",
     ("fxsym/passes/copying.py", "_modules"): "nn.Module storage, shallow clone",
     ("fxsym/passes/copying.py", "_non_persistent_buffers_set"): "nn.Module storage",
-    ("fxsym/cli/parser.py", "_actions"): "argparse's arguments: the only way to list a "
+    ("fxsym/prune/cli/parser.py", "_actions"): "argparse's arguments: the only way to list a "
                                          "parser's options (the close match of an unknown one)",
     ("fxsym/resizing/helpers.py", "_forward_pre_hooks"): "nn.Module's pre-hooks: which "
         "of them computes a tensor a rule keeps entries of (no public reader)",
@@ -396,9 +448,13 @@ def test_the_checker_sees_a_foreign_private_field(tmp_path: Path,
 
 
 def _room_docstring(room: str) -> str:
-    path = PACKAGE / "__init__.py" if room == "fxsym" else PACKAGE / room / "__init__.py"
-    if not path.exists():
-        path = PACKAGE / f"{room}.py"
+    if room == "fxsym":
+        path = PACKAGE / "__init__.py"
+    else:
+        base = PACKAGE / "prune" if room in WORKFLOW and room != "prune" else PACKAGE
+        path = base / room / "__init__.py"
+        if not path.exists():
+            path = base / f"{room}.py"
     return ast.get_docstring(ast.parse(path.read_text())) or ""
 
 

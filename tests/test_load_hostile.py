@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 import fxsym
 from fxsym import persist
-from fxsym.cli import main
 from fxsym.errors import PlanError, PlanMismatchError
+from fxsym.prune.cli import main
 
 X = torch.randn(2, 3, 8, 8)
 

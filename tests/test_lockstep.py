@@ -1,4 +1,4 @@
-"""``fxsym.lockstep.run_in_lockstep``: batches run through a model's own forward, held at the
+"""``fxsym.prune.lockstep.run_in_lockstep``: batches run through a model's own forward, held at the
 entry of its blocks so that each block is entered once for all batches (issue 29 §1)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from fxsym.errors import CheckpointError
-from fxsym.lockstep import run_in_lockstep
+from fxsym.prune.lockstep import run_in_lockstep
 
 
 class Layered(nn.Module):

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 
 class Lookup(nn.Module):

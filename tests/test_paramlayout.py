@@ -116,7 +116,7 @@ def test_one_layout_name_per_concept_the_old_one_warns() -> None:
     ``fxsym.importance`` still gives the class, with a ``DeprecationWarning``; a layout built
     from a model is a ``ParamLayout`` and counts its parameters."""
     import fxsym.analysis
-    import fxsym.importance
+    import fxsym.prune.importance
 
     class Mlp(nn.Module):
         def __init__(self) -> None:

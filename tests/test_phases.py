@@ -1,4 +1,4 @@
-"""fxsym.phases: the steps of a long call timed when a caller records, exclusive of the phases
+"""fxsym.prune.phases: the steps of a long call timed when a caller records, exclusive of the phases
 started inside them, and nothing recorded (or kept) otherwise."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from fxsym.phases import format_record, phase, recording
+from fxsym.prune.phases import format_record, phase, recording
 
 
 def test_phases_are_timed_exclusive_of_the_phases_inside_them() -> None:

@@ -15,7 +15,7 @@ from test_plugins import LIST, _run
 from torch import nn
 
 import fxsym
-from fxsym.cli import main as cli_main
+from fxsym.prune.cli import main as cli_main
 from fxsym.registry import get_registry
 
 

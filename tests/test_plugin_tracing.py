@@ -11,11 +11,11 @@ from test_plugins import _run
 from torch import nn
 
 import fxsym
-from fxsym.cli import main as cli_main
 from fxsym.plugins.calls import call_hook
+from fxsym.prune.cli import main as cli_main
 
 ANALYZE_DEMO = (
-    "import fxsym; from fxsym.demo import demo_model; "
+    "import fxsym; from fxsym.prune.demo import demo_model; "
     "fxsym.analyze(demo_model()[0]); print('done')"
 )
 

@@ -252,7 +252,7 @@ def test_overriding_subclass_is_traced_into_not_misdescribed() -> None:
 
 
 def test_cli_plugins_lists_contributions() -> None:
-    res = subprocess.run([sys.executable, "-m", "fxsym.cli", "plugins"], capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "fxsym.prune.cli", "plugins"], capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0
     assert "nn  (fxsym-plugins-nn 0.1.0)" in res.stdout

@@ -22,8 +22,8 @@ from torch import nn
 
 import fxsym
 from fxsym import persist
-from fxsym.cli import main
 from fxsym.errors import PlanError
+from fxsym.prune.cli import main
 
 
 def _seq() -> nn.Module:
@@ -228,7 +228,7 @@ def test_cli_refuses_a_non_empty_output_without_force(
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"a save_pretrained checkpoint")
     (out / "config.json").write_text("{}")
-    args = ["prune", "fxsym.demo:DemoNet", "--ratio", "0.5", "--input-shape", "1,3,16,16",
+    args = ["prune", "fxsym.prune.demo:DemoNet", "--ratio", "0.5", "--input-shape", "1,3,16,16",
             "-o", str(out)]
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -265,7 +265,7 @@ def test_cli_writes_into_a_new_or_empty_directory(tmp_path: Path,
     empty = tmp_path / "empty"
     empty.mkdir()
     for out in (empty, tmp_path / "new" / "deeper"):
-        assert main(["prune", "fxsym.demo:DemoNet", "--ratio", "0.5", "--input-shape",
+        assert main(["prune", "fxsym.prune.demo:DemoNet", "--ratio", "0.5", "--input-shape",
                      "1,3,16,16", "-o", str(out)]) == 0
         assert sorted(p.name for p in out.iterdir()) == ["fxsym.json", "model.safetensors"]
     capsys.readouterr()

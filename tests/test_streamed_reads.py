@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from fxsym.checkpoint import _Loader, _stream, _Watch
 from fxsym.errors import CheckpointError
+from fxsym.prune.checkpoint import _Loader, _stream, _Watch
 
 
 class Source:

@@ -12,8 +12,8 @@ import torch
 from torch import nn
 
 import fxsym
-from fxsym.cli import main
-from fxsym.report_html import report_data
+from fxsym.prune.cli import main
+from fxsym.prune.report_html import report_data
 
 
 class _Stem(nn.Module):

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-import fxsym.importance
+import fxsym.prune.importance
 
 TEXT = ("The quick brown fox jumps over the lazy dog. " * 3 + "Pack my box with five dozen "
         "liquor jugs. How vexingly quick daft zebras jump! Sphinx of black quartz, judge my "

@@ -19,9 +19,9 @@ import transformers
 from ckpt_helpers import checkpoint, n_params
 
 import fxsym
-from fxsym.checkpoint import open_checkpoint, read_calibration_text
-from fxsym.cli import main
-from fxsym.search import active_params, sizes_for
+from fxsym.prune.checkpoint import open_checkpoint, read_calibration_text
+from fxsym.prune.cli import main
+from fxsym.prune.search import active_params, sizes_for
 
 SHARD = 40_000
 
@@ -76,7 +76,7 @@ def test_a_parameter_target_searches_candidates_scored_by_streamed_loss(
     assert code == 0, said.err
     assert "calib loss" in said.out and "<- kept" in said.out
     assert ", candidate 1 of " in said.err  # progress: each candidate's blocks scored
-    plan = fxsym.persist.read_manifest(out)["plan"]
+    plan = fxsym.prune.persist.read_manifest(out)["plan"]
     table = plan.extra["search"]
     assert len(table) >= 5 and {c["layers"] for c in table} >= {4, 3, 2}
     assert all(c["params"] <= target for c in table)

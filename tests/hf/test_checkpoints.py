@@ -21,8 +21,8 @@ import transformers
 from conftest import CONFIGS, build
 
 import fxsym
-from fxsym.cli import main
-from fxsym.persist import read_manifest
+from fxsym.prune.cli import main
+from fxsym.prune.persist import read_manifest
 from fxsym.tracer import resolve_example_inputs
 
 FAMILIES = ["llama", "qwen2", "gpt2", "bert"]

@@ -272,7 +272,7 @@ def test_the_command_keeps_a_checkpoints_routing_groups(tmp_path: Any) -> None:
     ``from_pretrained``."""
     from ckpt_helpers import checkpoint
 
-    from fxsym.cli import main
+    from fxsym.prune.cli import main
 
     src, out = tmp_path / "in", tmp_path / "out"
     config = {k: v for k, v in _BASE.items() if k not in ("vocab_size", "hidden_size")}

@@ -28,7 +28,7 @@ from ckpt_helpers import checkpoint, tiny_config
 from helpers import group_with
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 GEMMAS = ["gemma", "gemma2", "gemma3_text"]
 
@@ -113,7 +113,7 @@ def test_the_prune_command_writes_a_checkpoint_of_the_resized_model(tmp_path: Pa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fxsym.ResizeWarning)
         assert main(["prune", str(src), "--hidden", "32", "-o", str(out)]) == 0
-        plan = fxsym.persist.read_manifest(out)["plan"]
+        plan = fxsym.prune.persist.read_manifest(out)["plan"]
         model: Any = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
         sm = fxsym.analyze(model)
         plan.apply(model, sm)

@@ -103,7 +103,7 @@ def test_the_search_tries_hidden_sizes_the_config_describes(tmp_path: Path,
 
 def test_the_cli_says_which_sizes_it_rounded(tmp_path: Path, calib: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from fxsym.cli import main
+    from fxsym.prune.cli import main
 
     src = tmp_path / "in"
     checkpoint(src, "llama")
@@ -126,7 +126,7 @@ def test_the_cli_plans_without_the_config_when_told(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """``--no-describable`` is ``describable=False`` (hidden 41: fxsym's own type);
     ``--describable`` keeps the config's sizes for a plan of another scope too."""
-    from fxsym.cli import main
+    from fxsym.prune.cli import main
 
     src = tmp_path / "in"
     checkpoint(src, "llama")

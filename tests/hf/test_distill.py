@@ -63,8 +63,8 @@ def test_distillation_brings_the_student_closer_to_the_teacher(tmp_path: Path) -
     assert after.config.intermediate_size == 64
     assert {"tokenizer.json", "fxsym.json", "config.json", "model.safetensors"} \
         <= set(os.listdir(out))
-    assert fxsym.persist.read_manifest(out)["plan"].choices() \
-        == fxsym.persist.read_manifest(student_dir)["plan"].choices()
+    assert fxsym.prune.persist.read_manifest(out)["plan"].choices() \
+        == fxsym.prune.persist.read_manifest(student_dir)["plan"].choices()
     generated = after.generate(ids[:, :5], max_new_tokens=4, do_sample=False)
     assert generated.shape == (1, 9)
 

@@ -23,7 +23,7 @@ import torch
 from ckpt_helpers import checkpoint, on_reads
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 
 def _tree(path: Path) -> dict[str, object]:
@@ -105,7 +105,7 @@ def test_an_output_that_is_a_file_or_a_link_is_refused_before_any_work(
 # -- a killed writer, two writers -------------------------------------------------------
 _WRITER = textwrap.dedent("""
     import sys, time
-    from fxsym.persist import replace_directory
+    from fxsym.prune.persist import replace_directory
     with replace_directory(sys.argv[1]) as tmp:
         (tmp / "half.safetensors").write_bytes(b"half written")
         print("writing", flush=True)
@@ -394,7 +394,7 @@ def test_a_calibration_file_that_is_not_text_is_refused_fast(
 
 def test_a_long_calibration_file_is_read_only_as_far_as_needed(tmp_path: Path) -> None:
     """Text beyond the limit is never read; the line the limit cuts is dropped."""
-    from fxsym.checkpoint import read_calibration_text
+    from fxsym.prune.checkpoint import read_calibration_text
 
     calib = tmp_path / "calib.jsonl"
     line = json.dumps({"text": "The quick brown fox jumps over the lazy dog."}) + "\n"

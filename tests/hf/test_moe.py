@@ -191,7 +191,7 @@ def test_plans_keep_sizes_the_grouped_mm_experts_kernel_runs(family: str, ratio:
 def test_explicit_expert_widths_off_the_kernel_step() -> None:
     """``sizes_for(expert_ffn=20)`` is refused, naming the kernel; ``plan(sizes=)`` rounds
     up."""
-    from fxsym.search import sizes_for
+    from fxsym.prune.search import sizes_for
 
     model = build_moe("qwen3_moe")
     sm = fxsym.analyze(model)

@@ -21,8 +21,8 @@ from ckpt_helpers import TEXT, checkpoint, tokenizer
 from safetensors import safe_open
 
 import fxsym
-from fxsym.cli import main
-from fxsym.search import sizes_for
+from fxsym.prune.cli import main
+from fxsym.prune.search import sizes_for
 
 SHARD = 40_000  # bytes: several output shards for a tiny model
 
@@ -199,7 +199,7 @@ def test_streamed_calibration_scores_are_the_in_memory_ones(
         tmp_path: Path, family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Layer by layer (each layer's experts made from their stored tensors) or the whole
     loaded model at once: the same activation scores for every group, experts included."""
-    import fxsym.checkpoint as ckpt
+    import fxsym.prune.checkpoint as ckpt
 
     src = tmp_path / "in"
     checkpoint(src, family, num_hidden_layers=2, **MOE[family])
@@ -292,7 +292,7 @@ def test_the_cli_meets_an_active_parameter_target_on_a_moe_checkpoint(
     """--target-active-params: each expert tensor counts top_k / E of its entries; the search
     over uniform candidates (the experts kept) is scored layer by layer, each layer's experts
     made from their stored tensors; the table is printed."""
-    from fxsym.search import active_params
+    from fxsym.prune.search import active_params
 
     src = tmp_path / "in"
     original = checkpoint(src, "mixtral", num_hidden_layers=2, **dict(MOE["mixtral"],
@@ -322,7 +322,7 @@ def test_weight_scores_give_each_parameter_back_before_the_next(
     back to the system before the next is read: without that the C library kept it, and
     the peak of a MoE checkpoint grew with every layer scored (benchmarks/prune_ckpt_scale.py
     --moe --importance l2). Every read of the scoring follows a trim."""
-    import fxsym.checkpoint as ckpt
+    import fxsym.prune.checkpoint as ckpt
 
     src = tmp_path / "in"
     checkpoint(src, "mixtral", **MOE["mixtral"])

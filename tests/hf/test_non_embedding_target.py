@@ -1,6 +1,6 @@
 """A target of non-embedding parameters, the count model cards quote (issue 31 §3):
 ``target_non_embedding_params`` / ``--target-non-embedding-params`` counts every parameter but
-the embedding tables (tied to the head or not, as :mod:`fxsym.embeddings` finds them), while
+the embedding tables (tied to the head or not, as :mod:`fxsym.prune.embeddings` finds them), while
 ``target_params`` / ``--target-params`` stays the total. The search and the uniform plan reach
 it; the result's non-embedding count is under the target and close to it, where a total
 target of the same number gives another model. Tiny llama models from
@@ -16,7 +16,7 @@ import torch
 from ckpt_helpers import checkpoint
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,7 +16,7 @@ import transformers
 from ckpt_helpers import checkpoint
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 SHARD = 40_000  # bytes: several output shards for a tiny model
 

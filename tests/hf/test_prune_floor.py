@@ -1,5 +1,5 @@
 """An explicit-size prune of a checkpoint near its floor (issue 31 §4): where its time goes is
-measured (``fxsym prune --times``, :func:`fxsym.phases.recording`), and what was slow is made
+measured (``fxsym prune --times``, :func:`fxsym.prune.phases.recording`), and what was slow is made
 cheaper without dropping the check it made: the finiteness of every weight read, and the
 loading note's auto class (found for the checkpoint's own model type, without importing every
 model module of transformers). ``benchmarks/prune_floor.py`` measures the ratio to the floor
@@ -17,8 +17,8 @@ import pytest
 from ckpt_helpers import checkpoint
 
 import fxsym
-from fxsym.cli import main
-from fxsym.phases import recording
+from fxsym.prune.cli import main
+from fxsym.prune.phases import recording
 
 STEPS = ("building on meta", "tokenising", "analysing", "calibration pass", "planning",
          "writing the weights")
@@ -123,7 +123,7 @@ def test_the_loading_note_imports_only_the_checkpoints_own_model_module(
     with pytest.warns(fxsym.ImportanceWarning):
         fxsym.prune_checkpoint(src, tmp_path / "out", sizes={"ffn": 96})
     code = ("import json, sys\n"
-            "from fxsym.checkpoint import loading_note\n"
+            "from fxsym.prune.checkpoint import loading_note\n"
             f"note = loading_note({str(src)!r}, {str(tmp_path / 'out')!r})\n"
             "print(json.dumps([note, sorted({m.split('.')[2] for m in sys.modules\n"
             "    if m.startswith('transformers.models.') and m.count('.') >= 2})]))")
@@ -139,7 +139,7 @@ def test_a_tensor_kept_whole_is_copied_as_checked_not_read_again(
         tmp_path: Path, calib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a calibrated prune every stored tensor is read (and checked finite) by the
     calibration pass; the writer copies those it keeps whole from the file by the kernel
-    (fxsym.spans), unchanged, and reads again only those it cuts. Before: the writer read
+    (fxsym.prune.spans), unchanged, and reads again only those it cuts. Before: the writer read
     every tensor again."""
     import collections
     import contextlib

@@ -16,8 +16,8 @@ import torch
 from ckpt_helpers import checkpoint, n_params, tiny_llama
 
 import fxsym
-from fxsym.cli import main
-from fxsym.search import candidates, roles, search
+from fxsym.prune.cli import main
+from fxsym.prune.search import candidates, roles, search
 
 transformers = pytest.importorskip("transformers")
 
@@ -76,7 +76,7 @@ def test_cli_search_in_memory_honours_exclude(tmp_path: Path,
     said = capsys.readouterr()
     assert code == 0, said.err
     assert _table_hiddens(said.out) == {64}
-    plan = fxsym.persist.read_manifest(out)["plan"]
+    plan = fxsym.prune.persist.read_manifest(out)["plan"]
     assert HIDDEN not in _cut(plan) and plan.params_after <= target
 
 
@@ -89,7 +89,7 @@ def test_cli_search_of_a_checkpoint_honours_exclude(tmp_path: Path, calib: Path,
                  "--exclude", HIDDEN, "-o", str(out)])
     said = capsys.readouterr()
     assert code == 0, said.err
-    plan = fxsym.persist.read_manifest(out)["plan"]
+    plan = fxsym.prune.persist.read_manifest(out)["plan"]
     assert {row["hidden"] for row in plan.extra["search"]} == {64}
     assert HIDDEN not in _cut(plan)
     pruned = transformers.AutoModelForCausalLM.from_pretrained(out)
@@ -121,7 +121,7 @@ def test_in_memory_refusals(tmp_path: Path, args: list[str], says: str,
 
 def test_active_target_without_blocks_is_refused(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prune", "fxsym.demo:DemoNet", "--target-active-params", "1000",
+    assert main(["prune", "fxsym.prune.demo:DemoNet", "--target-active-params", "1000",
                  "--input-shape", "1,3,16,16", "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "--target-active-params" in err and "--target-params" in err, err
@@ -137,7 +137,7 @@ def test_active_target_with_a_layer_count_searches_widths_at_that_depth(
     said = capsys.readouterr()
     assert code == 0, said.err
     assert "calib loss" in said.out
-    plan = fxsym.persist.read_manifest(out)["plan"]
+    plan = fxsym.prune.persist.read_manifest(out)["plan"]
     assert [len(d.keep) for d in plan.depth] == [2] and _cut(plan)
 
 

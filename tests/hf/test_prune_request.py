@@ -21,8 +21,8 @@ import pytest
 from ckpt_helpers import checkpoint, tiny_llama
 
 import fxsym
-from fxsym.cli import FLAGS, main
 from fxsym.errors import FxsymError
+from fxsym.prune.cli import FLAGS, main
 
 transformers = pytest.importorskip("transformers")
 
@@ -164,7 +164,7 @@ def test_the_flags_the_keywords_and_a_request_make_the_same_plan(
     checkpoint(src, "llama", num_hidden_layers=3)
     assert main(["prune", str(src), *_argv(options), "-o", str(tmp_path / "cli")]) == 0
     capsys.readouterr()
-    by_cli = fxsym.persist.read_manifest(tmp_path / "cli")["plan"]
+    by_cli = fxsym.prune.persist.read_manifest(tmp_path / "cli")["plan"]
     by_keywords = fxsym.prune_checkpoint(src, tmp_path / "kw", **options)
     by_request = fxsym.prune_checkpoint(
         src, tmp_path / "req", request=fxsym.PruneRequest(checkpoint=True, **options))
@@ -184,7 +184,7 @@ def test_an_in_memory_prune_makes_the_plan_the_api_makes(
     """``fxsym prune MODEL --target-non-embedding-params N`` (a model in memory with a stack
     of blocks: the search, on copies of its example inputs, integer ids kept) keeps what
     :func:`fxsym.search.search` keeps for the same request in Python."""
-    from fxsym.search import search
+    from fxsym.prune.search import search
 
     model = tiny_llama()
     sm = fxsym.analyze(model)
@@ -199,6 +199,6 @@ def test_an_in_memory_prune_makes_the_plan_the_api_makes(
     assert main(["prune", MODEL, "--target-non-embedding-params", str(target), "--round-to",
                  "8", "-o", str(out)]) == 0
     capsys.readouterr()
-    by_cli = fxsym.persist.read_manifest(out)["plan"]
+    by_cli = fxsym.prune.persist.read_manifest(out)["plan"]
     assert by_cli.choices() == by_api.choices()
     assert by_cli.extra["target"] == by_api.extra["target"]

@@ -1,7 +1,7 @@
 """One meaning for each combination of pruning options, the same in the CLI and the API
 (issue 31 §3), and a warning where the default ranking is known to cost quality.
 
-A parameter target without sizes is the architecture search (:func:`fxsym.options.searches`):
+A parameter target without sizes is the architecture search (:func:`fxsym.prune.options.searches`):
 at the depth of ``--layers K`` / ``layers=K`` when given (a width-only search), off with
 ``--no-search`` / ``search=False``. A checkpoint pruned by width without calibration text is
 ranked by weight magnitude, with an :class:`fxsym.ImportanceWarning` (one line from the CLI)
@@ -17,7 +17,7 @@ import pytest
 from ckpt_helpers import checkpoint, n_params
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 transformers = pytest.importorskip("transformers")
 
@@ -50,7 +50,7 @@ def test_the_cli_and_the_api_make_the_same_width_only_search(
     assert main(["prune", str(src), "--calib", str(calib), "--layers", "3",
                  "--target-params", str(target), *SMALL, "-o", str(tmp_path / "cli")]) == 0
     assert "candidates for" in capsys.readouterr().out
-    by_cli = fxsym.persist.read_manifest(tmp_path / "cli")["plan"]
+    by_cli = fxsym.prune.persist.read_manifest(tmp_path / "cli")["plan"]
     by_api = fxsym.prune_checkpoint(src, tmp_path / "api", calibration=calib, layers=3,
                                     target_params=target, calibration_tokens=64, seq_len=16,
                                     round_to=8)
@@ -65,7 +65,7 @@ def test_no_search_is_one_plan_of_widths_in_the_cli_and_the_api(
     target = _llama(src)
     assert main(["prune", str(src), "--calib", str(calib), "--no-search",
                  "--target-params", str(target), *SMALL, "-o", str(tmp_path / "cli")]) == 0
-    by_cli = fxsym.persist.read_manifest(tmp_path / "cli")["plan"]
+    by_cli = fxsym.prune.persist.read_manifest(tmp_path / "cli")["plan"]
     by_api = fxsym.prune_checkpoint(src, tmp_path / "api", calibration=calib, search=False,
                                     target_params=target, calibration_tokens=64, seq_len=16,
                                     round_to=8)
@@ -85,7 +85,7 @@ def test_an_in_memory_layer_count_and_target_search_widths_at_that_depth(
     said = capsys.readouterr()
     assert code == 0, said.err
     assert "calib loss" in said.out
-    plan = fxsym.persist.read_manifest(out)["plan"]
+    plan = fxsym.prune.persist.read_manifest(out)["plan"]
     assert [len(d.keep) for d in plan.depth] == [2] and plan.params_after <= target
 
 

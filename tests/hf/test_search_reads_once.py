@@ -1,6 +1,6 @@
 """The search reads the checkpoint once (issue 31 §4): its candidates are scored in one
-streamed run (:func:`fxsym.checkpoint.stream_losses`), every tensor read once for all of them,
-with the losses each gets scored alone (:func:`fxsym.checkpoint.stream_loss`). Reads are
+streamed run (:func:`fxsym.prune.checkpoint.stream_losses`), every tensor read once for all of them,
+with the losses each gets scored alone (:func:`fxsym.prune.checkpoint.stream_loss`). Reads are
 counted where safetensors reads a tensor's bytes (``ckpt_helpers.on_reads``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from ckpt_helpers import TEXT, checkpoint, on_reads
 
 import fxsym
-import fxsym.checkpoint as ckpt
+import fxsym.prune.checkpoint as ckpt
 
 
 def _setup(src: Path) -> tuple[Any, Any, Any, Any, list[Any], list[fxsym.Plan]]:

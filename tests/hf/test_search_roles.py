@@ -20,8 +20,8 @@ import transformers
 from ckpt_helpers import TEXT, checkpoint, n_params
 
 import fxsym
-from fxsym.cli import main
-from fxsym.search import roles, search, sizes_for
+from fxsym.prune.cli import main
+from fxsym.prune.search import roles, search, sizes_for
 
 #: qwen3_moe with a dense layer: dense FFN 128, expert FFN 32
 DENSE_THEN_MOE: dict[str, Any] = dict(

@@ -1,12 +1,12 @@
 """The search's shortlist (issue 31 §4): candidates ranked by the damage the calibration pass
-estimates (:func:`fxsym.shortlist.damage`), only the best few scored by their loss.
+estimates (:func:`fxsym.prune.shortlist.damage`), only the best few scored by their loss.
 
 The models are tiny checkpoints trained here for a few hundred steps on the calibration text
 (random weights give the estimate nothing to read: every unit and block matters alike), a
 llama and a Qwen2-MoE (a dense layer, then MoE layers with a shared expert). On each, the
 shortlisted search keeps the candidate the full search (every candidate scored) keeps, and the
 losses of the candidates it scores are those each gets scored alone
-(:func:`fxsym.checkpoint.stream_loss`)."""
+(:func:`fxsym.prune.checkpoint.stream_loss`)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import torch
 from ckpt_helpers import LAYERED, TEXT, tiny_config, tokenizer
 
 import fxsym
-import fxsym.checkpoint as ckpt
-from fxsym.persist import MANIFEST
-from fxsym.search import search
-from fxsym.shortlist import damage, shortlist
+import fxsym.prune.checkpoint as ckpt
+from fxsym.prune.persist import MANIFEST
+from fxsym.prune.search import search
+from fxsym.prune.shortlist import damage, shortlist
 
 
 def _trained(directory: Path, model_type: str, steps: int = 100, **overrides: Any) -> Any:
@@ -165,7 +165,7 @@ def test_prune_checkpoint_says_which_candidates_were_scored(
     checkpoint's (calibration, shortlist and writing: at most three reads)."""
     from ckpt_helpers import checkpoint, on_reads
 
-    from fxsym.search import table
+    from fxsym.prune.search import table
 
     model = checkpoint(tmp_path / "in", "llama", num_hidden_layers=4)
     target = sum(p.numel() for p in model.parameters()) // 2
@@ -185,7 +185,7 @@ def test_prune_checkpoint_says_which_candidates_were_scored(
     stored = sum(p.numel() * 4 for p in model.parameters())
     read = plan.extra["read"]
     assert read["checkpoint"] == stored
-    # the tensors written whole are copied from the files by the kernel (fxsym.spans), not
+    # the tensors written whole are copied from the files by the kernel (fxsym.prune.spans), not
     # given by safetensors: counted as read all the same
     assert sum(given) < read["bytes"] <= sum(given) + stored
     assert 2 * stored < read["bytes"] <= 3 * stored

@@ -23,7 +23,7 @@ import transformers
 from ckpt_helpers import LAYERED, TEXT, checkpoint, n_params
 
 import fxsym
-from fxsym.search import group_sources, roles, search
+from fxsym.prune.search import group_sources, roles, search
 
 BATCHES = [{"input_ids": torch.randint(0, 300, (2, 12), generator=torch.Generator().manual_seed(i))}
            for i in range(2)]

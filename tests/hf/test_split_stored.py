@@ -27,9 +27,9 @@ from ckpt_helpers import LAYERED, checkpoint
 from test_moe_checkpoint import stored_tensors
 
 import fxsym
-import fxsym.checkpoint as ckpt
+import fxsym.prune.checkpoint as ckpt
 from fxsym.errors import CheckpointError
-from fxsym.search import sizes_for
+from fxsym.prune.search import sizes_for
 
 #: family -> (the fused stored tensor of layer 0, the parameters transformers splits it into,
 #: prune_checkpoint's operation): the heads (HRM: 3 of 4 in each of gate, q, k, v; Sarvam: 1 of

@@ -1,8 +1,8 @@
 """Streamed = in memory, family by family (issue 29 §1).
 
-A checkpoint is calibrated block by block (:func:`fxsym.checkpoint.stream_activations`) and
-its candidates scored block by block (:func:`fxsym.checkpoint.stream_loss`, and all together
-as the search scores them: :func:`fxsym.checkpoint.stream_losses`). Each must equal
+A checkpoint is calibrated block by block (:func:`fxsym.prune.checkpoint.stream_activations`) and
+its candidates scored block by block (:func:`fxsym.prune.checkpoint.stream_loss`, and all together
+as the search scores them: :func:`fxsym.prune.checkpoint.stream_losses`). Each must equal
 the same computation on the model loaded whole by ``from_pretrained``: the activation scores
 of every group (:func:`fxsym.importance.activation`), each block's ``1 - cos`` between its
 input and output hidden states (hooks on the loaded model), and a pruned candidate's
@@ -32,9 +32,9 @@ import transformers
 from ckpt_helpers import LAYERED, TEXT, block_importance, checkpoint
 
 import fxsym
-import fxsym.checkpoint as ckpt
-from fxsym.importance import run_batch
-from fxsym.search import next_token_loss
+import fxsym.prune.checkpoint as ckpt
+from fxsym.prune.importance import run_batch
+from fxsym.prune.search import next_token_loss
 
 
 def _loss(model: torch.nn.Module, plan: fxsym.Plan, batches: list[Any]) -> float:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fxsym
-from fxsym.search import active_params, roles, search, sizes_for
+from fxsym.prune.search import active_params, roles, search, sizes_for
 
 transformers = pytest.importorskip("transformers")
 
@@ -183,7 +183,7 @@ def test_active_target_search_on_a_moe() -> None:
 
 
 def test_cli_experts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from fxsym.cli import main
+    from fxsym.prune.cli import main
 
     assert main(["prune", "test_targets:make_mixtral", "--experts", "3", "--json",
                  "-o", str(tmp_path / "x")]) == 0

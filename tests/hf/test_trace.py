@@ -132,7 +132,7 @@ assert "transformers" in failed["hf"].error, failed["hf"]
 model = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
 sm = fxsym.analyze(model, example_inputs=(torch.randn(2, 3),))
 assert [g.name for g in sm.groups()] == ["0.out_features"]
-from fxsym.cli import main
+from fxsym.prune.cli import main
 main(["plugins"])
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

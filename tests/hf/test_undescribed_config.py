@@ -20,7 +20,7 @@ import transformers
 from ckpt_helpers import checkpoint
 
 import fxsym
-from fxsym.cli import main
+from fxsym.prune.cli import main
 
 #: model type -> (config overrides, what the note says)
 UNDESCRIBED = {
@@ -42,7 +42,7 @@ def test_the_plan_says_what_the_config_cannot_describe(tmp_path: Path, family: s
     plan = fxsym.prune_checkpoint(src, out, sizes={"hidden": 32})
     notes = " ".join(plan.extra.get("notes") or ())
     assert all(s in notes for s in says), notes
-    assert fxsym.persist.read_manifest(out)["plan"].extra["notes"] == plan.extra["notes"]
+    assert fxsym.prune.persist.read_manifest(out)["plan"].extra["notes"] == plan.extra["notes"]
     assert transformers.AutoConfig.from_pretrained(
         out, trust_remote_code=True).model_type == "fxsym_pruned"
 
@@ -64,7 +64,7 @@ def test_the_command_shows_the_warning_as_one_fxsym_line(tmp_path: Path) -> None
     src, out = tmp_path / "in", tmp_path / "out"
     checkpoint(src, "gemma2", **overrides)
     argv = ["prune", str(src), "--hidden", "32", "-o", str(out)]
-    res = subprocess.run([sys.executable, "-c", "import sys\nfrom fxsym.cli import main\n"
+    res = subprocess.run([sys.executable, "-c", "import sys\nfrom fxsym.prune.cli import main\n"
                           f"sys.exit(main({argv!r}))"], capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr
