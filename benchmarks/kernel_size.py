@@ -1,0 +1,133 @@
+"""The kernel's size, room by room, and the model families and transformer roles it names.
+
+    python benchmarks/kernel_size.py [--words]
+
+The kernel is every room directly under ``fxsym_core/src/fxsym/`` but ``prune`` (the workflow)
+and the package's ``__init__`` (the facade above both layers): the same split as
+``tests/test_layering.py``. Each line of a module is counted once, as one of:
+
+* **code**: a line holding a token that is neither a comment nor part of a docstring;
+* **docstring**: a line of a string statement (a module's, class's or function's docstring,
+  or an attribute's string after it);
+* **comment**: a line holding only a comment (``#:`` attribute comments too);
+* **blank**.
+
+Issue 32's acceptance: the kernel at most ~12k lines (code + docstrings; comments and blank
+lines are listed apart), and naming no model family or transformer role outside docstrings:
+:func:`role_words` finds each of :data:`WORDS` in names, strings and comments (a word inside
+an identifier counts: ``routing_groups``; ``#:`` comments document attributes, as docstrings
+do), ``tests/test_kernel_size.py`` holds the kernel to it. The words are the families and the
+roles' own names (``num_heads``, ``hidden_size``, ``expert``, ...), not bare ``head``,
+``hidden`` or ``token``, which the kernel uses in other senses (a union-find's head, a hook
+torch hides, an expression's token).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import re
+import tokenize
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "fxsym_core" / "src" / "fxsym"
+
+#: model families and transformer roles the kernel must not name outside its docstrings
+WORDS = ("llama", "mistral", "mixtral", "qwen", "gemma", "gpt", "bert", "deepseek", "falcon",
+         "mamba", "rwkv", "transformer", "transformers", "decoder", "encoder",
+         "num_heads", "head_dim", "kv_heads", "ffn", "mlp", "intermediate_size", "expert",
+         "experts", "moe", "router", "routing", "hidden_size", "hidden_dim", "next_token",
+         "logits", "vocab", "tokenizer")
+
+_WORD = re.compile(r"(?<![a-z0-9])(" + "|".join(sorted(WORDS, key=len, reverse=True))
+                   + r")(?![a-z0-9])", re.IGNORECASE)
+
+
+def kernel_rooms(package: Path = PACKAGE) -> dict[str, list[Path]]:
+    """``{room: its module files}`` of the kernel."""
+    rooms: dict[str, list[Path]] = {}
+    for path in sorted(package.glob("*.py")):
+        if path.name != "__init__.py":
+            rooms[path.stem] = [path]
+    for folder in sorted(p for p in package.iterdir() if (p / "__init__.py").is_file()):
+        if folder.name != "prune":
+            rooms[folder.name] = sorted(folder.rglob("*.py"))
+    return rooms
+
+
+def _docstring_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def _tokens(text: str) -> Iterator[tokenize.TokenInfo]:
+    return tokenize.generate_tokens(io.StringIO(text).readline)
+
+
+def count(path: Path) -> Counter[str]:
+    """The lines of ``path`` by kind: code, docstring, comment, blank."""
+    text = path.read_text(encoding="utf-8")
+    docs = _docstring_lines(ast.parse(text))
+    code: set[int] = set()
+    comments: set[int] = set()
+    for tok in _tokens(text):
+        if tok.type == tokenize.COMMENT:
+            comments.add(tok.start[0])
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                              tokenize.ENDMARKER) and tok.start[0] not in docs:
+            code.update(range(tok.start[0], tok.end[0] + 1))
+    out: Counter[str] = Counter()
+    for i, line in enumerate(text.splitlines(), 1):
+        kind = ("code" if i in code else "docstring" if i in docs
+                else "comment" if i in comments else "blank" if not line.strip() else "code")
+        out[kind] += 1
+    return out
+
+
+def role_words(path: Path) -> list[tuple[int, str, str]]:
+    """``(line, word, token)`` for each of :data:`WORDS` in a name, a string or a comment of
+    ``path`` that is not in a docstring (a ``#:`` comment documents an attribute: a
+    docstring)."""
+    text = path.read_text(encoding="utf-8")
+    docs = _docstring_lines(ast.parse(text))
+    found = []
+    for tok in _tokens(text):
+        if tok.type in (tokenize.NAME, tokenize.STRING, tokenize.COMMENT) \
+                and tok.start[0] not in docs and not tok.string.startswith("#:"):
+            for m in _WORD.finditer(tok.string):
+                found.append((tok.start[0], m.group(1).lower(), tok.string))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--words", action="store_true",
+                        help="list every family or role word outside docstrings, by file")
+    a = parser.parse_args()
+    total: Counter[str] = Counter()
+    print(f"{'room':<14}{'code':>7}{'docstring':>11}{'comment':>9}{'blank':>7}{'code+doc':>10}"
+          f"{'words':>7}")
+    for room, files in kernel_rooms().items():
+        c: Counter[str] = sum((count(f) for f in files), Counter())
+        words = sum(len(role_words(f)) for f in files)
+        total += c
+        print(f"{room:<14}{c['code']:>7}{c['docstring']:>11}{c['comment']:>9}{c['blank']:>7}"
+              f"{c['code'] + c['docstring']:>10}{words:>7}")
+    print(f"{'kernel':<14}{total['code']:>7}{total['docstring']:>11}{total['comment']:>9}"
+          f"{total['blank']:>7}{total['code'] + total['docstring']:>10}")
+    if a.words:
+        for files in kernel_rooms().values():
+            for f in files:
+                for line, word, token in role_words(f):
+                    print(f"{f.relative_to(PACKAGE.parent)}:{line}: {word} ({token[:60]})")
+
+
+if __name__ == "__main__":
+    main()

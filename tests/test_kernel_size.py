@@ -1,0 +1,99 @@
+"""The kernel's size and the words it uses (issue 32: a kernel that names no model family and
+no transformer role outside its docstrings), measured by ``benchmarks/kernel_size.py``.
+
+Its counts are checked on a small module whose lines are known, its kernel is the layering
+test's, and the family and role words found outside docstrings are held to today's list:
+a new one fails; the list is meant to empty (``test_the_kernel_names_no_family_or_role``, an
+expected failure until the roles move to ``fxsym_plugins_hf``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from test_layering import KERNEL
+
+
+def _load() -> ModuleType:
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_size.py"
+    spec = importlib.util.spec_from_file_location("kernel_size", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("kernel_size", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+ks = _load()
+
+#: the family and role words the kernel names outside docstrings today, by file (what the
+#: ``roles`` work of issue 32 §1 moves out): the MoE analysis option ``routing_groups``,
+#: router/expert wording of messages and comments, attribute names in comments
+KNOWN: dict[str, set[str]] = {
+    "fxsym/analysis/__init__.py": {"routing"},
+    "fxsym/analysis/analyzer.py": {"expert", "experts", "routing"},
+    "fxsym/analysis/api.py": {"routing"},
+    "fxsym/analysis/context.py": {"routing"},
+    "fxsym/analysis/groups.py": {"router"},
+    "fxsym/analysis/options.py": {"routing"},
+    "fxsym/oracles/running.py": {"logits"},
+    "fxsym/oracles/shrink.py": {"hidden_dim"},
+    "fxsym/oracles/values.py": {"router", "routing"},
+    "fxsym/resizing/engine.py": {"hidden_dim", "num_heads", "router"},
+}
+
+
+def _found() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for files in ks.kernel_rooms().values():
+        for f in files:
+            words = {w for _, w, _ in ks.role_words(f)}
+            if words:
+                out[f.relative_to(ks.PACKAGE.parent).as_posix()] = words
+    return out
+
+
+def test_lines_are_counted_by_kind(tmp_path: Path) -> None:
+    """Each line once: code (a line with a code token, a trailing comment too), docstring
+    (every string statement, attribute strings too), comment, blank."""
+    f = tmp_path / "m.py"
+    f.write_text('"""Module.\n\nMore."""\n\n# a comment\nx = 1  # trailing\n'
+                 'def f():\n    """One line."""\n    return """not a\n    docstring"""\n'
+                 'y = 2\n"""y\'s string."""\n')
+    assert ks.count(f) == {"docstring": 5, "blank": 1, "comment": 1, "code": 5}
+    assert sum(ks.count(f).values()) == len(f.read_text().splitlines())
+
+
+def test_the_kernel_is_the_layering_tests() -> None:
+    """The rooms measured are the kernel ``tests/test_layering.py`` reads from the folders."""
+    assert set(ks.kernel_rooms()) == set(KERNEL)
+
+
+def test_family_and_role_words_outside_docstrings(tmp_path: Path) -> None:
+    """Names, strings and comments count, docstrings and ``#:`` comments not; a word inside an
+    identifier counts (``routing_groups``), a longer word does not (``headless``)."""
+    f = tmp_path / "m.py"
+    f.write_text('"""About llama experts."""\n#: the hidden_size\nrouting_groups = 1\n'
+                 's = "a decoder"  # the FFN\nheadless = tokens = 0\n')
+    assert [(line, w) for line, w, _ in ks.role_words(f)] == [
+        (3, "routing"), (4, "decoder"), (4, "ffn")]
+
+
+def test_no_new_family_or_role_word_in_the_kernel() -> None:
+    """A family or role word outside the kernel's docstrings beyond :data:`KNOWN` fails:
+    what knows a family or a role belongs in a plugin, behind a typed hook."""
+    new = {f: sorted(w - KNOWN.get(f, set())) for f, w in _found().items()
+           if w - KNOWN.get(f, set())}
+    assert not new, f"the kernel names families or roles outside docstrings: {new}"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32 §1: routing_groups and the router/expert "
+                   "wording are still in the kernel (see KNOWN)")
+def test_the_kernel_names_no_family_or_role() -> None:
+    """Issue 32's acceptance: ``grep`` for families and roles in the kernel finds only
+    docstrings."""
+    assert _found() == {}
