@@ -14,12 +14,12 @@ decay after a warm-up; its seeding and its device placement) with one override,
 Both checkpoints are read with plain ``from_pretrained`` (a checkpoint fxsym pruned to sizes
 that differ between layers, model type ``fxsym_pruned``, with ``trust_remote_code=True``:
 its ``fxsym_pruned.py`` calls the installed fxsym), in float32. The text (plain text or JSON
-lines with ``"text"``: :func:`fxsym.checkpoint.read_calibration_text`) is tokenised with the
+lines with ``"text"``: :func:`fxsym.prune.checkpoint.read_calibration_text`) is tokenised with the
 student's tokenizer (the teacher's if the student has none), each text followed by the end
 of sequence token, and cut into sequences of ``seq_len`` tokens; the trainer draws shuffled
 batches of them, again and again for ``steps`` steps.
 
-The output is written atomically (:func:`fxsym.persist.replace_directory`) and keeps what
+The output is written atomically (:func:`fxsym.prune.persist.replace_directory`) and keeps what
 the student's directory carried: the tokenizer's files, ``fxsym.json`` (the plan: the
 training changed values, not shapes) and any other file beside the weights. A checkpoint
 whose ``config.json`` describes the model is saved by ``save_pretrained`` in the student's

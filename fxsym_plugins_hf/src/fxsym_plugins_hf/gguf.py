@@ -22,7 +22,7 @@ layouts are its own, per architecture; SmolLM2-135M, a 98 MB Q4_1 file, peaked a
 resident for a 538 MB float32 checkpoint). The checkpoint written is what ``fxsym prune``
 then streams block by block.
 
-``output`` is written atomically (:func:`fxsym.persist.replace_directory`): it must be
+``output`` is written atomically (:func:`fxsym.prune.persist.replace_directory`): it must be
 missing or an empty directory, and holds nothing or the complete checkpoint whenever the
 process stops. Every refusal is a :class:`fxsym.CheckpointError` saying what to do: the
 ``gguf`` or ``accelerate`` package missing, a file that is not GGUF, an architecture (or a

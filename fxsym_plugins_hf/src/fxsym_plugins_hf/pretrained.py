@@ -67,7 +67,7 @@ def parameters_on_meta() -> Iterator[None]:
 
 
 class PretrainedDirectory:
-    """A :class:`fxsym.checkpoint.CheckpointReader` of a transformers checkpoint directory."""
+    """A :class:`fxsym.prune.checkpoint.CheckpointReader` of a transformers checkpoint directory."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -85,7 +85,7 @@ class _AsBuilt:
 class StoredTensors:
     """The stored names and layout of the tensors of ``model`` (a transformers model, on the
     meta device) in a directory holding the tensors ``stored`` (their names):
-    a :class:`fxsym.checkpoint.StoredLayout`.
+    a :class:`fxsym.prune.checkpoint.StoredLayout`.
 
     * :attr:`renamed`: ``{model tensor: stored tensor}`` for a tensor stored whole under
       another name (Mixtral's router, ``block_sparse_moe.gate.weight``);

@@ -365,7 +365,7 @@ class CheckpointReaderHook(Protocol):
         """A reader of the checkpoint directory ``directory`` (a :class:`pathlib.Path`) for
         :func:`fxsym.prune_checkpoint`, or ``None`` when the plugin does not know its kind (the
         hf plugin: a directory with a ``config.json``). Answer quickly and read little: the reader
-        (:class:`fxsym.checkpoint.CheckpointReader`) does the work in its methods, which raise
+        (:class:`fxsym.prune.checkpoint.CheckpointReader`) does the work in its methods, which raise
         :class:`~fxsym.errors.CheckpointError` on bad input (an error raised here disables the
         plugin)."""
 

@@ -240,8 +240,8 @@ def open_checkpoint(directory: str | os.PathLike[str]) -> CheckpointReader:
         missing = sorted(set(_READER_MEMBERS) - set(dir(reader)))
         raise PluginError(f"the reader a plugin gave for {directory} "
                           f"({type(reader).__qualname__}) lacks {', '.join(missing)} of "
-                          "fxsym.checkpoint.CheckpointReader (subclass it for the defaults of "
-                          "stored and ignored)")
+                          "fxsym.prune.checkpoint.CheckpointReader (subclass it for the defaults "
+                          "of stored and ignored)")
     return reader
 
 

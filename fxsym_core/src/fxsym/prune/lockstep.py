@@ -1,6 +1,6 @@
 """Several batches run through one model in lock step, held at the entry of chosen modules.
 
-A streamed calibration (:mod:`fxsym.checkpoint`) must run the model's own program on every
+A streamed calibration (:mod:`fxsym.prune.checkpoint`) must run the model's own program on every
 batch, exactly as a model in memory would, yet read each decoder block's tensors once for all
 batches. Catching the first block's arguments and replaying them to the later blocks is not
 the model's program: layers of one model take different arguments (a sliding-window mask on

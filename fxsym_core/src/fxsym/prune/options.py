@@ -2,7 +2,7 @@
 
 What is searched (:func:`searches`), which values are out of range (:func:`check_param_ratio`,
 :func:`check_amount_values`): each rule is written once, here, and checked before anything is
-read, built or imported (this room imports no torch). :class:`fxsym.request.PruneRequest`
+read, built or imported (this room imports no torch). :class:`fxsym.prune.request.PruneRequest`
 (the request ``fxsym prune`` and :func:`fxsym.prune_checkpoint` both build) checks the
 options together with them; :func:`fxsym.plan` checks its amounts with
 :func:`check_amount_values`. A message names the options as its caller spells them

@@ -17,7 +17,7 @@ line answers these before its first minute of imports.
   the temporary siblings (``.NAME.fxsym-XXXXXXXX``, :func:`fresh_sibling`) the crashed one left,
   which no live writer owns since the lock is held. Kept: a sibling holding only ``old`` when
   the output is missing (the old contents of a replacement stopped between its two renames,
-  see :func:`fxsym.persist.replace_directory`). Where ``fcntl`` is missing (Windows), there is
+  see :func:`fxsym.prune.persist.replace_directory`). Where ``fcntl`` is missing (Windows), there is
   no lock and no cleaning.
 
 Imports from fxsym: errors.

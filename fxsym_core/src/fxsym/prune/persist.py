@@ -3,7 +3,7 @@
 A saved directory holds two files of fxsym's:
 
 * ``model.safetensors``: the state dict (a tensor shared by several names stored once);
-* ``fxsym.json``: the :class:`~fxsym.planning.Plan` (after the plans applied before it, for a
+* ``fxsym.json``: the :class:`~fxsym.prune.planning.Plan` (after the plans applied before it, for a
   model pruned several times: ``history``), the names sharing a stored tensor, the other files
   written (``files``), and how to build the unpruned model again when the caller said so
   (``source``, e.g. the ``torchvision:resnet18`` spec of the command line; a library never runs
@@ -20,7 +20,7 @@ process stops.
 
 Loading replays the plans on a freshly built model of the same architecture: for each, analyze
 the model with example inputs of the recorded shapes, check the plan fits (:meth:`Plan.check
-<fxsym.planning.Plan.check>`) and resize; the last plan's parameter shapes are checked against
+<fxsym.prune.planning.Plan.check>`) and resize; the last plan's parameter shapes are checked against
 the file's before it resizes (for a single plan: before anything is touched); then the weights
 are loaded with ``strict=True``. The weights may also be sharded (:func:`weight_files`: an
 index and the files it names, as ``save_pretrained`` and :func:`fxsym.prune_checkpoint` write
@@ -147,7 +147,7 @@ def replace_directory(directory: str | os.PathLike[str], *,
     ``directory`` as ``.NAME.fxsym-*/old``. A ``directory`` that is a symbolic link is refused
     (:class:`~fxsym.errors.PlanError`): the link is never followed or replaced.
 
-    The block runs holding the lock of ``directory`` (:func:`fxsym.paths.writing`): another
+    The block runs holding the lock of ``directory`` (:func:`fxsym.prune.paths.writing`): another
     process writing it at the same time is refused (:class:`~fxsym.errors.PlanError` naming its
     pid), and the temporary siblings a killed writer left are removed first."""
     out = Path(os.path.abspath(directory))
@@ -330,13 +330,13 @@ MAX_PLANS = 32
 
 def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``fxsym.json`` of a saved directory, checked: ``source`` (a string or ``None``),
-    ``aliases`` (names to names), ``plan`` (a :class:`~fxsym.planning.Plan`) and ``history``
+    ``aliases`` (names to names), ``plan`` (a :class:`~fxsym.prune.planning.Plan`) and ``history``
     (the plans before it).
 
     Read as a file from a stranger: a regular file of at most :data:`MAX_MANIFEST_BYTES`
     (opened without blocking, so a FIFO or a device is refused, never read), strict JSON
-    (:func:`~fxsym.planning.strict_loads`), each field of its one type
-    (:meth:`Plan.from_dict <fxsym.planning.Plan.from_dict>`), at most :data:`MAX_PLANS`
+    (:func:`~fxsym.prune.planning.strict_loads`), each field of its one type
+    (:meth:`Plan.from_dict <fxsym.prune.planning.Plan.from_dict>`), at most :data:`MAX_PLANS`
     plans. Anything else raises :class:`~fxsym.errors.PlanError`."""
     path = Path(directory) / MANIFEST
     text = _read_regular(path, MAX_MANIFEST_BYTES)
@@ -480,7 +480,7 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
     then as it was.
 
     The directory may come from a stranger (:func:`read_manifest`): the recorded inputs are
-    bounded (:func:`~fxsym.planning.inputs_from_spec`), and every tensor's name, shape and
+    bounded (:func:`~fxsym.prune.planning.inputs_from_spec`), and every tensor's name, shape and
     dtype in the weights' header must be the resized model's before a tensor is read (a
     float16 or int64 tensor is never cast into a float32 parameter). Every failure is an
     :class:`~fxsym.errors.FxsymError`.

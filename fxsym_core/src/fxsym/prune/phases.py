@@ -9,7 +9,7 @@ is *exclusive*: a phase started inside another pauses the outer one, so the reco
 add up to the time spent inside phases, and what is left of the call's time ran in none.
 
 The record lives in a :class:`contextvars.ContextVar`: a phase entered in another thread (the
-lock-step batches of :mod:`fxsym.lockstep`) is not recorded there, and two recordings in two
+lock-step batches of :mod:`fxsym.prune.lockstep`) is not recorded there, and two recordings in two
 threads do not mix.
 
 Imports from fxsym: nothing (every room may use it).

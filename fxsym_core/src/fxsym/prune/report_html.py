@@ -28,7 +28,7 @@ for a constant group, why it is constant. :func:`to_dot` writes the same cluster
 Graphviz, a collapsed block as one node.
 
 Each searchable group also shows the parameters and MACs it sizes: what the model would
-hold and compute less with that group at zero units (:func:`fxsym.planning.count_macs`,
+hold and compute less with that group at zero units (:func:`fxsym.prune.planning.count_macs`,
 :meth:`fxsym.paramlayout.ParamLayout.param_count`); ``None`` where the layout probe cannot tell.
 
 Imports from fxsym: errors, importance, naming, planning, symbols.

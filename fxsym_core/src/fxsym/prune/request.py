@@ -7,7 +7,7 @@ that depends on the options alone (which go together, which one a way of pruning
 use, which values are out of range, what is searched) exists once, with one message, raised
 as a typed error (:class:`~fxsym.errors.PlanError` or
 :class:`~fxsym.errors.CalibrationError`) that names the options as the caller spells them
-(:class:`~fxsym.options.Spelling`: the API's keyword arguments or the command line's flags).
+(:class:`~fxsym.prune.options.Spelling`: the API's keyword arguments or the command line's flags).
 
 What is pruned decides some rules (:attr:`PruneRequest.checkpoint`): a checkpoint directory is
 streamed and calibrated on text, a model in memory on random batches. For a model in memory
@@ -47,7 +47,7 @@ LENIENT = frozenset({"scope", "calibration_tokens", "seq_len"})
 #: given where it is not used is refused, never dropped)
 CALIBRATION_TOKENS, SEQ_LEN, RANDOM_BATCHES = 8192, 512, 4
 #: how many of the search's candidates are scored by their loss unless told otherwise
-#: (:mod:`fxsym.shortlist`)
+#: (:mod:`fxsym.prune.shortlist`)
 SHORTLIST = 4
 
 
@@ -62,7 +62,7 @@ class PruneRequest:
     ratio: float | None = None
     param_ratio: float | None = None
     target_params: int | None = None
-    #: parameters but the embedding tables (tied or not: :mod:`fxsym.embeddings`)
+    #: parameters but the embedding tables (tied or not: :mod:`fxsym.prune.embeddings`)
     target_non_embedding_params: int | None = None
     #: parameters a token uses (:func:`fxsym.search.active_params`)
     target_active_params: int | None = None
@@ -258,7 +258,7 @@ class PruneRequest:
                             f"this prune does not search; leave {names.shortlist} out")
 
     def _searches(self, names: Spelling) -> bool:
-        """:func:`fxsym.options.searches` of this request."""
+        """:func:`fxsym.prune.options.searches` of this request."""
         return searches(search=self.search, target=any(
             x is not None for x in (self.target_params, self.param_ratio,
                                     self.target_non_embedding_params)),

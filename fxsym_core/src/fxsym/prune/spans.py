@@ -7,7 +7,7 @@ input, so it need not pass through Python: :func:`offsets` reads a file's header
 :class:`Span` names the bytes, and :func:`copy_span` copies them with
 ``os.copy_file_range`` (no page of them mapped or copied into the process; a plain read and
 write by chunks where the call is missing or refused, e.g. across file systems). Nothing here
-checks the values: the caller copies only bytes it has checked (:mod:`fxsym.checkpoint`
+checks the values: the caller copies only bytes it has checked (:mod:`fxsym.prune.checkpoint`
 records which tensors it read and checked finite, with the file's identity then).
 
 Imports from fxsym: errors.

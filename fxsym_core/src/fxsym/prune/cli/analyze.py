@@ -29,7 +29,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     manifest = None
     if args.model is None:
         model, inputs = demo_model()
-        label = "built-in demo (fxsym.demo.DemoNet)"
+        label = "built-in demo (fxsym.prune.demo.DemoNet)"
     else:
         model, inputs, manifest = _load(args.model)
         label = args.model

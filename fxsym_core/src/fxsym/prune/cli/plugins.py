@@ -81,5 +81,5 @@ def _trace_demo(pm: Any) -> None:
         analyze(model)  # no inputs: the plugins' fxsym_example_inputs is asked too
     finally:
         undo()
-    print("\nhook calls while analyzing the built-in demo model (fxsym.demo.DemoNet):")
+    print("\nhook calls while analyzing the built-in demo model (fxsym.prune.demo.DemoNet):")
     print("".join(lines), end="")

@@ -17,7 +17,7 @@ One idea per module:
 * :mod:`.blocks` — the blocks ``layers`` keeps, and a plan dropping the others;
 * :mod:`.solve` — :func:`plan`: the units each group keeps, solved for the amount.
 
-Every public name is re-exported here: ``from fxsym.planning import Plan, plan``.
+Every public name is re-exported here: ``from fxsym.prune.planning import Plan, plan``.
 
 Imports from fxsym: console, depth, embeddings, errors, importance, options, paramlayout,
 plugins, resizing, symbols.

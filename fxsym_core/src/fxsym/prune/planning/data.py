@@ -67,7 +67,7 @@ class Plan:
     fresh model can be analyzed the same way (with the analysis options in
     ``extra["analysis"]``, such as ``{"norm_groups": "keep"}``); ``shapes`` is every
     parameter's shape after the plan. ``extra["non_embedding"]`` (``{"before", "after"}``)
-    counts the parameters but the embedding tables (:mod:`fxsym.embeddings`), where the model
+    counts the parameters but the embedding tables (:mod:`fxsym.prune.embeddings`), where the model
     has any.
     """
 

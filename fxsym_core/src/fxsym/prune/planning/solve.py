@@ -65,7 +65,7 @@ def plan(
 
     Exactly one of ``ratio`` (the fraction of units to remove, in ``[0, 1)``),
     ``target_params``, ``target_non_embedding_params`` (every parameter but the embedding
-    tables, tied or not: :mod:`fxsym.embeddings`) or ``target_macs`` (counts to reach or go
+    tables, tied or not: :mod:`fxsym.prune.embeddings`) or ``target_macs`` (counts to reach or go
     under) says how much.
     ``importance`` is a criterion of :mod:`fxsym.importance` (``"l1"``, ``"l2"``,
     ``"bn_scale"``, or a callable such as ``fxsym.importance.taylor(loss_fn, batches)``) or
