@@ -11,47 +11,35 @@ symbols to the groups of its first input and starts a new group for each OUTGOIN
 ``call_method`` nodes follow the op rules plugins registered. Anything else — an unknown op,
 an unknown module, a rule that cannot prove its mapping — is a *boundary*: the groups it
 touches become constant. Groups reaching the graph output become constant too.
+
+This module holds the walk (guards applied once their reads have layouts, the hook sites and
+the outputs pinned, positions checked), the op rules' dispatch and the modules with a
+SymInfo; the :class:`Analyzer` is one object whose other parts are classes of their own
+modules over the state they share (:mod:`.state`): :mod:`.parameter_reads`,
+:mod:`.attribute_reads`, :mod:`.explain`. :mod:`.alternatives` runs it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import operator
 from typing import Any
 
 import torch
 import torch.fx
-from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from ..errors import PluginError
 from ..naming import qualname
-from ..symbols import Symbol, SymMap
-from ..tracer.configs import CONFIG_META
+from ..symbols import Symbol
 from ..tracer.questions import ATTRIBUTE_META
-from ..tracer.report import TraceReport
-from .attributes import ATTRIBUTE_PREFIX, check_uses
+from .attribute_reads import AttributeReads
+from .attributes import check_uses
 from .context import OpContext, Unsupported
-from .groups import GroupTable
+from .explain import Explanations
 from .guards import Decision, EachPair, Pin, TieSizes, Unify, decide, due_guards
-from .input_sizes import FIXED_DIM, describe, fixed_candidates, input_dims
-from .layout import (
-    AttributeSize,
-    Dim,
-    Layout,
-    Seg,
-    SizeLayout,
-    TensorLayout,
-    dim_size,
-    fixed_dim,
-    fixed_layout,
-    group_dim,
-    iter_dims,
-)
-from .options import routing_groups
-from .outputs import Contract, output_keys, select_outputs
-from .shared import own_tensor, tie_shared_tensors
-from .submodules import Submodules
+from .layout import Dim, Layout, Seg, TensorLayout, dim_size, fixed_layout, group_dim, iter_dims
+from .outputs import output_keys, select_outputs
+from .parameter_reads import ParameterReads
+from .shared import tie_shared_tensors
 
 
 def resolve_dim(elastic_dims: set[int], ndim: int) -> int | None:
@@ -76,57 +64,8 @@ def _batch_dims(ctx: OpContext, info: Any, shape: tuple[int, ...], consumed: set
     return {d for d in range(len(shape) - 1) if d not in consumed and shape[d] == out[d]}
 
 
-class Analyzer:
+class Analyzer(ParameterReads, AttributeReads, Explanations):
     """Propagates layouts through a GraphModule and collects symbol dims for a SymMap."""
-
-    def __init__(self, gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
-                 contract: Contract | None = None, strict_contract: bool = True,
-                 alternatives: frozenset[str] = frozenset()) -> None:
-        self.gm = gm
-        #: nodes taking their alternative mapping (:meth:`OpContext.offer_alternative`), and
-        #: the alternatives offered in this run: (node name, the dim the first mapping keeps)
-        self.alternatives = alternatives
-        self.offers: list[tuple[str, Dim]] = []
-        #: the outputs whose sizes must stay (``None``: every output), and whether a name
-        #: missing from the output is an error (a user's contract) or skipped (a plugin's)
-        self.contract = contract
-        self.strict_contract = strict_contract
-        self.symmap = symmap
-        self.report = report
-        self.table = GroupTable()
-        self.env: dict[torch.fx.Node, Layout] = {}
-        #: values that are positions along a dim (see :mod:`fxsym.analysis.context`), and
-        #: the op that returned them first
-        self.positions: dict[torch.fx.Node, Any] = {}
-        self.position_origins: dict[torch.fx.Node, str] = {}
-        #: the nodes made boundaries
-        self.boundaries: set[torch.fx.Node] = set()
-        #: (module_qualname, symbol_name) -> the Dim that symbol sizes
-        self.symbol_dims: dict[tuple[str, str], Dim] = {}
-        self._out_groups: dict[tuple[str, str], int] = {}
-        #: keys of ``symbol_dims`` that are parameter members, not symbols
-        self.param_members: set[tuple[str, str]] = set()
-        #: layout of each parameter or buffer read with ``get_attr``, by target
-        self.param_reads: dict[str, Layout] = {}
-        self._member_keys: dict[str, list[tuple[str, str]]] = {}
-        #: layout of each int attribute read as a size, by target, and the groups they start
-        self.attribute_reads: dict[str, Layout] = {}
-        self.attribute_groups: set[int] = set()
-        #: layout of each config field read as a size, by ``(id(config), field)``
-        self.config_reads: dict[tuple[int, str], Layout] = {}
-        #: the modules that read each config field, by ``(id(config), field)``
-        self.config_readers: dict[tuple[int, str], set[str]] = {}
-        #: (group id, where, reason) of every fix that made a group constant, in order
-        self.pin_sites: list[tuple[int, str, str]] = []
-        #: (node, group, size) of every group pinned where it met a dim of fixed size
-        self.fixed_meets: list[tuple[torch.fx.Node, int, int]] = []
-        #: per (where, reason) of a boundary line: whether it pinned only numbers that size no
-        #: tensor (see :meth:`fix`)
-        self.number_sites: dict[tuple[str, str], bool] = {}
-        self.registry = symmap.registry
-        #: the submodules of the traced GraphModule and of the model, by path
-        self.modules = Submodules(gm)
-        self.model_modules = Submodules(symmap.model)
 
     # -- driver ----------------------------------------------------------------------------
     def run(self) -> None:
@@ -288,271 +227,6 @@ class Analyzer:
             raise
         except Exception as exc:  # a broken rule costs precision, never correctness
             return self.boundary(node, f"op rule failed: {type(exc).__name__}: {exc}")
-
-    def _parameter(self, node: torch.fx.Node) -> Layout:
-        known = self.param_reads.get(str(node.target))  # read twice: the same groups
-        if known is None:
-            known = self.param_reads[str(node.target)] = self._new_parameter(node)
-        return known
-
-    def _attribute(self, node: torch.fx.Node) -> Layout:
-        """An int attribute of a module read as a size (see :mod:`fxsym.analysis.attributes`):
-        a group of its own whose member is ``(owner, "attr:name")`` (``"attr:name[i]"`` for
-        element ``i`` of a tuple of ints). Questions Python asked of its value at trace time
-        are guards, decided once their reads have layouts (:mod:`fxsym.analysis.guards`).
-        Every read of one attribute has the same layout."""
-        owner, name = node.meta[ATTRIBUTE_META]
-        target = f"{owner}.{name}" if owner else name
-        known = self.attribute_reads.get(target)
-        shared = node.meta.get(CONFIG_META)  # one field of one config object: one group
-        if shared is not None:
-            self.config_readers.setdefault(shared, set()).add(node.meta[ATTRIBUTE_META][0])
-        if known is None and shared in self.config_reads:
-            known = self.attribute_reads[target] = self.config_reads[shared]
-            if isinstance(known, AttributeSize):
-                self._attribute_member(node, known[0])
-        if known is None:
-            value = node.meta.get("val")
-            if isinstance(value, tuple):  # read element by element: each is a size
-                known = fixed_layout(value)
-            elif not isinstance(value, int) or value <= 1:
-                known = SizeLayout((fixed_dim(int(value or 0)),))
-            else:
-                g = self.table.new(value)
-                dim = group_dim(g, value)
-                self._attribute_member(node, dim)
-                self.attribute_groups.add(g)
-                known = AttributeSize((dim,))
-            self.attribute_reads[target] = known
-            if shared is not None:
-                self.config_reads[shared] = known
-        return known
-
-    def _hidden_config_readers(self) -> None:
-        """Pin the config fields read as sizes whose config object a module called as a leaf
-        (or a module inside one) also holds: its forward, which fxsym does not see, would read
-        the resized value too. A field read by several modules is one group; say so where it
-        is pinned."""
-        ids = {key[0] for key in self.config_reads}
-        hidden: dict[int, str] = {}
-        for node in self.gm.graph.nodes:
-            if node.op != "call_module":
-                continue
-            for sub_name, sub in self.modules(str(node.target)).named_modules():
-                for value in vars(sub).values():
-                    if id(value) in ids:
-                        hidden.setdefault(id(value), f"{node.target}.{sub_name}".rstrip("."))
-        for (cid, field), layout in self.config_reads.items():
-            readers = ", ".join(sorted(self.config_readers.get((cid, field), ())) or ["<root>"])
-            groups = [seg.group for d in iter_dims(layout) for seg in d if seg.group is not None]
-            if cid in hidden:
-                reason = (f"config field {field} (read as a size by {readers}) is held by "
-                          f"{hidden[cid]}, a leaf whose forward fxsym does not see")
-                if any([self.table.fix(g, reason) for g in groups]):
-                    self.report.add("config", field, reason)
-            elif len(self.config_readers.get((cid, field), ())) > 1:
-                why = next((r for g in groups if (r := self.table.reason(g))), None)
-                if why is not None:
-                    self.report.add("config", field, f"config field {field} is shared by "
-                                    f"{readers}; pinned for all of them: {why}")
-
-    def _attribute_member(self, node: torch.fx.Node, dim: Dim) -> None:
-        """Record the attribute ``node`` reads as a member ``(owner, "attr:name")`` of ``dim``."""
-        owner, name = node.meta[ATTRIBUTE_META]
-        try:
-            mod = self.modules(owner)
-        except AttributeError:
-            mod = None
-        owner_name = self.symmap.name_of(mod) if mod is not None and (
-            mod in self.symmap) else owner
-        key = (owner_name, f"{ATTRIBUTE_PREFIX}{name}")
-        self.symbol_dims[key] = dim
-        self.param_members.add(key)
-
-    def drop_parameter_member(self, target: str) -> None:
-        """The tensor read at ``target`` is sliced by a module's resize rule, not directly."""
-        keys = self._member_keys.pop(target, ())
-        for key in keys:
-            self.param_members.discard(key)
-            self.symbol_dims.pop(key, None)
-        if keys:  # its module's own symbols produce what it produced
-            for producers in self.table.producers.values():
-                producers[:] = [p for p in producers if (p[1], p[2]) not in keys]
-
-    def produce_from_parameter(self, dim: Dim, source: torch.fx.Node,
-                               node: torch.fx.Node) -> bool:
-        """See :meth:`OpContext.produce`: the parameter nearest ``source`` (breadth first
-        over its inputs) with a dim in ``dim``'s group becomes a searchable producer of it.
-
-        A tensor of a module with a SymInfo (an ``nn.Linear`` whose weight the model passes to
-        ``F.linear`` itself) is skipped: its family's resize rule, not a slice of the tensor,
-        keeps that module consistent (``out_features``)."""
-        if len(dim) != 1 or dim[0].group is None:
-            return False
-        root = self.table.find(dim[0].group)
-        seen: set[torch.fx.Node] = set()
-        queue = [source]
-        while queue and len(seen) < 64:
-            n = queue.pop(0)
-            if n in seen:
-                continue
-            seen.add(n)
-            if n.op == "get_attr" and not self._owned_by_family(str(n.target)):
-                for key in self._member_keys.get(str(n.target), ()):
-                    segs = self.symbol_dims.get(key, ())
-                    g = segs[0].group if len(segs) == 1 else None
-                    if g is None or self.table.find(g) != root:
-                        continue
-                    known = self.table.producers.get(root, [])
-                    if not any((q, s) == key for _, q, s, _ in known):
-                        self.table.add_producer(g, key[0], key[1], True)
-                    return True
-            queue.extend(n.all_input_nodes)
-        return False
-
-    def _new_parameter(self, node: torch.fx.Node) -> Layout:
-        """A parameter or buffer of the model used in the graph: each dim of size > 1 starts a
-        group with no producer. If an op ties it to a producer's group, the tensor becomes a
-        *parameter member* ``(owner, "name:dim")`` that resize slices along that dim."""
-        value = node.meta.get("val")
-        owner, _, pname = str(node.target).rpartition(".")
-        if not isinstance(value, torch.Tensor) or pname.startswith("_tensor_constant"):
-            return fixed_layout(value)
-        try:
-            mod = self.modules(owner)
-        except AttributeError:
-            return fixed_layout(value)
-        if own_tensor(mod, pname) is None:
-            return fixed_layout(value)
-        name = (self.symmap.name_of(mod) if mod in self.symmap else owner) if owner else ""
-        dims: list[Dim] = []
-        for d, size in enumerate(value.shape):
-            if size <= 1:
-                dims.append(fixed_layout(value)[d])
-                continue
-            g = self.table.new(size)
-            dim = group_dim(g, size)
-            key = (name, f"{pname}:{d}")
-            self.symbol_dims[key] = dim
-            self.param_members.add(key)
-            self._member_keys.setdefault(str(node.target), []).append(key)
-            dims.append(dim)
-        return TensorLayout(dims)
-
-    def boundary(self, node: torch.fx.Node, reason: str) -> Layout:
-        """Make every group the node touches constant; its value gets a fixed layout."""
-        self.boundaries.add(node)
-        self.fix(self._input_layouts(node), reason, node)
-        return fixed_layout(node.meta.get("val"))
-
-    def fix(self, layout: Any, reason: str, node: torch.fx.Node | None = None, *,
-            sizes_no_tensor: bool = False, kind: str = "boundary") -> bool:
-        """Make every group in ``layout`` constant; where that changed one and ``node`` is
-        given, a report line of ``kind`` names it. ``sizes_no_tensor``: ``layout`` is a number
-        read from a module attribute that the node takes as something other than a tensor size
-        (a pooling's ``kernel_size``); a line only about such numbers is a detail of the report
-        (:func:`fxsym.analysis.api.analyze`). Returns whether a group changed."""
-        changed = False
-        dims = [layout] if _is_dim(layout) else list(iter_dims(layout))
-        for dim in dims:
-            for seg in dim:
-                if seg.group is not None:
-                    changed |= self.table.fix(seg.group, reason)
-        if changed and node is not None:
-            where = _where(node)
-            self.report.add(kind, where, reason)
-            self.pin_sites.extend((seg.group, where, reason) for dim in dims for seg in dim
-                                  if seg.group is not None)
-            self.number_sites[(where, reason)] = sizes_no_tensor and self.number_sites.get(
-                (where, reason), True)
-        return changed
-
-    def reword_pin(self, node: torch.fx.Node, g: int, old: str, new: str) -> None:
-        """Say ``new`` instead of ``old`` for the pin of ``g``'s group at ``node``: in the group
-        table, the report line and the pin sites."""
-        self.table.reword(g, old, new)
-        where = _where(node)
-        self.report.entries = [
-            dataclasses.replace(e, message=new)
-            if (e.kind, e.where, e.message) == ("boundary", where, old) else e
-            for e in self.report.entries]
-        self.pin_sites = [(pg, w, new if (w, r) == (where, old) else r)
-                          for pg, w, r in self.pin_sites]
-        if (where, old) in self.number_sites:
-            self.number_sites[(where, new)] = self.number_sites.pop((where, old))
-
-    def explain_fixed_sizes(self) -> None:
-        """Name the model input dims that set the fixed sizes groups were pinned at
-        (:mod:`.input_sizes`)."""
-        meets = [(node, g, size) for node, g, size in self.fixed_meets
-                 if self.table.reason(g) == FIXED_DIM]
-        if not meets:
-            return
-        candidates = {(node, g): fixed_candidates(node, size, self.env)
-                      for node, g, size in meets}
-        found = input_dims(self.gm, [c for cs in candidates.values() for c in cs],
-                           self._may_run_fake)
-        for (node, g), cs in candidates.items():
-            hit = next((c for c in cs if c in found), None)
-            if hit is not None:
-                self.reword_pin(node, g, FIXED_DIM, describe(*hit, found[hit]))
-
-    def _may_run_fake(self, mod: torch.nn.Module) -> bool:
-        """Whether :mod:`.input_sizes` may call (a shadow of) ``mod`` on fake tensors: a
-        family with a SymInfo, in eval mode, and no global hook (process-wide, the user's)."""
-        if mod not in self.symmap or _global_forward_hooks or _global_forward_pre_hooks:
-            return False
-        return not any(m.training for m in mod.modules())
-
-    def _owned_by_family(self, target: str) -> bool:
-        """Whether the tensor at ``target`` belongs to a module whose family's resize rule
-        runs: a module with a SymInfo that the graph calls (itself, or a leaf holding it). A
-        family module the model only reads tensors of (``F.linear(x, self.qkv.weight)``) is
-        not: its tensor is sliced as a parameter member, and its size attributes follow
-        (:func:`.shared.tie_shared_tensors`)."""
-        owner = target.rpartition(".")[0]
-        try:
-            mod = self.model_modules(owner)
-        except AttributeError:
-            return False
-        return mod in self.symmap and id(mod) in self._called
-
-    @functools.cached_property
-    def _called(self) -> set[int]:
-        """The ids of the modules the graph calls, and of every module inside one."""
-        out: set[int] = set()
-        for node in self.gm.graph.nodes:
-            if node.op == "call_module":
-                out.update(id(m) for m in self.gm.get_submodule(str(node.target)).modules())
-        return out
-
-    def explain_no_group(self) -> None:
-        """Report, for a model left with no searchable group, what pinned its producers (the
-        boundaries that reached most of them), or that nothing produces a resizable size."""
-        find = self.table.find
-        pinned: dict[str, tuple[int, str]] = {}  # reason -> (groups, first place)
-        producers = 0
-        for root, found in self.table.producers.items():
-            if find(root) != root or not any(ok for *_, ok in found):
-                continue
-            producers += 1
-            where, reason = next(((w, r) for g, w, r in self.pin_sites if find(g) == root),
-                                 ("", self.table.reasons.get(root, "unknown")))
-            count, first = pinned.get(reason, (0, where))
-            pinned[reason] = (count + 1, first or where)
-        if not producers:
-            self.report.add("no-group", "model", (
-                "no group: nothing in the graph produces a resizable size (no module with a "
-                "SymInfo was called, and no op rule declared a parameter a producer)"))
-            return
-        top = sorted(pinned.items(), key=lambda kv: -kv[1][0])[:3]
-        where = "; ".join(f"{reason!r} ({n}, first at {w or 'the group table'})"
-                          for reason, (n, w) in top)
-        self.report.add("no-group", "model", (
-            f"no group: all {producers} producing groups are constant; pinned by {where}"))
-
-    def _input_layouts(self, node: torch.fx.Node) -> tuple[Layout, ...]:
-        return tuple(self.env.get(n) for n in node.all_input_nodes)
 
     # -- modules ---------------------------------------------------------------------------
     def _visit_module(self, ctx: OpContext) -> Layout:
@@ -746,10 +420,6 @@ def _place(layout: Layout, path: tuple[int, ...], dim: Dim) -> Layout | None:
     return tuple(items)
 
 
-def _is_dim(obj: Any) -> bool:
-    return isinstance(obj, tuple) and bool(obj) and isinstance(obj[0], Seg)
-
-
 def _op_name(node: torch.fx.Node) -> str:
     if node.op == "call_module":
         return f"module {node.target}"
@@ -757,61 +427,4 @@ def _op_name(node: torch.fx.Node) -> str:
     return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
-def _where(node: torch.fx.Node) -> str:
-    stack = node.meta.get("nn_module_stack")
-    if node.op == "call_module":
-        return f"{node.target} (node {node.name})"
-    if stack:
-        path = list(stack.values())[-1][0]
-        return f"{path} (node {node.name})"
-    return f"node {node.name}"
-
-
-def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
-                  contract: Contract | None = None, strict_contract: bool = True) -> Analyzer:
-    """Run the analyzer; where a rule offered an alternative mapping whose first choice
-    ended constant (:meth:`OpContext.offer_alternative`), run it once more with those nodes
-    taking their alternative, and keep the run leaving more symbols in searchable groups
-    (each run is sound on its own). With ``routing_groups="keep"``
-    (:mod:`fxsym.analysis.options`) an offer whose first choice keeps a routed group takes
-    its alternative too, and that run is kept. ``report`` receives the kept run's entries."""
-    start = list(report.entries)
-    analyzer = Analyzer(gm, symmap, report, contract, strict_contract)
-    analyzer.run()
-    table = analyzer.table
-    why: dict[str, str] = {}
-    # routing_groups="keep": a split whose first reading keeps a routed group (the experts as
-    # routing groups) takes its blocks (expert positions of every routing group) instead
-    forced = routing_groups() == "keep" and any(
-        s.group is not None and table.find(s.group) in table.routed
-        for _, dim in analyzer.offers for s in table.resolve(dim))
-    for name, dim in analyzer.offers:
-        reasons = [table.reason(s.group) for s in table.resolve(dim) if s.group is not None]
-        if reasons and all(reasons):
-            why[name] = str(reasons[0])
-        elif forced and any(s.group is not None and table.find(s.group) in table.routed
-                            for s in table.resolve(dim)):
-            why[name] = "routing_groups='keep' keeps the number of routing groups"
-    if not why:
-        return analyzer
-    first = list(report.entries)
-    report.entries[:] = start
-    second = Analyzer(gm, symmap, report, contract, strict_contract, frozenset(why))
-    second.run()
-    if forced or _searchable_symbols(second) > _searchable_symbols(analyzer):
-        for name, reason in why.items():
-            report.add("alternative", f"node {name}", "its alternative mapping is used, since "
-                       f"the groups of the first ended constant or are routed ({reason})")
-        return second
-    report.entries[:] = first
-    return analyzer
-
-
-def _searchable_symbols(an: Analyzer) -> int:
-    """How many symbols and members lie (at least in part) in groups that are not constant."""
-    table = an.table
-    return sum(any(s.group is not None and not table.is_constant(s.group) for s in dim)
-               for dim in an.symbol_dims.values())
-
-
-__all__ = ["Analyzer", "analyze_graph", "resolve_dim"]
+__all__ = ["Analyzer", "resolve_dim"]

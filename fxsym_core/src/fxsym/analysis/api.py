@@ -23,7 +23,8 @@ from ..symbols import (
 from ..tracer import trace_deferred
 from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import ReportEntry, TraceReport
-from .analyzer import Analyzer, analyze_graph
+from .alternatives import analyze_graph
+from .analyzer import Analyzer
 from .depth import find_depth_groups
 from .derived import settle_derived
 from .groups import GroupTable
