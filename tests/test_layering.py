@@ -70,6 +70,7 @@ WORKFLOW = [
     "depth",       # block importance and the blocks a plan keeps
     "planning",    # fxsym.plan: the units to keep, parameter and MAC counts, Plan as data
     "shortlist",   # the search's damage estimate from the calibration pass; its shortlist
+    "roles",       # what the groups are, as the plugins' fxsym_roles declare them
     "search",      # architecture sizes by role; the search for a parameter target
     "persist",     # fxsym.save / fxsym.load: safetensors weights + the plan
     "checkpoint",  # fxsym.prune_checkpoint: a checkpoint directory pruned, streamed
@@ -110,8 +111,9 @@ ALLOWED: dict[str, set[str]] = {
     "planning": {"console", "depth", "embeddings", "errors", "importance", "options",
                  "paramlayout", "plugins", "resizing", "symbols"},
     "shortlist": {"errors", "importance", "planning", "request", "symbols"},
-    "search": {"analysis", "console", "depth", "embeddings", "errors", "importance",
-               "paramlayout", "planning", "plugins", "shortlist", "symbols"},
+    "roles": {"plugins", "symbols"},
+    "search": {"console", "depth", "embeddings", "errors", "importance", "paramlayout",
+               "planning", "roles", "shortlist", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist",

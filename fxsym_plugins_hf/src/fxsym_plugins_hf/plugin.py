@@ -37,6 +37,7 @@ from fxsym.plugins.contracts import (
     Kept,
     NeededBlocks,
     OpRuleRegistrar,
+    RoleMap,
     SizeChanges,
     SymInfoRegistrar,
     Undescribed,
@@ -77,7 +78,8 @@ class HuggingFacePlugin(
         hookspecs.RegisterSymInfosHook, hookspecs.LeafModuleHook, hookspecs.HookComputesHook,
         hookspecs.RegisterOpRulesHook, hookspecs.TraceContextHook, hookspecs.ExampleInputsHook,
         hookspecs.DefaultOutputsHook, hookspecs.AfterResizeHook, hookspecs.GroupStepsHook,
-        hookspecs.UntracedPathsHook, hookspecs.GroupSourcesHook, hookspecs.UndescribedGroupsHook,
+        hookspecs.UntracedPathsHook, hookspecs.GroupSourcesHook, hookspecs.RolesHook,
+        hookspecs.UndescribedGroupsHook,
         hookspecs.AfterDepthHook, hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook,
         hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook):
     """The hook implementations, with the state of one plugin manager; its bases are the
@@ -168,6 +170,12 @@ class HuggingFacePlugin(
         if _transformers_imported() and context.is_transformers_model(model):
             return sources.group_sources(model, symmap) or None
         return None
+
+    @fxsym.hookimpl
+    def fxsym_roles(self, model: nn.Module, symmap: SymMap) -> RoleMap | None:
+        from .roles import transformer_roles
+
+        return transformer_roles(symmap)  # found by mechanisms: any model may have them
 
     @fxsym.hookimpl
     def fxsym_undescribed_groups(self, model: nn.Module, symmap: SymMap

@@ -10,8 +10,9 @@ signature and mypy checks a plugin's implementations against it (see
   :data:`OpRule`);
 * the answers with more than one field, one shape each: :class:`GroupStep`
   (``fxsym_group_steps``), :class:`Undescribed` (``fxsym_undescribed_groups``),
-  :class:`NeededBlocks` (``fxsym_depth_kinds``); the answer of ``fxsym_derived_tensors`` is
-  :class:`fxsym.plugins.hookroles.DerivedTensors`.
+  :class:`NeededBlocks` (``fxsym_depth_kinds``), :class:`RoleMap` (``fxsym_roles``: the
+  :class:`Role` of each kind of group, :class:`RoleSize`, :class:`RoleKind`); the answer of
+  ``fxsym_derived_tensors`` is :class:`fxsym.plugins.hookroles.DerivedTensors`.
 
 Types of higher rooms (``SymInfo``, ``SymMap``, ``OpContext``, ``Plan``, ...) are named in
 annotations only: nothing here imports them when it runs.
@@ -21,6 +22,7 @@ Imports from fxsym: nothing.
 
 from __future__ import annotations
 
+import enum
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -159,9 +161,80 @@ class NeededBlocks(NamedTuple):
     why: str
 
 
+class RoleKind(enum.Enum):
+    """How the pruning workflow treats the groups of a :class:`Role`."""
+
+    #: the width every block of a stack reads and writes (a residual stream): one size for
+    #: all its groups; the architecture search tries fractions of it
+    STREAM = "stream"
+    #: a width inside the blocks the architecture search sizes: its groups fall into width
+    #: classes (one source, one length), and every class of every such role is sized by one
+    #: fraction of its own width, so that a candidate meets the parameter target
+    WIDTH = "width"
+    #: a count sized only when a request names it (``sizes_for``); the search keeps it whole
+    COUNT = "count"
+    #: groups no size names (listed so that no other role takes them); kept whole
+    FIXED = "fixed"
+
+
+@dataclass(frozen=True)
+class Role:
+    """One kind of group a plugin recognises in a model (``fxsym_roles``).
+
+    ``name`` is how a request names its size (``sizes_for(symmap, **{name: entries})``, the
+    CLI's ``--name`` flag, underscores as dashes) and the column of the search's table;
+    ``what`` says it in messages (``"a dense FFN width"``); ``kind`` how the workflow treats
+    it (:class:`RoleKind`); ``groups`` the names of the searchable groups it holds (in the
+    order the search and plans list them). A role with no group is still declared: the
+    workflow then says that no group of the model holds it.
+    """
+
+    name: str
+    what: str
+    kind: RoleKind
+    groups: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"Role.name is a Python identifier (a keyword of sizes_for), "
+                             f"not {self.name!r}")
+
+
+class RoleSize(NamedTuple):
+    """What a :class:`RoleMap`'s size rule makes of a request: keep ``entries`` entries in
+    every group of the role ``role``; ``what`` names that size in messages."""
+
+    role: str
+    entries: int
+    what: str
+
+
+#: a :class:`RoleMap`'s size rule: the sizes a request gives under the rule's names (only
+#: those given) -> the roles' sizes; a request the rule cannot follow raises
+#: :class:`fxsym.errors.PlanError`
+SizeRule: TypeAlias = Callable[[Mapping[str, int]], Sequence[RoleSize]]
+
+
+@dataclass(frozen=True)
+class RoleMap:
+    """A plugin's answer to ``fxsym_roles``: the roles it recognises in a model, and how the
+    sizes a request names that are no role's own become roles' sizes.
+
+    ``names`` are the request's names ``sizes`` reads instead of a role of that name (the hf
+    plugin's ``heads`` and ``kv_heads``: with grouped queries, ``heads`` counts query heads,
+    which the ``queries`` role holds per key/value head); ``sizes(given)`` receives those
+    given and returns :class:`RoleSize` values, applied after the roles a request names
+    directly.
+    """
+
+    roles: tuple[Role, ...]
+    names: tuple[str, ...] = ()
+    sizes: SizeRule | None = None
+
+
 __all__ = [
     "ExampleInputs", "ForwardHook", "GroupStep", "ImportanceFn", "Kept", "M", "ModuleClass",
     "NeededBlocks", "OpRule", "OpRuleRegistrar", "OpTarget", "PatternItem", "PatternRegistrar",
-    "ProxyRegistrar", "ResizeFn", "SizeChanges", "SymInfoRegistrar", "Undescribed", "ValueFn",
-    "undescribed",
+    "ProxyRegistrar", "ResizeFn", "Role", "RoleKind", "RoleMap", "RoleSize", "SizeChanges",
+    "SizeRule", "SymInfoRegistrar", "Undescribed", "ValueFn", "undescribed",
 ]

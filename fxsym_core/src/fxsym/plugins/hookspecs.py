@@ -33,7 +33,7 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 * *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context``,
   ``fxsym_after_resize``, ``fxsym_after_depth``, ``fxsym_depth_kinds``,
   ``fxsym_depth_refusal``, ``fxsym_group_steps``, ``fxsym_untraced_paths``,
-  ``fxsym_group_sources``,
+  ``fxsym_group_sources``, ``fxsym_roles``,
   ``fxsym_undescribed_groups`` and ``fxsym_save_files`` call every plugin.
   Each registration hook's plugin gets its own ``register`` callable, so conflicts and
   ``fxsym plugins`` name the distribution behind each contribution;
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
         OpRuleRegistrar,
         PatternRegistrar,
         ProxyRegistrar,
+        RoleMap,
         SizeChanges,
         SymInfoRegistrar,
         Undescribed,
@@ -298,6 +299,31 @@ class GroupSourcesHook(Protocol):
         """
 
 
+class RolesHook(Protocol):
+    @hookspec
+    def fxsym_roles(self, model: nn.Module, symmap: SymMap) -> RoleMap | None:
+        """The roles the plugin recognises among the searchable groups of ``symmap``: a
+        :class:`~fxsym.plugins.contracts.RoleMap` (a
+        :class:`~fxsym.plugins.contracts.Role` per kind of group: its name, what it is, how
+        the workflow treats it, its groups; and how a request's sizes become roles' sizes),
+        or ``None``.
+
+        What a role is to fxsym: a *name* a request sizes it by (``sizes_for(symmap,
+        ffn=96)``, ``fxsym prune --ffn 96``) and the search's table shows, a *description*
+        for messages, the *groups* it holds, and a *kind*
+        (:class:`~fxsym.plugins.contracts.RoleKind`): the one stream width the search tries
+        fractions of, the widths it sizes together (one fraction for every width class, each
+        rounded to its groups' steps and ``round_to``), counts sized only when asked, and
+        groups no size names. The core and the workflow name no role: a transformer's
+        (hidden, FFN, heads, experts: the hf plugin, found by mechanisms, for any model) and
+        any other plugin's (a UNet's channel levels) arrive the same way.
+
+        Called by every plugin whenever roles are asked for (:func:`fxsym.prune.roles.roles`); it
+        must not change the model. Several plugins: a role name is the first plugin's, and a
+        group already held by a role of an earlier answer is left out of a later one.
+        """
+
+
 class AfterDepthHook(Protocol):
     @hookspec
     def fxsym_after_depth(self, model: nn.Module, group: DepthGroup, kept: Sequence[int]
@@ -375,8 +401,8 @@ HOOKS: tuple[type, ...] = (
     RegisterSymInfosHook, LeafModuleHook, HookComputesHook, DerivedTensorsHook,
     RegisterOpRulesHook, RegisterProxiesHook, RegisterPatternsHook, TraceContextHook,
     ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, UndescribedGroupsHook,
-    GroupStepsHook, UntracedPathsHook, GroupSourcesHook, AfterDepthHook, DepthKindsHook,
-    DepthRefusalHook, SaveFilesHook, CheckpointReaderHook,
+    GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, AfterDepthHook,
+    DepthKindsHook, DepthRefusalHook, SaveFilesHook, CheckpointReaderHook,
 )
 _BY_CLASS = {cls: name for cls in HOOKS for name in vars(cls) if name.startswith("fxsym_")}
 

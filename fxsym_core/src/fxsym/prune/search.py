@@ -1,58 +1,34 @@
 """Targets: explicit architecture sizes, and the search for a parameter target (issue 22 §4).
 
-**Roles** (:func:`roles`). A size such as "the hidden size" or "the FFN width" is mapped to
-groups by what the groups hold, not by config field names:
-
-* *hidden*: the group of a depth group's residual stream (:attr:`DepthGroup.stream_group`);
-* inside the blocks of a depth group (every member in one block), a group rooted at an
-  attention module's ``heads`` symbol is a *heads* group (key/value heads where queries are
-  grouped over them), one rooted at its ``queries_per_kv`` symbol a *queries* group (query
-  heads per key/value head); one an attention's products hold (:func:`_products`:
-  the heads or channels of a head of an attention traced through, such as OLMoE's, which
-  normalises queries and keys over every head) an *attention* group, which no size flag
-  names. Of the others, a group whose modules
-  hold no other group but the hidden size and the experts is an FFN-like width of one of three
-  roles: *expert_ffn* where it shares a module with a routed group (a fused expert tensor)
-  or lies in the matrices of a stack of weights a batched product multiplies (Llama 4's
-  experts, ``bmm(act, gate_up_proj)``: every token through every expert, none routed in the
-  trace), *shared_ffn* where its block holds experts it does not share (a shared expert,
-  used by every token), *ffn* in a block without experts (a dense MLP). Any other (a rank
-  between two sized groups, such as MLA's ``q_lora_rank``) is *other*: no size names it, and
-  so is a group read from where the residual stream is read (its *source*, below) and as long
-  as it: the hidden size again, not a width of its own (LFM2's short convolution);
-* *layers*: the depth group's blocks.
-
-**Width classes.** Equal numbers are not the same thing: where a group's size is read from
-is what a plugin says (``fxsym_group_sources``, :func:`group_sources`; the hf plugin probes
-the config field whose change changes the group's parameter dims, by meta builds:
-Llama 4's dense MLP reads ``intermediate_size_mlp``, its shared expert
-``intermediate_size``). The FFN-like groups of one role read from one source and as long (in
-entries, of one unit) are one *width class* (:attr:`Roles.classes`); a role may hold several
-(a model whose widths differ by layer), and the search sizes each class from its own range
-(classes of different roles as wide and read from a common source share one: one field can
-still describe them).
-
-So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28`` (:func:`sizes_for`) keeps
-3072 stream channels, 9216 units in every dense FFN group, 8 key/value heads and 24 / 8 queries
-per key/value head in every attention, and 28 blocks (``--expert-ffn``, ``--shared-ffn``: the
-other FFN-like roles). A size no group holds is an error.
+**Roles** (:func:`fxsym.prune.roles.roles`). A size such as "the hidden size" or "the FFN width" is
+mapped to groups by the roles the plugins declare (``fxsym_roles``): this module names none. A
+role's kind says how it is used here: the *stream* role (one size for all its groups: the hf
+plugin's ``hidden``), *width* roles (sized by the search, each of its width classes from its
+own range: the hf plugin's ``ffn``, ``expert_ffn``, ``shared_ffn``), *counts* sized only when
+asked (``heads``, ``experts``) and groups no size names; *layers* are the depth group's
+blocks. So ``--hidden 3072 --ffn 9216 --heads 24 --kv-heads 8 --layers 28``
+(:func:`sizes_for`) keeps 3072 stream channels, 9216 units in every dense FFN group, 8
+key/value heads and 24 / 8 queries per key/value head in every attention (the hf plugin's size
+rule of ``heads`` and ``kv_heads``), and 28 blocks. A size no group holds, or a name no plugin
+declares, is an error.
 
 **Search** (:func:`search`): for a parameter target, a small space of *uniform* candidates
 (every group of a role keeps the same size): a few depths (all blocks, then 7/8, 3/4, 5/8
-and 1/2 of them) times a few hidden sizes (the same fractions, rounded down to a multiple of
-``round_to``), each with the widest FFN-like widths that meet the target (one fraction for
-every width class, each class's width that fraction of its own, rounded down to its step
-and ``round_to``); heads stay whole. A candidate lands as close under the target as the steps
-allow (one further under is not offered, see :func:`candidates`); a target above the model's
-(active) parameters is an error; the kept plan records the target and the count reached
-(``extra["target"]``). Each candidate is planned (blocks by block importance, units by
-``importance``), applied to a copy and scored by its loss on the calibration batches: the
-next-token cross-entropy where the model returns ``logits`` for ``input_ids``, else the mean
-squared error to the unpruned model's output; only the ``shortlist`` candidates of lowest
-damage (:mod:`fxsym.shortlist`: estimated from the importance scores and block importance the
-calibration already gave) are scored so, the others ranked by that estimate alone. The table
-lists every candidate, its damage, its loss or "not scored"; the plan of the lowest loss is
-kept (Minitron's architecture search, in miniature: no distillation).
+and 1/2 of them) times a few sizes of the stream role (the same fractions, rounded down to a
+multiple of ``round_to``), each with the widest widths of the width roles that meet the target
+(one fraction for every width class, each class's width that fraction of its own, rounded
+down to its step and ``round_to``); the counts stay whole. A candidate lands as close under
+the target as the steps allow (one further under is not offered, see :func:`candidates`); a
+target above the model's (active) parameters is an error; the kept plan records the target
+and the count reached (``extra["target"]``). Each candidate is planned (blocks by block
+importance, units by ``importance``), applied to a copy and scored by its loss on the
+calibration batches: the next-token cross-entropy where the model returns ``logits`` for
+``input_ids``, else the mean squared error to the unpruned model's output; only the
+``shortlist`` candidates of lowest damage (:mod:`fxsym.shortlist`: estimated from the
+importance scores and block importance the calibration already gave) are scored so, the
+others ranked by that estimate alone. The table lists every candidate, its damage, its loss
+or "not scored"; the plan of the lowest loss is kept (Minitron's architecture search, in
+miniature: no distillation).
 The candidates are counted from the parameters' metadata (:func:`candidates`, on a meta model
 too); a checkpoint directory scores them by streaming instead of running a copy
 (``evaluate``: :func:`fxsym.checkpoint.stream_loss`).
@@ -68,19 +44,18 @@ such ``topk`` is found; DeepSeek picks ``topk_group`` routing groups first, then
 experts): a parameter sliced by that group counts ``k /
 E`` of its entries (``E`` the experts kept), unless it computes the scores the pick reads (the
 router's weight, upstream of the integer positions in the trace), which every token uses
-whole. The experts of each MoE layer are a role of their own, ``experts``, sized only when
+whole. The experts of each MoE layer are a count role of the hf plugin, ``experts``, sized only when
 asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active count by
 the router's rows only).
 
-Imports from fxsym: analysis, console, depth, embeddings, errors, importance, paramlayout,
-planning, plugins, shortlist, symbols.
+Imports from fxsym: console, depth, embeddings, errors, importance, paramlayout, planning,
+roles, shortlist, symbols.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -89,20 +64,19 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from ..analysis import TensorLayout
 from ..errors import PlanError
 from ..paramlayout import Slices, layout
-from ..plugins.calls import call_hook
 from ..symbols import SymMap
 from .console import format_table
 from .depth import block_importance, renamed, usable_blocks
 from .embeddings import embedding_tables
 from .importance import criterion_by_name, run_batch
-from .planning import MATMULS, Plan, described, excluded_groups, param_shapes, plan, with_extra
+from .planning import Plan, described, excluded_groups, param_shapes, plan, with_extra
+from .roles import Role, RoleKind, Roles, group_sources, roles
 from .shortlist import SHORTLIST, check_shortlist, damage
 from .shortlist import shortlist as shortlist_of
 
-__all__ = ["WIDTHS", "Candidate", "Roles", "SearchResult", "active_params", "candidates",
+__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
            "expert_shares", "group_sources", "next_token_loss", "roles", "search", "sizes_for",
            "table", "target_record"]
 
@@ -110,269 +84,48 @@ __all__ = ["WIDTHS", "Candidate", "Roles", "SearchResult", "active_params", "can
 FRACTIONS = (1.0, 0.875, 0.75, 0.625, 0.5)
 
 
-@dataclass(frozen=True)
-class Roles:
-    """The groups holding each architecture size (see the module docstring)."""
-
-    hidden: tuple[str, ...] = ()
-    #: the widths of dense FFNs (an MLP in a block without routed experts)
-    ffn: tuple[str, ...] = ()
-    heads: tuple[str, ...] = ()
-    queries: tuple[str, ...] = ()
-    layers: str | None = None
-    #: the routed groups: the experts of each MoE layer (``SymGroup.routed``)
-    experts: tuple[str, ...] = ()
-    #: the other groups of attention traced through (heads not counted by a ``heads`` symbol)
-    attention: tuple[str, ...] = ()
-    #: the FFN widths of routed experts (a module shared with a routed group)
-    expert_ffn: tuple[str, ...] = ()
-    #: the widths of the FFNs beside routed experts, used by every token (shared experts)
-    shared_ffn: tuple[str, ...] = ()
-    #: the other groups inside one block (a rank between two sized groups, such as MLA's
-    #: ``q_lora_rank``): no size flag names them and the search keeps them
-    other: tuple[str, ...] = ()
-    #: ``(label, groups)`` of each width class: the FFN-like groups of one role read from
-    #: one source and as long (see the module docstring), labelled by their role where the
-    #: role has one class, else by role and width (``"ffn 16384"``)
-    classes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    def widths(self) -> dict[str, tuple[str, ...]]:
-        """``{role: groups}`` of the FFN-like widths the search sizes, each from its own
-        range: ``ffn``, ``expert_ffn``, ``shared_ffn`` (the roles the model has)."""
-        return {k: v for k, v in (("ffn", self.ffn), ("expert_ffn", self.expert_ffn),
-                                  ("shared_ffn", self.shared_ffn)) if v}
-
-    def role_of(self, label: str) -> str:
-        """The role of the width class ``label``."""
-        return label.partition(" ")[0]
-
-
-#: the roles of FFN-like widths, in the order the search and its table give them
-WIDTHS = ("ffn", "expert_ffn", "shared_ffn")
-
-
-def roles(symmap: SymMap) -> Roles:
-    """What each group of ``symmap`` holds (see the module docstring)."""
-    depth = symmap.depth_groups()
-    hidden = tuple(dict.fromkeys(d.stream_group for d in depth if d.stream_group))
-    blocks = [b for d in depth for b in d.blocks]
-    found: dict[str, list[str]] = {k: [] for k in (
-        "ffn", "heads", "queries", "experts", "attention", "expert_ffn", "shared_ffn", "other")}
-    batched, stacked = _products(symmap)
-    groups = symmap.groups()
-    by_name = {g.name: g for g in groups}
-    sources = group_sources(symmap)
-    stream = {(sources[h], by_name[h].size * by_name[h].unit) for h in hidden if h in sources}
-    routed = {g.name for g in groups if g.routed}
-    held: dict[str, set[str]] = {}  # module -> the groups holding one of its symbols
-    for g in groups:
-        for q, _ in g.members:
-            held.setdefault(q, set()).add(g.name)
-
-    def home(g: Any) -> str | None:
-        homes = {next((b for b in blocks if q == b or q.startswith(b + ".")), None)
-                 for q, _ in g.members}
-        return next(iter(homes)) if len(homes) == 1 else None
-
-    expert_homes = {home(g) for g in groups if g.routed}
-    dense: list[Any] = []
-    for g in groups:
-        if g.name in hidden:
-            continue
-        if g.routed:
-            found["experts"].append(g.name)
-            continue
-        block = home(g)
-        if block is None:
-            continue
-        root = g.members[0][1]
-        beside = set().union(*(held[q] for q, _ in g.members)) - {g.name}
-        again = (sources.get(g.name), g.size * g.unit) in stream  # the hidden size, read again
-        ffn_like = not beside - routed - set(hidden) and not again
-        role = ("heads" if root == "heads" else "queries" if root == "queries_per_kv"
-                else "expert_ffn" if ffn_like and (beside & routed or g.id in stacked)
-                else "attention" if g.id in batched
-                else "other" if not ffn_like else "ffn")
-        if role == "expert_ffn":
-            expert_homes.add(block)
-        if role == "ffn":
-            dense.append((g, block))
-        else:
-            found[role].append(g.name)
-    for g, block in dense:  # beside experts: a shared expert
-        found["shared_ffn" if block in expert_homes else "ffn"].append(g.name)
-    order = {g.name: i for i, g in enumerate(groups)}
-    for k in ("ffn", "shared_ffn"):
-        found[k].sort(key=order.__getitem__)
-    return Roles(hidden, tuple(found["ffn"]), tuple(found["heads"]), tuple(found["queries"]),
-                 depth[0].name if len(depth) == 1 else None, tuple(found["experts"]),
-                 tuple(found["attention"]), tuple(found["expert_ffn"]),
-                 tuple(found["shared_ffn"]), tuple(found["other"]),
-                 _classes(by_name, sources, {k: found[k] for k in WIDTHS}))
-
-
-def _classes(groups: Mapping[str, Any], sources: Mapping[str, str],
-             widths: Mapping[str, Sequence[str]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The width classes of the FFN-like roles (``widths``: ``{role: groups}``): groups of a
-    role read from one source (``sources``; none said: one) and of one length and unit."""
-    out: list[tuple[str, tuple[str, ...]]] = []
-    for role, names in widths.items():
-        keyed: dict[tuple[str, int, int], list[str]] = {}
-        for n in names:
-            g = groups[n]
-            keyed.setdefault((sources.get(n, ""), g.size * g.unit, g.unit), []).append(n)
-        taken: set[str] = set()
-        for (source, entries, unit), members in keyed.items():
-            label = role if len(keyed) == 1 else f"{role} {entries}"
-            if label in taken or sum(k[1] == entries for k in keyed) > 1:
-                label += f" ({source or f'unit {unit}'})"
-            while label in taken:
-                label += "'"
-            taken.add(label)
-            out.append((label, tuple(members)))
-    return tuple(out)
-
-
-#: the sources said for the groups of each SymMap (``fxsym_group_sources``), asked once
-_SOURCES: weakref.WeakKeyDictionary[SymMap, dict[str, str]] = weakref.WeakKeyDictionary()
-
-
-def group_sources(symmap: SymMap) -> dict[str, str]:
-    """``{group name: source}``: where the plugins say each group's size is read from
-    (``fxsym_group_sources``; the first plugin to name a group decides), asked once per
-    SymMap."""
-    cached = _SOURCES.get(symmap)
-    if cached is None:
-        names = {g.name for g in symmap.groups()}
-        cached = {}
-        answers: list[Mapping[str, str] | None] = call_hook(
-            "fxsym_group_sources", model=symmap.model, symmap=symmap)
-        for said in answers:
-            for name, source in (said or {}).items():
-                if name in names and source:
-                    cached.setdefault(str(name), str(source))
-        _SOURCES[symmap] = cached
-    return cached
-
-
-#: a product of two batched tensors added to a first operand (BLOOM's ALiBi scores)
-_ADDED_PRODUCTS = frozenset({torch.baddbmm, "baddbmm"})
-
-
-def _products(symmap: SymMap) -> tuple[set[int], set[int]]:
-    """The groups (roots) an attention's products of two tensors hold, and those in the
-    matrix dims of a stack of weights a batched product multiplies (Llama 4's experts:
-    ``bmm(act, gate_up_proj)``, one matrix per expert, each token through all of them).
-
-    An attention's: those in a dim of the queries, keys or values of
-    ``scaled_dot_product_attention``, and, of a product of two batched tensors computed from
-    the inputs (``q @ k.transpose(-1, -2)``, ``baddbmm``), those in a batch dim of either
-    operand (heads, also where the other operand broadcasts one head over them: a
-    multi-query attention's single key) or in the dim the product sums over (the channels of
-    a head). An MLP's width is not there: a projection's weight is a matrix whose width the
-    product keeps (fused experts picked per token, whose width the sum runs over in
-    ``bmm(down[picked], act)``, are expert FFN widths, found first by :func:`roles`), and a
-    product with a weight (an operand no input reaches) is no attention."""
-    analysis, graph = symmap.analysis, symmap.graph
-    if analysis is None or graph is None:
-        return set(), set()
-    computed = _closure([n for n in graph.nodes if n.op == "placeholder"],
-                        lambda n: list(n.users))
-    out: set[int] = set()
-    stacked: set[int] = set()
-    for node in graph.nodes:
-        if node.op not in ("call_function", "call_method"):
-            continue
-        if node.target is nn.functional.scaled_dot_product_attention:
-            for a in node.args[:3]:
-                lay = analysis.node_layouts.get(a.name) if isinstance(a, fx.Node) else None
-                out |= _roots(analysis, lay, range(len(lay) if lay else 0))
-            continue
-        if node.target in MATMULS:
-            args = node.args[:2]
-        elif node.target in _ADDED_PRODUCTS:  # baddbmm(bias, q, k): the product of the last two
-            args = (*node.args[1:3], *(node.kwargs[k] for k in ("batch1", "batch2")
-                                       if k in node.kwargs))
-        else:
-            continue
-        nodes = [a for a in args if isinstance(a, fx.Node)]
-        layouts = [x for a in nodes
-                   if isinstance(x := analysis.node_layouts.get(a.name), TensorLayout)]
-        if len(layouts) != 2 or not all(len(x) > 2 for x in layouts):
-            continue
-        weights = [x for a, x in zip(nodes, layouts, strict=True) if a not in computed]
-        if weights:
-            stacked |= set().union(*(_roots(analysis, x, (len(x) - 2, len(x) - 1))
-                                     for x in weights))
-            continue
-        left, right = layouts
-        out |= (_roots(analysis, left, [*range(len(left) - 2), len(left) - 1])
-                | _roots(analysis, right, range(len(right) - 1)))
-    return out, stacked
-
-
-def _roots(analysis: Any, layout: Any, dims: Iterable[int]) -> set[int]:
-    """The groups (roots) in those dims of ``layout``."""
-    if not isinstance(layout, TensorLayout):
-        return set()
-    table = analysis.table
-    return {r for d in dims for seg in layout[d] if seg.group is not None
-            for r in table.same_size(seg.group)}  # a block of a fused chunk: all of them
-
-
-#: what each FFN-like role is, for messages
-_WIDTH_WHAT = {"ffn": "a dense FFN width", "expert_ffn": "an expert FFN width",
-               "shared_ffn": "a shared-expert FFN width"}
-
-
-def sizes_for(symmap: SymMap, *, hidden: int | None = None, ffn: int | None = None,
-              heads: int | None = None, kv_heads: int | None = None,
-              experts: int | None = None, expert_ffn: int | None = None,
-              shared_ffn: int | None = None) -> dict[str, int]:
-    """``{group name: units to keep}`` for the sizes given (entries: channels for ``hidden``,
-    ``ffn`` (dense FFNs), ``expert_ffn`` (routed experts' FFNs) and ``shared_ffn`` (shared
-    experts' FFNs), heads for ``heads`` and ``kv_heads``, experts per MoE layer for
-    ``experts``); a :class:`~fxsym.errors.PlanError` for a size no group holds or one the
-    groups cannot take (fewer experts than a router picks, a size off the group's
-    :attr:`~fxsym.SymGroup.step`)."""
+def sizes_for(symmap: SymMap, **sizes: int | None) -> dict[str, int]:
+    """``{group name: units to keep}`` for the sizes given by role (``sizes_for(symmap,
+    NAME=entries)``: the roles the plugins declare, :func:`fxsym.prune.roles.roles`; the hf
+    plugin's: channels for ``hidden``, ``ffn`` (dense FFNs), ``expert_ffn`` (routed experts'
+    FFNs) and ``shared_ffn`` (shared experts' FFNs), heads for ``heads`` and ``kv_heads``,
+    experts per MoE layer for ``experts``); ``None`` values are left out. A
+    :class:`~fxsym.errors.PlanError` for a name no plugin declares, a size no group holds or
+    one the groups cannot take (fewer experts than a router picks, a size off the group's
+    :attr:`~fxsym.SymGroup.step`). The sizes named directly are applied in the order the
+    roles are declared, then those a role map's size rule makes of its names."""
     r = roles(symmap)
+    given = {k: v for k, v in sizes.items() if v is not None}
+    ruled = {n for names, _ in r.rules for n in names}
+    named = [k for k in given if k not in ruled
+             and ((role := r.role(k)) is None or role.kind is RoleKind.FIXED)]
+    if named:
+        sizable = [x.name for x in r.declared if x.kind is not RoleKind.FIXED]
+        raise PlanError(f"no role of the model is sized by {', '.join(map(repr, named))}; "
+                        f"the plugins declare {', '.join([*sizable, *sorted(ruled)]) or 'none'}")
     groups = {g.name: g for g in symmap.groups()}
     out: dict[str, int] = {}
-    flags = {k: "--" + k.replace("_", "-") for k in WIDTHS}
 
-    def put(names: Sequence[str], entries: int, what: str) -> None:
-        if not names:
-            has = [f"{_WIDTH_WHAT[k]} ({k}, {flags[k]})" for k in r.widths()
-                   if _WIDTH_WHAT[k] != what]
+    def put(role: Role, entries: int, what: str) -> None:
+        if not role.groups:
+            has = [f"{x.what} ({x.name}, --{x.name.replace('_', '-')})"
+                   for x in r.of_kind(RoleKind.WIDTH) if x.groups and x.what != what]
             raise PlanError(f"no group of the model holds {what}" + (
-                f"; its FFN widths are {' and '.join(has)}" if has and what in
-                _WIDTH_WHAT.values() else ""))
-        _put(groups, names, entries, what, out)
+                f"; its widths are {' and '.join(has)}" if has and role.kind is RoleKind.WIDTH
+                else ""))
+        _put(groups, role.groups, entries, what, out)
 
-    if hidden is not None:
-        put(r.hidden, hidden, "the hidden size (a residual stream)")
-    for role, entries in (("ffn", ffn), ("expert_ffn", expert_ffn),
-                          ("shared_ffn", shared_ffn)):
-        if entries is not None:
-            put(getattr(r, role), entries, _WIDTH_WHAT[role])
-    if experts is not None:
-        put(r.experts, experts, "experts per layer")
-    if r.queries:  # grouped queries: heads groups count key/value heads
-        kv = kv_heads if kv_heads is not None else None
-        if heads is not None:
-            kv = kv if kv is not None else groups[r.heads[0]].size if r.heads else None
-            if not kv or heads % kv:
-                raise PlanError(f"--heads {heads} is not a multiple of the key/value heads {kv}")
-            put(r.queries, heads // kv, "queries per key/value head")
-        if kv is not None:
-            put(r.heads, kv, "key/value heads")
-    else:
-        if kv_heads is not None and heads is not None and kv_heads != heads:
-            raise PlanError("the attention has as many key/value heads as heads here; give "
-                            "one count")
-        count = heads if heads is not None else kv_heads
-        if count is not None:
-            put(r.heads, count, "attention heads")
+    for role in r.declared:
+        if role.name in given and role.name not in ruled:
+            put(role, given[role.name], role.what)
+    for names, rule in r.rules:
+        asked = {k: v for k, v in given.items() if k in names}
+        for said in rule(asked) if asked else ():
+            role = r.role(said.role)
+            if role is None:
+                raise PlanError(f"a size rule gave {said.what} to role {said.role!r}, which no "
+                                f"plugin declares")
+            put(role, said.entries, said.what)
     return out
 
 
@@ -512,28 +265,47 @@ def _param_nodes(model: nn.Module, graph: fx.Graph) -> dict[str, list[fx.Node]]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One uniform architecture the search tried: its depth, hidden size and the width of
-    each FFN-like role (``None``: the model has no such role or the search keeps it; a role
-    of several width classes: its widest class's), and of each width class searched
-    (``classes``: ``(label, entries)``, :attr:`Roles.classes`)."""
+    """One uniform architecture the search tried: its depth, the size of the stream role
+    (:attr:`fxsym.prune.roles.Roles.stream`) and the width of each width role (``None``: the model
+    has no such group or the search keeps it; a role of several width classes: its widest
+    class's), and of each width class searched (``classes``: ``(label, entries)``,
+    :attr:`fxsym.prune.roles.Roles.classes`). ``candidate.NAME`` is the size of the role ``NAME``
+    (the hf plugin's ``candidate.hidden``, ``candidate.ffn``)."""
 
     layers: int
-    hidden: int | None
-    ffn: int | None
+    stream: int | None
     params: int
     loss: float = math.nan
     plan: Plan | None = field(default=None, repr=False, compare=False)
-    expert_ffn: int | None = None
-    shared_ffn: int | None = None
     classes: tuple[tuple[str, int], ...] = ()
     #: the damage the calibration pass estimates (:func:`fxsym.shortlist.damage`)
     damage: float = math.nan
     #: whether the candidate was scored by its loss (it was on the shortlist)
     scored: bool = True
+    #: the stream role's name, or ``None`` where no plugin declares one
+    stream_role: str | None = None
+    #: ``(role, entries)`` of every width role declared (``None``: not set)
+    role_widths: tuple[tuple[str, int | None], ...] = ()
+
+    def __getattr__(self, name: str) -> int | None:
+        own = vars(self)
+        if not name.startswith("_"):
+            if name == own.get("stream_role"):
+                stream: int | None = own.get("stream")
+                return stream
+            for role, entries in own.get("role_widths", ()):
+                if role == name:
+                    return entries  # type: ignore[no-any-return]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def widths(self) -> dict[str, int]:
-        """``{role: entries}`` of the FFN-like widths the candidate sets."""
-        return {k: v for k in WIDTHS if (v := getattr(self, k)) is not None}
+        """``{role: entries}`` of the width roles the candidate sets."""
+        return {k: v for k, v in self.role_widths if v is not None}
+
+    def sizes(self) -> dict[str, int | None]:
+        """``{role: entries}`` of the stream role and of every width role declared."""
+        return {**({self.stream_role: self.stream} if self.stream_role else {}),
+                **dict(self.role_widths)}
 
 
 @dataclass(frozen=True)
@@ -553,9 +325,7 @@ class SearchResult:
     def rows(self) -> list[dict[str, Any]]:
         """The candidates as JSON data (what :func:`fxsym.prune_checkpoint` records in the
         plan's ``extra["search"]``), the kept one marked ``kept``."""
-        return [{"layers": c.layers, "hidden": c.hidden, "ffn": c.ffn,
-                 "expert_ffn": c.expert_ffn, "shared_ffn": c.shared_ffn,
-                 "classes": dict(c.classes), "params": c.params,
+        return [{"layers": c.layers, **c.sizes(), "classes": dict(c.classes), "params": c.params,
                  "loss": None if math.isnan(c.loss) else c.loss, "kept": c is self.best,
                  "damage": None if math.isnan(c.damage) else c.damage, "scored": c.scored}
                 for c in self.candidates]
@@ -565,12 +335,21 @@ class SearchResult:
         return table(self.rows()) + "".join(f"\nskipped: {why}" for why in self.skipped)
 
 
+#: the keys of a row (:meth:`SearchResult.rows`) that are no role's size
+_ROW_KEYS = frozenset({"layers", "classes", "params", "loss", "kept", "damage", "scored"})
+
+
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """Candidates (:meth:`SearchResult.rows`) as a table, the kept one marked: a column for
-    each FFN-like role some candidate sets (``ffn`` where none does), or for each of its
+    """Candidates (:meth:`SearchResult.rows`) as a table, the kept one marked: the stream
+    role's column (a row's first role, unless a width class is of that role), then a column
+    for each width role some candidate sets (the first where none does), or for each of its
     width classes where it has several."""
-    roles_set = [k for k in WIDTHS if any(r.get(k) is not None for r in rows)] or ["ffn"]
+    keys = list(dict.fromkeys(k for r in rows for k in r if k not in _ROW_KEYS))
     labels = list(dict.fromkeys(k for r in rows for k in r.get("classes") or {}))
+    first_is_width = bool(keys) and any(c.partition(" ")[0] == keys[0] for c in labels)
+    stream, width_keys = ([], keys) if first_is_width else (keys[:1], keys[1:])
+    roles_set = ([k for k in width_keys if any(r.get(k) is not None for r in rows)]
+                 or width_keys[:1])
     shown: list[tuple[str, str | None]] = []  # (column, role or width class)
     for k in roles_set:
         own = [c for c in labels if c.partition(" ")[0] == k and c != k]
@@ -585,12 +364,12 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
         return "nan" if r["loss"] is None else f"{r['loss']:.4f}"
 
     damaged = any(r.get("damage") is not None for r in rows)
-    return format_table([[r["layers"], r["hidden"], *(value(r, c, k) for c, k in shown),
-                          f"{r['params']:,}",
+    return format_table([[r["layers"], *(r.get(k) for k in stream),
+                          *(value(r, c, k) for c, k in shown), f"{r['params']:,}",
                           *([f"{r['damage']:.4f}" if r.get("damage") is not None else ""]
                             if damaged else []),
                           loss(r), "<- kept" if r["kept"] else ""] for r in rows],
-                        ["layers", "hidden", *(c.replace("_", " ") for c, _ in shown),
+                        ["layers", *stream, *(c.replace("_", " ") for c, _ in shown),
                          "params", *(["damage"] if damaged else []), "calib loss", ""])
 
 
@@ -681,12 +460,14 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     kept = excluded_groups(symmap, exclude)
     step = {g.name: g.unit * math.lcm(g.step, said.get(g.name, (1, ""))[0])
             for g in symmap.groups()}
-    hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
-    hidden_step = math.lcm(round_to, *(step[n] for n in r.hidden))
-    hidden_least = max((min_keep * groups[n].unit for n in r.hidden), default=0)
+    hidden_now = groups[r.stream[0]].size * groups[r.stream[0]].unit if r.stream else None
+    hidden_step = math.lcm(round_to, *(step[n] for n in r.stream))
+    hidden_least = max((min_keep * groups[n].unit for n in r.stream), default=0)
+    stream_role = r.stream_role.name if r.stream_role is not None else None
+    width_roles = r.of_kind(RoleKind.WIDTH)
     hidden_least = math.ceil(hidden_least / hidden_step) * hidden_step
     ranges = _ranges(symmap, r, kept, whole, step, round_to, min_keep)
-    fixed = bool((whole.keys() | kept) & set(r.hidden))
+    fixed = bool((whole.keys() | kept) & set(r.stream))
     widths = (1.0,) if fixed or not hidden_now else fractions
     sized = partial(_sizes, symmap, r, kept)
     found: list[tuple[Candidate, bool, bool]] = []
@@ -721,13 +502,13 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
                             and hidden < hidden_now and count(sized(
                                 min(hidden_now, hidden + hidden_step), {}), layers)
                             > target_params)
-            role = {k: chosen[max((c for c in chosen if r.role_of(c) == k),
-                                  key=lambda c: ranges[c].now)]
-                    for k in WIDTHS if any(r.role_of(c) == k for c in chosen)}
-            found.append((Candidate(n_layers or 0, hidden, role.get("ffn"), params,
-                                    expert_ffn=role.get("expert_ffn"),
-                                    shared_ffn=role.get("shared_ffn"),
-                                    classes=tuple(chosen.items())),
+            role = {k.name: chosen[max((c for c in chosen if r.role_of(c) == k.name),
+                                       key=lambda c: ranges[c].now)]
+                    for k in width_roles if any(r.role_of(c) == k.name for c in chosen)}
+            found.append((Candidate(n_layers or 0, hidden, params,
+                                    classes=tuple(chosen.items()), stream_role=stream_role,
+                                    role_widths=tuple((k.name, role.get(k.name))
+                                                      for k in width_roles)),
                           widths_bind, hidden_binds))
     if not found:
         raise PlanError(f"no uniform candidate reaches {target_params:,} {what}" + "".join(
@@ -790,22 +571,22 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
                        describable=describable, exclude=exclude, min_keep=min_keep,
                        skipped=skipped)
     kept = excluded_groups(symmap, exclude)
-    hidden_now = groups[r.hidden[0]].size * groups[r.hidden[0]].unit if r.hidden else None
+    hidden_now = groups[r.stream[0]].size * groups[r.stream[0]].unit if r.stream else None
     now = _class_now(symmap, r, kept)
     reference = (_references(model, batches)
                  if loss is None and evaluate is None and evaluate_all is None else None)
 
     def label(c: Candidate) -> str:
-        return ", ".join([f"layers {c.layers}", f"hidden {c.hidden}",
-                          *(f"{k.replace('_', ' ')} {w}" for k, w in c.classes)]
-                         or ["ffn None"])
+        return ", ".join([f"layers {c.layers}",
+                          *(f"{k} {w}" for k, w in c.sizes().items() if k == c.stream_role),
+                          *(f"{k.replace('_', ' ')} {w}" for k, w in c.classes)])
 
     given = _scored_once(model, symmap, importance)
     planned = []
     for c in found:
         blocks, _ = _blocks(model, symmap, depth, block_scores.get(r.layers or ""), c.layers)
         p = plan(model, symmap, importance=given, scope="uniform",
-                 sizes=_sizes(symmap, r, kept, c.hidden if c.hidden != hidden_now else None,
+                 sizes=_sizes(symmap, r, kept, c.stream if c.stream != hidden_now else None,
                               {k: w for k, w in c.classes if w != now.get(k)}),
                  layers=_layers_arg(r.layers, blocks), describable=describable,
                  exclude=exclude, min_keep=min_keep)
@@ -871,20 +652,23 @@ def _counted(active: bool, non_embedding: bool) -> str:
             else "parameters")
 
 
-def _sizes(symmap: SymMap, r: Roles, kept: frozenset[str], hidden: int | None,
+def _sizes(symmap: SymMap, r: Roles, kept: frozenset[str], stream: int | None,
            widths: Mapping[str, int]) -> dict[str, int]:
-    """:func:`sizes_for` a hidden size and the widths of width classes (``{label:
-    entries}``, :attr:`Roles.classes`), but for the groups kept whole."""
+    """:func:`sizes_for` a size of the stream role and the widths of width classes
+    (``{label: entries}``, :attr:`Roles.classes`), but for the groups kept whole."""
     groups = {g.name: g for g in symmap.groups()}
     out: dict[str, int] = {}
-    if hidden is not None:
-        if not r.hidden:
-            raise PlanError("no group of the model holds the hidden size (a residual stream)")
-        _put(groups, r.hidden, hidden, "the hidden size (a residual stream)", out)
+    if stream is not None:
+        role = r.stream_role
+        if role is None or not r.stream:
+            raise PlanError(f"no group of the model holds "
+                            f"{'a stream width' if role is None else role.what}")
+        _put(groups, r.stream, stream, role.what, out)
     classes = dict(r.classes)
     for label, entries in widths.items():
+        role = r.role(r.role_of(label))
         _put(groups, (n for n in classes[label] if n not in kept), entries,
-             f"{_WIDTH_WHAT[r.role_of(label)]} ({label})", out)
+             f"{role.what if role is not None else label} ({label})", out)
     return {k: v for k, v in out.items() if k not in kept}
 
 

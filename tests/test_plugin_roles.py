@@ -1,0 +1,150 @@
+"""A third-party plugin declares a role (``fxsym_roles``, issue 32 §1): the workflow sizes and
+searches it as it does the hf plugin's transformer roles, with nothing of the core changed.
+
+The plugin below knows a small UNet-like network's *channel levels* (the widths of its
+encoder's and decoder's convolutions) and declares them one width role, ``levels``; a
+request then sizes them by name (``sizes_for(symmap, levels=4)``) and the architecture search
+for a parameter target sizes each of the role's width classes by one fraction. Checked with
+and without the hf plugin beside it (its roles hold nothing of this model).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import torch
+from torch import nn
+
+import fxsym
+from fxsym.errors import PlanError
+from fxsym.plugins.contracts import Role, RoleKind, RoleMap
+from fxsym.prune.roles import roles
+from fxsym.prune.search import search, sizes_for
+
+
+class UNet(nn.Module):
+    """Two channel levels: ``enc1``'s channels (added back to ``dec``'s by the skip) and
+    ``enc2``'s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.enc2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.dec = nn.Conv2d(16, 8, 3, padding=1)
+        self.out = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x1 = torch.relu(self.enc1(x))
+        x2 = torch.relu(self.enc2(nn.functional.max_pool2d(x1, 2)))
+        y = torch.relu(self.dec(nn.functional.interpolate(x2, scale_factor=2.0))) + x1
+        return self.out(y)
+
+
+class ChannelLevels:
+    """The third party's plugin: every searchable group of a convolution's output channels
+    is a channel level (a width the search sizes)."""
+
+    @fxsym.hookimpl
+    def fxsym_roles(self, model: nn.Module, symmap: fxsym.SymMap) -> RoleMap | None:
+        if not isinstance(model, UNet):
+            return None
+        convs = {q for q, m in model.named_modules() if isinstance(m, nn.Conv2d)}
+        levels = tuple(g.name for g in symmap.groups()
+                       if any(q in convs and s == "out_channels" for q, s in g.members))
+        return RoleMap((Role("levels", "a UNet channel level", RoleKind.WIDTH, levels),))
+
+
+@contextmanager
+def _with_levels(allow: list[str]) -> Iterator[None]:
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=allow)
+    pm.register(ChannelLevels(), name="channel-levels")
+    with fxsym.use_plugins(pm):
+        yield
+
+
+def _model() -> tuple[UNet, fxsym.SymMap]:
+    torch.manual_seed(0)
+    model = UNet().double().eval()
+    return model, fxsym.analyze(model, example_inputs=(torch.randn(1, 3, 8, 8,
+                                                                    dtype=torch.float64),))
+
+
+def _masked(model: UNet, plan: fxsym.Plan, sm: fxsym.SymMap) -> UNet:
+    """``model`` with the output channels ``plan`` drops zeroed in every conv producing them
+    (weights and bias): what the pruned model computes, at full width."""
+    masked = copy.deepcopy(model)
+    for g in plan.groups:
+        group = next(x for x in sm.groups() if x.name == g.name)
+        drop = sorted(set(range(group.size)) - set(g.keep))
+        for q, s in group.members:
+            conv = masked.get_submodule(q)
+            if s == "out_channels" and isinstance(conv, nn.Conv2d):
+                with torch.no_grad():
+                    conv.weight[drop] = 0
+                    assert conv.bias is not None
+                    conv.bias[drop] = 0
+    return masked
+
+
+@pytest.mark.parametrize("allow", [["nn"], ["nn", "hf"]])
+def test_a_plugin_role_is_sized_by_its_name(allow: list[str]) -> None:
+    """``sizes_for(symmap, levels=4)`` keeps 4 channels of both levels; the pruned model
+    computes what the unpruned one does with the other channels zeroed (float64)."""
+    with _with_levels(allow):
+        model, sm = _model()
+        r = roles(sm)
+        assert r.levels == tuple(g.name for g in sm.groups())  # both levels, nothing else
+        assert dict(r.widths()) == {"levels": r.levels}
+        assert [label for label, _ in r.classes] == ["levels 8", "levels 16"]
+        sizes = sizes_for(sm, levels=4)
+        assert sorted(sizes.values()) == [4, 4] and set(sizes) == set(r.levels)
+        plan = fxsym.plan(model, sm, sizes=sizes, importance="l2")
+        x = torch.randn(2, 3, 8, 8, dtype=torch.float64)
+        with torch.no_grad():
+            expected = _masked(model, plan, sm)(x)
+        pruned, psm = copy.deepcopy((model, sm))
+        plan.apply(pruned, psm)
+        assert (pruned.enc1.out_channels, pruned.enc2.out_channels,
+                pruned.dec.out_channels) == (4, 4, 4)
+        with torch.no_grad():
+            torch.testing.assert_close(pruned(x), expected, rtol=1e-12, atol=1e-12)
+        with pytest.raises(PlanError, match="no role of the model is sized by 'ffn'"
+                           if allow == ["nn"] else "no group of the model holds a dense FFN"):
+            sizes_for(sm, ffn=4)
+
+
+@pytest.mark.parametrize("allow", [["nn"], ["nn", "hf"]])
+def test_the_search_sizes_a_plugin_width_role(allow: list[str]) -> None:
+    """The search for a parameter target sizes the ``levels`` classes by one fraction each of
+    its own width; the table has a column per class; the kept plan is under the target and
+    its pruned model equals the masked model."""
+    with _with_levels(allow):
+        model, sm = _model()
+        total = sum(p.numel() for p in model.parameters())
+        torch.manual_seed(1)
+        batches = [torch.randn(2, 3, 8, 8, dtype=torch.float64) for _ in range(2)]
+        result = search(model, sm, target_params=total // 2, batches=batches, round_to=1,
+                        importance="l2", shortlist=None)
+        assert len(result.candidates) >= 1
+        for c in result.candidates:
+            widths = dict(c.classes)
+            assert set(widths) == {"levels 8", "levels 16"}
+            assert c.params <= total // 2
+            assert abs(widths["levels 8"] / 8 - widths["levels 16"] / 16) <= 1 / 8 + 1e-9
+            assert c.levels == widths["levels 16"]  # the role's widest class
+        header = result.table().splitlines()[0]
+        assert "levels 8" in header and "levels 16" in header
+        assert [r["levels"] for r in result.rows()] == [c.levels for c in result.candidates]
+        plan = result.plan
+        x = batches[0]
+        with torch.no_grad():
+            expected = _masked(model, plan, sm)(x)
+        pruned, psm = copy.deepcopy((model, sm))
+        plan.apply(pruned, psm)
+        assert sum(p.numel() for p in pruned.parameters()) == result.best.params
+        with torch.no_grad():
+            torch.testing.assert_close(pruned(x), expected, rtol=1e-12, atol=1e-12)
