@@ -113,7 +113,7 @@ ALLOWED: dict[str, set[str]] = {
     "shortlist": {"errors", "importance", "planning", "request", "symbols"},
     "roles": {"plugins", "symbols"},
     "search": {"console", "depth", "embeddings", "errors", "importance", "paramlayout",
-               "planning", "roles", "shortlist", "symbols"},
+               "planning", "plugins", "roles", "shortlist", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
     "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist",

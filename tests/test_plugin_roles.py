@@ -5,7 +5,8 @@ The plugin below knows a small UNet-like network's *channel levels* (the widths 
 encoder's and decoder's convolutions) and declares them one width role, ``levels``; a
 request then sizes them by name (``sizes_for(symmap, levels=4)``) and the architecture search
 for a parameter target sizes each of the role's width classes by one fraction. Checked with
-and without the hf plugin beside it (its roles hold nothing of this model).
+and without the hf plugin beside it (its roles hold nothing of this model). The same way, a
+plugin gives the loss the search scores candidates by (``fxsym_batch_loss``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import fxsym
 from fxsym.errors import PlanError
 from fxsym.plugins.contracts import Role, RoleKind, RoleMap
 from fxsym.prune.roles import roles
-from fxsym.prune.search import search, sizes_for
+from fxsym.prune.search import Candidate, search, sizes_for
 
 
 class UNet(nn.Module):
@@ -148,3 +149,47 @@ def test_the_search_sizes_a_plugin_width_role(allow: list[str]) -> None:
         assert sum(p.numel() for p in pruned.parameters()) == result.best.params
         with torch.no_grad():
             torch.testing.assert_close(pruned(x), expected, rtol=1e-12, atol=1e-12)
+
+
+class MeanAbsolute:
+    """A third party's loss for its model's output (``fxsym_batch_loss``): the mean absolute
+    output of a 4-D tensor."""
+
+    @fxsym.hookimpl
+    def fxsym_batch_loss(self, output: object, batch: object) -> float | None:
+        if isinstance(output, torch.Tensor) and output.dim() == 4:
+            return float(output.abs().mean())
+        return None
+
+
+def test_the_search_scores_by_the_loss_a_plugin_gives() -> None:
+    """With a plugin's ``fxsym_batch_loss``, every scored candidate's loss is the mean of
+    that loss over the batches on its pruned model (not the mean squared error to the
+    unpruned output, which scores the same candidates without it)."""
+    torch.manual_seed(1)
+    batches = [torch.randn(2, 3, 8, 8, dtype=torch.float64) for _ in range(2)]
+
+    def searched() -> tuple[UNet, fxsym.SymMap, list[Candidate]]:
+        model, sm = _model()
+        total = sum(p.numel() for p in model.parameters())
+        result = search(model, sm, target_params=total // 2, batches=batches, round_to=1,
+                        importance="l2", shortlist=None)
+        return model, sm, list(result.candidates)
+
+    with _with_levels(["nn"]):
+        _, _, by_mse = searched()
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=["nn"])
+    pm.register(ChannelLevels(), name="channel-levels")
+    pm.register(MeanAbsolute(), name="mean-absolute")
+    with fxsym.use_plugins(pm):
+        model, sm, found = searched()
+    assert [c.classes for c in found] == [c.classes for c in by_mse]
+    for c in found:
+        pruned, psm = copy.deepcopy((model, sm))
+        assert c.plan is not None
+        c.plan.apply(pruned, psm)
+        with torch.no_grad():
+            expected = sum(float(pruned(b).abs().mean()) for b in batches) / len(batches)
+        assert c.loss == pytest.approx(expected, rel=1e-12)
+    assert [c.loss for c in found] != [c.loss for c in by_mse]

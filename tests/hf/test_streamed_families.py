@@ -34,7 +34,7 @@ from ckpt_helpers import LAYERED, TEXT, block_importance, checkpoint
 import fxsym
 import fxsym.prune.checkpoint as ckpt
 from fxsym.prune.importance import run_batch
-from fxsym.prune.search import next_token_loss
+from fxsym_plugins_hf.loss import next_token_loss
 
 
 def _loss(model: torch.nn.Module, plan: fxsym.Plan, batches: list[Any]) -> float:

@@ -79,7 +79,7 @@ class HuggingFacePlugin(
         hookspecs.RegisterOpRulesHook, hookspecs.TraceContextHook, hookspecs.ExampleInputsHook,
         hookspecs.DefaultOutputsHook, hookspecs.AfterResizeHook, hookspecs.GroupStepsHook,
         hookspecs.UntracedPathsHook, hookspecs.GroupSourcesHook, hookspecs.RolesHook,
-        hookspecs.UndescribedGroupsHook,
+        hookspecs.BatchLossHook, hookspecs.UndescribedGroupsHook,
         hookspecs.AfterDepthHook, hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook,
         hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook):
     """The hook implementations, with the state of one plugin manager; its bases are the
@@ -176,6 +176,12 @@ class HuggingFacePlugin(
         from .roles import transformer_roles
 
         return transformer_roles(symmap)  # found by mechanisms: any model may have them
+
+    @fxsym.hookimpl
+    def fxsym_batch_loss(self, output: object, batch: object) -> float | None:
+        from .loss import next_token_loss
+
+        return next_token_loss(output, batch)  # any model returning logits for input_ids
 
     @fxsym.hookimpl
     def fxsym_undescribed_groups(self, model: nn.Module, symmap: SymMap

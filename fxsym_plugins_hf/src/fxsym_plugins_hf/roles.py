@@ -43,8 +43,8 @@ from torch import fx, nn
 
 from fxsym.analysis import TensorLayout
 from fxsym.errors import PlanError
-from fxsym.prune.planning import MATMULS
 from fxsym.plugins.contracts import Role, RoleKind, RoleMap, RoleSize
+from fxsym.prune.planning import MATMULS
 from fxsym.prune.roles import group_sources
 from fxsym.symbols import SymMap
 

@@ -38,8 +38,8 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
   Each registration hook's plugin gets its own ``register`` callable, so conflicts and
   ``fxsym plugins`` name the distribution behind each contribution;
 * *decision* hooks (``firstresult=True``: ``fxsym_leaf_module``, ``fxsym_hook_computes``,
-  ``fxsym_derived_tensors``, ``fxsym_example_inputs``,
-  ``fxsym_default_outputs``, ``fxsym_checkpoint_reader``) answer one question per call: the
+  ``fxsym_derived_tensors``, ``fxsym_example_inputs``, ``fxsym_default_outputs``,
+  ``fxsym_batch_loss``, ``fxsym_checkpoint_reader``) answer one question per call: the
   first implementation in pluggy's order that returns something other than ``None``
   decides, and hook wrappers see (and may replace) that answer.
 
@@ -324,6 +324,20 @@ class RolesHook(Protocol):
         """
 
 
+class BatchLossHook(Protocol):
+    @hookspec(firstresult=True)
+    def fxsym_batch_loss(self, output: object, batch: object) -> float | None:
+        """The loss of a model's ``output`` on one calibration ``batch`` (what the model
+        returned for it), where the plugin knows what the output means (the hf plugin: the
+        next-token cross-entropy of ``logits`` for the batch's ``input_ids``), or ``None``.
+
+        The architecture search scores each candidate by its mean over the calibration
+        batches (lower is better); where no plugin answers, a model in memory is scored by the
+        mean squared error to the unpruned model's output, a streamed checkpoint is refused.
+        It must not change ``output`` or ``batch``.
+        """
+
+
 class AfterDepthHook(Protocol):
     @hookspec
     def fxsym_after_depth(self, model: nn.Module, group: DepthGroup, kept: Sequence[int]
@@ -401,8 +415,8 @@ HOOKS: tuple[type, ...] = (
     RegisterSymInfosHook, LeafModuleHook, HookComputesHook, DerivedTensorsHook,
     RegisterOpRulesHook, RegisterProxiesHook, RegisterPatternsHook, TraceContextHook,
     ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, UndescribedGroupsHook,
-    GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, AfterDepthHook,
-    DepthKindsHook, DepthRefusalHook, SaveFilesHook, CheckpointReaderHook,
+    GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, BatchLossHook,
+    AfterDepthHook, DepthKindsHook, DepthRefusalHook, SaveFilesHook, CheckpointReaderHook,
 )
 _BY_CLASS = {cls: name for cls in HOOKS for name in vars(cls) if name.startswith("fxsym_")}
 

@@ -107,7 +107,7 @@ from .persist import FORMAT, INDEX, MANIFEST, WEIGHTS, plugin_files, replace_dir
 from .phases import phase
 from .planning import Plan, plan
 from .request import LENIENT, SHORTLIST, PruneRequest
-from .search import candidates, next_token_loss, sizes_for, target_record
+from .search import batch_loss, candidates, sizes_for, target_record
 from .search import search as architecture_search
 from .spans import Span, copy_span, identity, offsets
 
@@ -998,16 +998,17 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
 
 
 class _Loss(_Watch):
-    """The mean next-token loss of the model's outputs (:func:`fxsym.search.next_token_loss`)."""
+    """The mean loss of the model's outputs a plugin gives (:func:`fxsym.search.batch_loss`)."""
 
     def __init__(self) -> None:
         self.values: list[float] = []
 
     def output(self, batch: Any, out: Any) -> None:
-        value = next_token_loss(out, batch)
+        value = batch_loss(out, batch)
         if value is None:
-            raise CheckpointError("the search scores a candidate by its next-token loss, but "
-                                  "the model returns no logits for the calibration tokens")
+            raise CheckpointError("the search scores a candidate by the loss a plugin gives "
+                                  "for the model's output on the calibration batches "
+                                  "(fxsym_batch_loss), and no plugin gives one for this model")
         self.values.append(value)
 
 

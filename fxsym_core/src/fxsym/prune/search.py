@@ -22,8 +22,9 @@ the target as the steps allow (one further under is not offered, see :func:`cand
 target above the model's (active) parameters is an error; the kept plan records the target
 and the count reached (``extra["target"]``). Each candidate is planned (blocks by block
 importance, units by ``importance``), applied to a copy and scored by its loss on the
-calibration batches: the next-token cross-entropy where the model returns ``logits`` for
-``input_ids``, else the mean squared error to the unpruned model's output; only the
+calibration batches: the loss a plugin gives (``fxsym_batch_loss``, :func:`batch_loss`: the
+hf plugin's next-token cross-entropy where the model returns ``logits`` for ``input_ids``),
+else the mean squared error to the unpruned model's output; only the
 ``shortlist`` candidates of lowest damage (:mod:`fxsym.shortlist`: estimated from the
 importance scores and block importance the calibration already gave) are scored so, the
 others ranked by that estimate alone. The table lists every candidate, its damage, its loss
@@ -49,13 +50,14 @@ asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active
 the router's rows only).
 
 Imports from fxsym: console, depth, embeddings, errors, importance, paramlayout, planning,
-roles, shortlist, symbols.
+plugins, roles, shortlist, symbols.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -66,6 +68,7 @@ from torch import fx, nn
 
 from ..errors import PlanError
 from ..paramlayout import Slices, layout
+from ..plugins.calls import call_hook
 from ..symbols import SymMap
 from .console import format_table
 from .depth import block_importance, renamed, usable_blocks
@@ -76,7 +79,7 @@ from .roles import Role, RoleKind, Roles, group_sources, roles
 from .shortlist import SHORTLIST, check_shortlist, damage
 from .shortlist import shortlist as shortlist_of
 
-__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "candidates",
+__all__ = ["Candidate", "Roles", "SearchResult", "active_params", "batch_loss", "candidates",
            "expert_shares", "group_sources", "next_token_loss", "roles", "search", "sizes_for",
            "table", "target_record"]
 
@@ -785,7 +788,7 @@ def _loss_of(model: nn.Module, symmap: SymMap, p: Plan, batches: Sequence[Any],
                 total += float(loss(trial, batch))
                 continue
             out = run_batch(trial, batch)
-            value = next_token_loss(out, batch)
+            value = batch_loss(out, batch)
             if value is None:
                 assert reference is not None
                 value = float(nn.functional.mse_loss(_output(out).float(),
@@ -794,13 +797,19 @@ def _loss_of(model: nn.Module, symmap: SymMap, p: Plan, batches: Sequence[Any],
     return total / len(batches)
 
 
+def batch_loss(out: Any, batch: Any) -> float | None:
+    """The loss of a model's output ``out`` on ``batch`` a plugin gives
+    (``fxsym_batch_loss``: the hf plugin's next-token cross-entropy where the output holds
+    ``logits`` for the batch's ``input_ids``), or ``None`` where none does."""
+    value: float | None = call_hook("fxsym_batch_loss", output=out, batch=batch)
+    return None if value is None else float(value)
+
+
 def next_token_loss(out: Any, batch: Any) -> float | None:
-    """The next-token cross-entropy of a model's output ``out`` on ``batch``, where the
-    output holds ``logits`` for the batch's ``input_ids``; else ``None``."""
-    logits = _output(out)
-    ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
-    if not (isinstance(ids, torch.Tensor) and isinstance(logits, torch.Tensor)
-            and logits.dim() == 3 and logits.shape[:2] == ids.shape):
-        return None
-    return float(nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
-                                             ids[:, 1:].flatten()))
+    """Deprecated: :func:`batch_loss` (the loss moved into the plugin that knows the model's
+    outputs: ``fxsym_plugins_hf.loss.next_token_loss``)."""
+    warnings.warn("fxsym.prune.search.next_token_loss is deprecated: use "
+                  "fxsym.prune.search.batch_loss (the plugins' fxsym_batch_loss) or "
+                  "fxsym_plugins_hf.loss.next_token_loss",
+                  DeprecationWarning, stacklevel=2)
+    return batch_loss(out, batch)
