@@ -108,7 +108,7 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
 
 
 def test_cli_reference_names_every_option() -> None:
-    from fxsym import cli
+    from fxsym.prune import cli
 
     captured: dict[str, argparse.ArgumentParser] = {}
     original = argparse.ArgumentParser.parse_known_args  # parse_args calls it too

@@ -18,8 +18,8 @@ from helpers import assert_load_refused, save_pruned_small_seq, small_seq
 from safetensors.torch import load_file, save_file
 
 import fxsym
-from fxsym import persist
 from fxsym.errors import PlanError, PlanMismatchError
+from fxsym.prune import persist
 from fxsym.prune.cli import main
 
 X = torch.randn(2, 3, 8, 8)

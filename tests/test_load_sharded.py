@@ -17,8 +17,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 import fxsym
-from fxsym import persist
 from fxsym.errors import PlanError, PlanMismatchError
+from fxsym.prune import persist
 
 X = torch.randn(2, 3, 8, 8)
 INDEX = "model.safetensors.index.json"

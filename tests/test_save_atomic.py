@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 import fxsym
-from fxsym import persist
 from fxsym.errors import PlanError
+from fxsym.prune import persist
 from fxsym.prune.cli import main
 
 
