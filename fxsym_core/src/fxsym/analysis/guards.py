@@ -18,7 +18,10 @@ layouts the analyzer decides it (:func:`decide`), in this order:
    entries, and at least one unit) — and the expression, evaluated over intervals
    (``+ - * // /``, comparisons, ``not``), gives one answer on all of them: ``C > 0``,
    ``C >= 1``, ``C <= 8`` for ``C == 8``, truth of ``C``. ``int()``, ``float()``, an index or
-   ``len()`` must have one value over the intervals (a size read from a fixed dim);
+   ``len()`` must have one value over the intervals (a size read from a fixed dim). A
+   comparison of two sizes linear in the groups' kept units is decided on their difference
+   first (:func:`_compared_linearly`: ``k.shape[2] != v.shape[2]``, one key head against its
+   two value heads, holds though the two intervals overlap);
 4. two shapes compared as tuples (``if self.shape != x.shape:``) are decided entry by entry
    (:func:`_shapes_compared`);
 5. otherwise it **pins** every group it reads, with a ``guard`` line in the trace report
@@ -251,12 +254,75 @@ def _same(an: _View, a: Dim, b: Dim) -> bool:
 
 def _holds(an: _View, guard: Guard, dims: dict[int, Dim | None]) -> bool:
     """Whether the guard gives its answer for every size its reads may take."""
+    compared = _compared_linearly(an, guard.expr, dims)
+    if compared is not None and guard.question == "bool()" and _truth(compared) is not None:
+        return _truth(compared) == bool(guard.answer)
     found = _interval(an, guard.expr, dims)
     if found is None:
         return False
     if guard.question == "bool()":
         return _truth(found) == bool(guard.answer)
     return found[0] == found[1]
+
+
+#: a size as fixed entries and entries per kept unit of each same-size class (its first root)
+_Linear: TypeAlias = "tuple[int, dict[int, int]]"
+
+
+def _compared_linearly(an: _View, e: Any, dims: dict[int, Dim | None]) -> Interval | None:
+    """A comparison of two sizes linear in the kept units of groups (``key.shape[2] !=
+    value.shape[2]`` where the key holds one entry per kept head and the value two): decided
+    on their difference, each class keeping between one unit and all of them, so sizes of one
+    group are compared as they move together (intervals of each side would lose that).
+    ``None`` where either side is not such a size."""
+    if not (isinstance(e, Apply) and e.fn in _COMPARE and len(e.args) == 2):
+        return None
+    a, b = (_linear(an, x, dims) for x in e.args)
+    if a is None or b is None:
+        return None
+    lo = hi = float(a[0] - b[0])
+    for key in {*a[1], *b[1]}:
+        k = a[1].get(key, 0) - b[1].get(key, 0)
+        units = an.table.units[an.table.find(key)]
+        lo, hi = lo + min(k, k * units), hi + max(k, k * units)
+    return _apply(e.fn, [(lo, hi), (0.0, 0.0)])
+
+
+def _linear(an: _View, e: Any, dims: dict[int, Dim | None], depth: int = 0) -> _Linear | None:
+    """``e`` (a size read, a number, or ``+ -`` and ``*`` by a number of them) as a
+    :data:`_Linear`, or ``None``."""
+    if type(e) is int:
+        return e, {}
+    if isinstance(e, (SizeRead, AttributeRead)):
+        d = dims.get(id(e))
+        if d is None:
+            return None
+        table = an.table
+        fixed, per = 0, dict[int, int]()
+        for s in d:
+            if s.group is None or table.is_constant(s.group):
+                fixed += s.length
+                continue
+            root = table.find(s.group)
+            key = min(table.same_size(root))
+            per[key] = per.get(key, 0) + s.length // table.units[root]
+        return fixed, per
+    if not (isinstance(e, Apply) and len(e.args) == 2 and depth < 16
+            and e.fn in (operator.add, operator.sub, operator.mul)):
+        return None
+    x, y = (_linear(an, v, dims, depth + 1) for v in e.args)
+    if x is None or y is None:
+        return None
+    if e.fn is operator.mul:
+        if x[1] and y[1]:
+            return None
+        (c, per), k = (y, x[0]) if not x[1] else (x, y[0])
+        return c * k, {g: v * k for g, v in per.items() if v * k}
+    sign = 1 if e.fn is operator.add else -1
+    merged = dict(x[1])
+    for g, v in y[1].items():
+        merged[g] = merged.get(g, 0) + sign * v
+    return x[0] + sign * y[0], {g: v for g, v in merged.items() if v}
 
 
 def _interval(an: _View, e: Any, dims: dict[int, Dim | None]) -> Interval | None:

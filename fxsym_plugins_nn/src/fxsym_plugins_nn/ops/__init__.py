@@ -30,7 +30,7 @@ from fxsym.plugins.contracts import OpRuleRegistrar
 
 from .assign import setitem
 from .common import OpTarget, Rule
-from .contractions import add_matmul, einsum, matmul, sdpa
+from .contractions import add_matmul, einsum, matmul, sdpa, solve_triangular
 from .creation import constant_fill, creation, like_fill
 from .elementwise import (
     ELEMENTWISE_FUNCS,
@@ -164,6 +164,7 @@ def _register_table(register: Callable[[Any, Rule], None]) -> None:
     for t in (torch.addmm, torch.baddbmm, "addmm", "baddbmm"):
         register(t, add_matmul)
     register(torch.einsum, einsum)
+    register(torch.linalg.solve_triangular, solve_triangular)
     for t in (F.conv1d, F.conv2d, F.conv3d):
         register(t, conv_fn)
     for t in (F.pixel_shuffle, F.pixel_unshuffle, torch.pixel_shuffle, torch.pixel_unshuffle):

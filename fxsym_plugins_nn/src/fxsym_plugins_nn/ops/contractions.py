@@ -160,3 +160,22 @@ def sdpa(ctx: OpContext) -> Layout:
     batch = broadcast_layouts(ctx, layouts, shapes, tuple(out_shape[:-2]))
     return TensorLayout([*batch, lq[-2], lv[-1]])
 
+
+
+def solve_triangular(ctx: OpContext) -> Layout:
+    """``torch.linalg.solve_triangular(A, B, upper=..., left=True)``: ``X = A⁻¹ B`` (``left=
+    False``: ``X = B A⁻¹``). Each column of ``B`` (each row, ``left=False``) is solved on its
+    own, so that dim passes through with its groups; the system's dims (both of ``A``'s and
+    the one of ``B`` they meet) mix every entry with every other: pinned. Batch dims
+    broadcast, as in :func:`_matmul_layout`."""
+    a, b = ctx.arg(0, "A"), ctx.arg(1, "B")
+    la, lb = ctx.tensor_layout(a), ctx.tensor_layout(b)
+    sa, sb = ctx.shape(a), ctx.shape(b)
+    left = bool(ctx.val(ctx.node.kwargs.get("left", True)))
+    for dim in (la[-2], la[-1], lb[-2 if left else -1]):
+        ctx.fix(dim, "a triangular solve mixes the entries of its system's dims")
+    out_shape = ctx.out_shape()
+    batch = broadcast_layouts(ctx, [TensorLayout(la[:-2]), TensorLayout(lb[:-2])],
+                              [tuple(sa[:-2]), tuple(sb[:-2])], tuple(out_shape[:-2]))
+    matrix = [fixed_dim(out_shape[-2]), lb[-1]] if left else [lb[-2], fixed_dim(out_shape[-1])]
+    return TensorLayout([*batch, *matrix])

@@ -315,3 +315,120 @@ def computed_from_sizes(node: torch.fx.Node, depth: int = 0) -> bool:
 _SIZE_ARITHMETIC = frozenset({operator.add, operator.sub, operator.mul, operator.floordiv,
                               operator.neg, operator.getitem})
 
+
+
+def stays_constant(ctx: OpContext, raw: Any, value: int) -> bool:
+    """Whether ``raw``, an int computed from sizes and module attributes, keeps ``value``
+    under every resize, or can be made to (it sizes a dim of fixed size: a fused view's
+    per-head width ``2 * self.head_k_dim + 2 * self.head_v_dim * self.num_v_heads //
+    self.num_k_heads``, where ``num_k_heads`` is tied to the heads it sizes).
+
+    A quotient ``a // b`` by an elastic ``b`` keeps its value where ``a`` keeps that many
+    times ``b``: an attribute of ``a`` tied to nothing yet becomes a member of ``b``'s group,
+    that many entries per unit (of several, the smallest multiple of ``b``: a count per unit,
+    such as value heads per key head, before a width). Every other attribute in ``raw`` tied
+    to nothing elastic is pinned (it sizes fixed entries). Each tie is a claim the attribute's
+    other uses are checked against, so a wrong one pins, never passes. ``False``: ``raw`` is
+    not such an int or its value may change (the caller pins what it reads)."""
+    raw = _written(ctx, raw)
+    if type(raw) is int:
+        return raw == value
+    if not isinstance(raw, torch.fx.Node) or not computed_from_sizes(raw):
+        return False
+    for q in _tree(raw):
+        if q.op == "call_function" and q.target is operator.floordiv and len(q.args) == 2:
+            _tie_dividend(ctx, q.args[0], q.args[1])
+    for dim in _free_attributes(ctx, raw):
+        ctx.fix(dim, "a size read from a module attribute sizes fixed entries")
+    return linear_size_of_int(ctx, raw, pin=False) == (value, {})
+
+
+def _tie_dividend(ctx: OpContext, a: Any, b: Any) -> None:
+    """Make ``a`` keep ``a // b`` times ``b`` under every resize where ``b`` is elastic and
+    ``a`` reads an attribute tied to nothing (see :func:`stays_constant`)."""
+    den = linear_size_of_int(ctx, b, pin=False)
+    va, vb = ctx.val(a), ctx.val(b)
+    if den is None or not den[1] or type(va) is not int or type(vb) is not int or (
+            vb <= 0 or va % vb):
+        return
+    free = _free_attributes(ctx, a)
+    whole = sorted((d for d in free if dim_size(d) % vb == 0), key=dim_size)
+    if not whole:
+        return
+    tied = whole[0]
+    others = [d for d in free if d is not tied]
+    for dim in others:
+        ctx.fix(dim, "a size read from a module attribute sizes fixed entries")
+    num = linear_size_of_int(ctx, a, pin=False)
+    if num is None or len(num[1]) != 1:
+        return
+    factor = va // vb
+    (k,) = num[1].values()
+    if num[0] != factor * den[0] or k <= 0:
+        return
+
+    def target() -> LinearSize | None:
+        now = linear_size_of_int(ctx, b, pin=False)
+        if now is None or any(factor * v % k for v in now[1].values()):
+            return None
+        return 0, {g: factor * v // k for g, v in now[1].items()}
+
+    _tie_part_to_size(ctx, tied, target, member=True)
+
+
+def _written(ctx: OpContext, raw: Any) -> Any:
+    """``raw`` as written where it is an entry of a shape joined from tuples
+    (``x.size()[:-1] + (self.num_heads, width)`` unpacked into a view: ``width``)."""
+    for _ in range(32):
+        if not (isinstance(raw, torch.fx.Node) and raw.op == "call_function"
+                and raw.target is operator.getitem and type(raw.args[1]) is int):
+            return raw
+        joined, i = raw.args[0], int(raw.args[1])  # an int, checked above
+        if not (isinstance(joined, torch.fx.Node) and joined.op == "call_function"
+                and joined.target is operator.add):
+            return raw
+        entries: list[Any] = []
+        for part in joined.args:
+            if isinstance(part, (tuple, list)):
+                entries.extend(part)
+            elif isinstance(part, torch.fx.Node) and isinstance(
+                    value := ctx.val(part), (tuple, list)):
+                entries.extend([None] * len(value))  # a shape read from a tensor
+            else:
+                return raw
+        if not -len(entries) <= i < len(entries) or entries[i] is None:
+            return raw
+        raw = entries[i]
+    return raw
+
+
+def _tree(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """``node`` and the nodes of the size arithmetic it is computed from, each once."""
+    seen: dict[torch.fx.Node, None] = {}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen[n] = None
+            if n.op == "call_function" and n.target in _SIZE_ARITHMETIC:
+                stack.extend(n.all_input_nodes)
+    return list(seen)
+
+
+def _free_attributes(ctx: OpContext, raw: Any) -> list[Dim]:
+    """The attribute groups ``raw`` reads that nothing elastic joined (no producer, not
+    constant), one dim each, in the order read."""
+    if not isinstance(raw, torch.fx.Node):
+        return []
+    table = ctx.table
+    out: dict[int, Dim] = {}
+    for n in _tree(raw):
+        lay = ctx.layout(n)
+        if not isinstance(lay, AttributeSize) or len(lay) != 1:
+            continue
+        dim = table.resolve(lay[0])
+        roots = {table.find(s.group) for s in dim if s.group is not None}
+        if len(roots) == 1 and not any(table.is_constant(r) or table.producers.get(r)
+                                       for r in roots):
+            out.setdefault(roots.pop(), dim)
+    return list(out.values())

@@ -46,7 +46,7 @@ from .common import (
 )
 from .creation import arange, one_hot
 from .elementwise import broadcast_layouts, elementwise
-from .linear_sizes import linear_size_of_dim, linear_size_of_int
+from .linear_sizes import linear_size_of_dim, linear_size_of_int, stays_constant
 from .slicing import narrow, select
 
 
@@ -351,8 +351,10 @@ def cross(ctx: OpContext) -> Layout:
 
 def repeat_interleave(ctx: OpContext) -> Layout:
     """``repeat_interleave(x, r, d)`` with an int ``r``: each unit along ``d`` becomes ``r``
-    times longer, in place, so the group follows (a longer block). Tensor repeats, or no dim
-    (the flattened tensor), place entries by position: pinned."""
+    times longer, in place, so the group follows (a longer block); a traced ``r`` must keep
+    its value under every resize (``value.shape[-2] // key.shape[-2]``, value heads per key
+    head). Tensor repeats, or no dim (the flattened tensor), place entries by position:
+    pinned."""
     x = ctx.arg(0, "input")
     lay = list(ctx.tensor_layout(x))
     repeats = ctx.arg(1, "repeats", None)
@@ -368,6 +370,9 @@ def repeat_interleave(ctx: OpContext) -> Layout:
         lay[d] = follows
     elif isinstance(r, int):
         lay[d] = scale_block(lay[d], r)
+        size = ctx.layout(repeats) if isinstance(repeats, torch.fx.Node) else None
+        if isinstance(size, SizeLayout) and stays_constant(ctx, repeats, r):
+            size_checked(ctx, size)  # value heads per key head, a constant
     else:
         pin_dims(ctx, lay[d], "repeats the entries of an elastic dim unevenly")
         pin_extra_tensors(ctx, x)

@@ -31,10 +31,12 @@ from fxsym.analysis import (
     dim_size,
     fixed_dim,
     is_fixed,
+    size_checked,
     tie_size,
 )
 
 from .common import norm_dim, op_name
+from .linear_sizes import stays_constant
 
 
 def _tensor_list(ctx: OpContext, a: Any) -> tuple[list[TensorLayout], list[tuple[int, ...]]]:
@@ -104,6 +106,8 @@ def split(ctx: OpContext) -> Layout:
         else:
             ctx.fix(lay[d], f"{name} cuts an elastic dim at sizes written as numbers")
         lay = ctx.table.resolve_layout(lay)
+    elif name == "split":
+        _constant_sizes(ctx, sizes)
     out = []
     for i, piece in enumerate(pieces):
         dims = list(lay)
@@ -113,6 +117,20 @@ def split(ctx: OpContext) -> Layout:
             dims[d] = cuts[i] if cuts is not None else fixed_dim(piece.shape[d])
         out.append(TensorLayout(dims))
     return tuple(out)
+
+
+def _constant_sizes(ctx: OpContext, sizes: Sequence[int]) -> None:
+    """A ``split`` of a dim of fixed size at traced sizes (``split(x, [self.head_k_dim,
+    self.num_v_heads // self.num_k_heads * self.head_v_dim], dim=3)`` after a fused view):
+    each size that keeps its piece's size under every resize (:func:`stays_constant`) is
+    checked; the others are pinned by ``check_uses``."""
+    raw = ctx.arg(1, "split_size_or_sections", None)
+    if not isinstance(raw, (tuple, list)) or len(raw) != len(sizes):
+        return
+    for entry, size in zip(raw, sizes, strict=True):
+        lay = ctx.layout(entry) if isinstance(entry, torch.fx.Node) else None
+        if isinstance(lay, SizeLayout) and stays_constant(ctx, entry, size):
+            size_checked(ctx, lay)
 
 
 def _attribute_sizes(ctx: OpContext) -> AttributeSize | list[AttributeSize | int] | None:

@@ -51,6 +51,7 @@ from .linear_sizes import (
     product_follows,
     quotient_follows,
     share_of_size,
+    stays_constant,
     tie_equal_sizes,
 )
 from .pieces import aligned_pieces, cut_dim
@@ -112,28 +113,15 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
             continue
         if len(ca) == 1 and len(cb) == 1:
             out[cb[0]] = dims[0]
-        elif len(cb) == 1 and is_fixed(dims[0]) and sum(not is_fixed(d) for d in dims) == 1:
-            # fixed outer dims, one elastic dim: the merged dim holds a copy of it per entry
-            # of the outer dims (heads of head_dim features merged into one feature dim)
-            j = next(k for k, d in enumerate(dims) if not is_fixed(d))
-            outer = math.prod(in_shape[i] for i in ca[:j])
-            inner = math.prod(in_shape[i] for i in ca[j + 1:])
-            out[cb[0]] = concat_dims([scale_block(dims[j], inner)] * outer)
-        elif len(cb) == 1:  # merge: groups only in the outermost dim of the run
-            if any(not is_fixed(d) for d in dims[1:]):
-                if not all(_producerless(ctx, d) for d in dims[1:]):
-                    ctx.unsupported("merging dims with an elastic inner dim")
-                for d in dims[1:]:  # a parameter's dims (a kernel) nothing has resized yet
-                    ctx.fix(d, "a parameter dim merged into an outer dim")
-            inner = math.prod(in_shape[i] for i in ca[1:])
-            out[cb[0]] = scale_block(dims[0], inner)
-        elif len(ca) == 1:  # split: the outer piece indexes whole units (or parts of one)
+        elif len(cb) == 1:
+            out[cb[0]] = _merged(ctx, dims, [in_shape[i] for i in ca])
+        else:  # split (a run merged first: ``(heads, r * d)`` into ``(heads * r, d)``): the
+            # outer piece indexes whole units (or parts of one)
+            merged = dims[0] if len(ca) == 1 else _merged(ctx, dims, [in_shape[i] for i in ca])
             lits = [bool(literal[i]) if literal is not None and i < len(literal) else False
                     for i in cb]
-            for i, dim in zip(cb, _unflatten_dim(ctx, dims[0], [out_shape[i] for i in cb], lits)):
+            for i, dim in zip(cb, _unflatten_dim(ctx, merged, [out_shape[i] for i in cb], lits)):
                 out[i] = dim
-        else:
-            ctx.unsupported("reshaping several elastic dims at once")
     if literal is not None:
         for i, lit in enumerate(literal):
             if lit and i < len(out) and not is_fixed(out[i]):
@@ -141,6 +129,23 @@ def reshape_layout(ctx: OpContext, lay: TensorLayout, in_shape: Sequence[int],
                         "number, or a size read from a fixed dim)")
                 out[i] = fixed_dim(out_shape[i])
     return TensorLayout(out)
+
+
+def _merged(ctx: OpContext, dims: Sequence[Dim], shape: Sequence[int]) -> Dim:
+    """A run of dims (of sizes ``shape``) merged into one: groups only in the outermost dim
+    (their blocks grow by the inner sizes), or in the only elastic dim under fixed outer dims
+    (a copy of it per entry of the outer dims: heads of ``head_dim`` features merged into one
+    feature dim)."""
+    if is_fixed(dims[0]) and sum(not is_fixed(d) for d in dims) == 1:
+        j = next(k for k, d in enumerate(dims) if not is_fixed(d))
+        outer, inner = math.prod(shape[:j]), math.prod(shape[j + 1:])
+        return concat_dims([scale_block(dims[j], inner)] * outer)
+    if any(not is_fixed(d) for d in dims[1:]):
+        if not all(_producerless(ctx, d) for d in dims[1:]):
+            ctx.unsupported("merging dims with an elastic inner dim")
+        for d in dims[1:]:  # a parameter's dims (a kernel) nothing has resized yet
+            ctx.fix(d, "a parameter dim merged into an outer dim")
+    return scale_block(dims[0], math.prod(shape[1:]))
 
 
 def _unflatten_dim(ctx: OpContext, dim: Dim, sizes: Sequence[int], literal: Sequence[bool]
@@ -292,7 +297,9 @@ def _size_follows_dim(ctx: OpContext, item: SizeLayout, dim: Dim, raw: Any) -> b
         return True
     if not item.derived and len(item) == 1 and tie_equal_sizes(ctx, item[0], dim):
         return True
-    return not item.derived and len(item) == 1 and keeps_size(ctx, item[0], dim)
+    if not item.derived and len(item) == 1 and keeps_size(ctx, item[0], dim):
+        return True
+    return is_fixed(dim) and stays_constant(ctx, raw, dim_size(dim))
 
 
 def _member_sizing(ctx: OpContext, item: SizeLayout, dim: Dim) -> bool:
