@@ -34,15 +34,14 @@ HYBRIDS: dict[str, dict[str, Any]] = {
 #: below 0.75 until the heads followed the split, the scan's repeat_interleave and the gated
 #: norm's view (tests/test_mamba_mixer_sizes.py) and their conv1d counted by its weight.
 #: Qwen3-Next's gated delta net was a leaf for its item assignments (0.52); traced (a
-#: setitem node), its hidden size is a group (0.74, 31 of 42 producers), but its own
-#: projections and conv are not: the fused view(b, s, num_k_heads, 2 * head_k_dim + 2 *
-#: head_v_dim * num_v_heads // num_k_heads) pins them ("a size read from one dim reshapes
-#: another": the per-k-head width reads num_k_heads, which sizes the outer dim), in_proj_ba's
-#: view(b, s, num_k_heads, 2 * num_v_heads // num_k_heads) likewise; lifting that alone
-#: leaves them pinned as sizes view cannot place, the conv1d over the q|k|v concatenation
-#: and the gated norm's weight meet fixed dims. The other uncovered producers are lm_head
-#: (the vocabulary) and each MoE layer's shared_expert_gate (one output, broadcast)
-COVERAGE = {"bamba": 0.75, "falcon_h1": 0.75, "zamba2": 0.75, "qwen3_next": 0.7,
+#: setitem node), its hidden size became a group (0.74, 31 of 42 producers); its key heads,
+#: each with its query, key, value heads and gates, are one group since the fused views'
+#: per-head widths keep their value (``num_v_heads`` a member, ``r`` per key head: see
+#: tests/test_fused_head_blocks.py and tests/hf/test_gated_delta_heads.py), which adds
+#: in_proj_qkvz, in_proj_ba and conv1d of both linear-attention layers (0.881, 37 of 42).
+#: The uncovered producers are lm_head (the vocabulary) and each MoE layer's
+#: shared_expert_gate (one output, broadcast)
+COVERAGE = {"bamba": 0.75, "falcon_h1": 0.75, "zamba2": 0.75, "qwen3_next": 0.85,
             "mamba2": 0.75}
 
 
