@@ -17,6 +17,7 @@ from torch import nn
 import fxsym
 from fxsym.prune.importance import ActivationRecorder, run_batch
 from fxsym.prune.search import sizes_for
+from fxsym_plugins_hf.experts import ExpertRecorder
 
 H, INTER, E, K = 8, 6, 4, 2
 
@@ -100,6 +101,12 @@ def test_activation_importance_keeps_the_experts_the_calibration_routes_to() -> 
     assert _kept(model, sm, uniform) != [1, 3]
 
 
+def _experts(recorder: ActivationRecorder) -> ExpertRecorder:
+    """The hf plugin's usage recorder among the activation recorder's
+    (``fxsym_usage_recorder``)."""
+    return next(u for u in recorder.usage if isinstance(u, ExpertRecorder))
+
+
 def test_router_load_and_weighted_output_norms_by_hand() -> None:
     """The recorder's numbers against a loop over every token and pick: load = Σ w / N, the
     Minitron (ModelOpt) activation Σ ‖w·y‖ / n over the n picks of an expert, the score
@@ -128,9 +135,10 @@ def test_router_load_and_weighted_output_norms_by_hand() -> None:
                     picks[e] += 1
             tokens += t.shape[0]
     assert picks[0] == picks[2] == 0 and picks[1] == picks[3] == tokens
-    assert recorder.experts.linear[name]
-    assert recorder.experts.load[name] == pytest.approx((load / tokens).tolist(), rel=1e-5)
-    assert recorder.experts.activation[name] == pytest.approx(
+    experts = _experts(recorder)
+    assert experts.linear[name]
+    assert experts.load[name] == pytest.approx((load / tokens).tolist(), rel=1e-5)
+    assert experts.activation[name] == pytest.approx(
         (norms / picks.clamp(min=1)).tolist(), rel=1e-5)
     assert recorder.scores()[name].tolist() == pytest.approx((norms / tokens).tolist(),
                                                              rel=1e-5)
@@ -148,7 +156,8 @@ def test_experts_weighing_their_inputs_are_ranked_by_router_load() -> None:
         run_batch(model, batches[0])
     for h in handles:
         h.remove()
-    assert not recorder.experts.linear[name] and name not in recorder.experts.activation
+    experts = _experts(recorder)
+    assert not experts.linear[name] and name not in experts.activation
     scores = recorder.scores()[name]
-    assert torch.equal(scores, torch.tensor(recorder.experts.load[name], dtype=torch.float64))
+    assert torch.equal(scores, torch.tensor(experts.load[name], dtype=torch.float64))
     assert _kept(model, sm, fxsym.importance.activation(batches, consumers_only=True)) == [1, 3]

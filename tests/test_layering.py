@@ -105,7 +105,7 @@ ALLOWED: dict[str, set[str]] = {
     "analysis": {"errors", "modstate", "naming", "plugins", "registry", "symbols", "tracer"},
     "resizing": {"errors", "modstate", "plugins", "registry", "symbols"},
     "paramlayout": {"errors", "modstate", "resizing", "symbols"},
-    "importance": {"errors", "paramlayout", "symbols"},
+    "importance": {"errors", "paramlayout", "plugins", "symbols"},
     "depth": {"errors", "importance", "plugins", "symbols"},  # console inside a function
     "embeddings": {"symbols"},
     "planning": {"console", "depth", "embeddings", "errors", "importance", "options",

@@ -219,7 +219,7 @@ def test_streamed_calibration_scores_are_the_in_memory_ones(
     sm = fxsym.analyze(model)
     loaded = fxsym.importance.activation(batches, consumers_only=True)(model, sm)
     routed = {g.name for g in sm.groups() if g.routed}
-    assert len(routed) == 2 and routed <= set(streamed.expert_load)
+    assert len(routed) == 2 and routed <= set(streamed.usage["expert_load"])
     assert streamed.scores.keys() == loaded.keys()
     for name, scores in loaded.items():
         assert torch.allclose(streamed.scores[name], scores, rtol=1e-4, atol=1e-7), name

@@ -41,6 +41,7 @@ from fxsym.plugins.contracts import (
     SizeChanges,
     SymInfoRegistrar,
     Undescribed,
+    UsageRecorder,
 )
 
 from . import (
@@ -79,7 +80,7 @@ class HuggingFacePlugin(
         hookspecs.RegisterOpRulesHook, hookspecs.TraceContextHook, hookspecs.ExampleInputsHook,
         hookspecs.DefaultOutputsHook, hookspecs.AfterResizeHook, hookspecs.GroupStepsHook,
         hookspecs.UntracedPathsHook, hookspecs.GroupSourcesHook, hookspecs.RolesHook,
-        hookspecs.BatchLossHook, hookspecs.UndescribedGroupsHook,
+        hookspecs.BatchLossHook, hookspecs.UsageRecorderHook, hookspecs.UndescribedGroupsHook,
         hookspecs.AfterDepthHook, hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook,
         hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook):
     """The hook implementations, with the state of one plugin manager; its bases are the
@@ -182,6 +183,12 @@ class HuggingFacePlugin(
         from .loss import next_token_loss
 
         return next_token_loss(output, batch)  # any model returning logits for input_ids
+
+    @fxsym.hookimpl
+    def fxsym_usage_recorder(self, model: nn.Module, symmap: SymMap) -> UsageRecorder | None:
+        from .experts import ExpertRecorder
+
+        return ExpertRecorder(model, symmap)  # routed groups found by mechanisms: any model
 
     @fxsym.hookimpl
     def fxsym_undescribed_groups(self, model: nn.Module, symmap: SymMap

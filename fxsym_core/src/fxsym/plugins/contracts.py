@@ -232,9 +232,30 @@ class RoleMap:
     sizes: SizeRule | None = None
 
 
+class UsageRecorder(Protocol):
+    """Scores of some groups' units by how a calibration run uses them, recorded by forward
+    hooks while the model (or pieces of it, block by block) runs (``fxsym_usage_recorder``:
+    the hf plugin's experts of a mixture-of-experts layer, by router load and weighted
+    output). The activation importance takes these scores for the groups they score."""
+
+    #: true while the recorder runs a module call of its own (other hooks skip that call)
+    inside: bool
+
+    def attach(self, where: Callable[[str], bool]) -> list[torch.utils.hooks.RemovableHandle]:
+        """Hook the modules whose qualified names ``where`` accepts; the caller removes the
+        handles returned when done."""
+
+    def scores(self) -> dict[str, torch.Tensor]:
+        """``{group name: one score per unit}`` for the groups recorded."""
+
+    def records(self) -> Mapping[str, Mapping[str, list[float]]]:
+        """What else was recorded, for a plan's ``extra``: ``{name: {group name: one number
+        per unit}}`` (nothing: an empty mapping)."""
+
+
 __all__ = [
     "ExampleInputs", "ForwardHook", "GroupStep", "ImportanceFn", "Kept", "M", "ModuleClass",
     "NeededBlocks", "OpRule", "OpRuleRegistrar", "OpTarget", "PatternItem", "PatternRegistrar",
     "ProxyRegistrar", "ResizeFn", "Role", "RoleKind", "RoleMap", "RoleSize", "SizeChanges",
-    "SizeRule", "SymInfoRegistrar", "Undescribed", "ValueFn", "undescribed",
+    "SizeRule", "SymInfoRegistrar", "Undescribed", "UsageRecorder", "ValueFn", "undescribed",
 ]

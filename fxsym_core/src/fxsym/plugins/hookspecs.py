@@ -33,7 +33,7 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
 * *registration* hooks (``fxsym_register_*``), ``fxsym_trace_context``,
   ``fxsym_after_resize``, ``fxsym_after_depth``, ``fxsym_depth_kinds``,
   ``fxsym_depth_refusal``, ``fxsym_group_steps``, ``fxsym_untraced_paths``,
-  ``fxsym_group_sources``, ``fxsym_roles``,
+  ``fxsym_group_sources``, ``fxsym_roles``, ``fxsym_usage_recorder``,
   ``fxsym_undescribed_groups`` and ``fxsym_save_files`` call every plugin.
   Each registration hook's plugin gets its own ``register`` callable, so conflicts and
   ``fxsym plugins`` name the distribution behind each contribution;
@@ -73,6 +73,7 @@ if TYPE_CHECKING:
         SizeChanges,
         SymInfoRegistrar,
         Undescribed,
+        UsageRecorder,
     )
     from .hookroles import DerivedTensors
 
@@ -338,6 +339,22 @@ class BatchLossHook(Protocol):
         """
 
 
+class UsageRecorderHook(Protocol):
+    @hookspec
+    def fxsym_usage_recorder(self, model: nn.Module, symmap: SymMap) -> UsageRecorder | None:
+        """A :class:`~fxsym.plugins.contracts.UsageRecorder` of groups of ``symmap`` whose
+        units are better scored by how a calibration run of ``model`` uses them than by their
+        activations (the hf plugin: the experts of each routed group, by router load and
+        routing-weighted output), or ``None``.
+
+        Called by every plugin when an activation importance is recorded
+        (:class:`fxsym.importance.ActivationRecorder`, in memory and streamed block by block);
+        the recorder's scores replace the activations' for the groups it scores, its records
+        go into a streamed checkpoint prune's ``plan.extra``. It must not change the model
+        until attached.
+        """
+
+
 class AfterDepthHook(Protocol):
     @hookspec
     def fxsym_after_depth(self, model: nn.Module, group: DepthGroup, kept: Sequence[int]
@@ -416,7 +433,8 @@ HOOKS: tuple[type, ...] = (
     RegisterOpRulesHook, RegisterProxiesHook, RegisterPatternsHook, TraceContextHook,
     ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, UndescribedGroupsHook,
     GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, BatchLossHook,
-    AfterDepthHook, DepthKindsHook, DepthRefusalHook, SaveFilesHook, CheckpointReaderHook,
+    UsageRecorderHook, AfterDepthHook, DepthKindsHook, DepthRefusalHook, SaveFilesHook,
+    CheckpointReaderHook,
 )
 _BY_CLASS = {cls: name for cls in HOOKS for name in vars(cls) if name.startswith("fxsym_")}
 

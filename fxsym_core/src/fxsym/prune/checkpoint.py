@@ -789,15 +789,26 @@ class StreamedScores:
     """What a streamed calibration run gives: per group, one score per unit; per block of
     the block list (:func:`block_list`), ``1 - cos`` of its input and output hidden states
     averaged over the tokens (ShortGPT's block importance: low is a block that changes little);
-    per routed group (a MoE layer's experts), each expert's router load and Minitron
-    activation (:class:`~fxsym.importance.ExpertRecorder`).
+    what the plugins' usage recorders record beside their scores (``usage``: ``{name: {group:
+    one number per unit}}``, :meth:`fxsym.importance.ActivationRecorder.records`; the hf
+    plugin's ``expert_load`` and ``expert_activation``, each expert's router load and Minitron
+    activation).
     """
 
     scores: dict[str, torch.Tensor]
     block_importance: list[float] = field(default_factory=list)
     blocks: str = ""
-    expert_load: dict[str, list[float]] = field(default_factory=dict)
-    expert_activation: dict[str, list[float]] = field(default_factory=dict)
+    usage: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> dict[str, list[float]]:
+        """The old fields ``expert_load`` and ``expert_activation``: ``usage[name]``, with a
+        ``DeprecationWarning``."""
+        if name in ("expert_load", "expert_activation"):
+            warnings.warn(f"StreamedScores.{name} is deprecated: read "
+                          f"StreamedScores.usage[{name!r}]", DeprecationWarning, stacklevel=2)
+            usage: dict[str, dict[str, list[float]]] = vars(self).get("usage", {})
+            return usage.get(name, {})
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def _hidden(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> torch.Tensor:
@@ -993,8 +1004,7 @@ def stream_activations(model: nn.Module, symmap: Any, tensors: _Tensors, batches
     recorder = ActivationRecorder(model, symmap, consumers_only=consumers_only)
     watch = _Activations(recorder, found[0], len(found[1]))
     _stream(model, _Loader(model, tensors), batches, watch, progress=progress)
-    return StreamedScores(recorder.scores(), watch.importance(), found[0],
-                          recorder.experts.load, recorder.experts.activation)
+    return StreamedScores(recorder.scores(), watch.importance(), found[0], recorder.records())
 
 
 class _Loss(_Watch):
@@ -1644,9 +1654,7 @@ def prune_checkpoint(
         with phase("calibration pass"):
             streamed = stream_activations(model, sm, tensors, batches, progress=progress)
         extra = {"blocks": streamed.blocks, "block_importance": streamed.block_importance}
-        if streamed.expert_load:
-            extra.update(expert_load=streamed.expert_load,
-                         expert_activation=streamed.expert_activation)
+        extra.update(streamed.usage)
         depth_scores = {g.name: torch.tensor(streamed.block_importance, dtype=torch.float64)
                         for g in sm.depth_groups() if g.container == streamed.blocks}
     if batches is not None and importance == "activation":

@@ -18,13 +18,13 @@ per unit (``SymGroup.size`` of them); a group a criterion cannot score is left o
   weights, the gradients summed over the batches;
 * :func:`activation` ``(batches)``: the mean absolute value of the unit's entries in every
   member's input (consumers) or output (producers) over calibration batches, summed over the
-  members; needs no parameter. The experts of a mixture-of-experts layer (a routed group)
-  are scored by their use instead (:class:`ExpertRecorder`: router load and weighted output,
-  Minitron's expert importance).
+  members; needs no parameter. Groups a plugin scores by their use instead
+  (``fxsym_usage_recorder``: the hf plugin's experts of a mixture-of-experts layer, by router
+  load and weighted output, Minitron's expert importance) take the plugin's scores.
 
 Long criteria (batches) show a progress bar with ``rich`` when asked and installed.
 
-Imports from fxsym: errors, paramlayout, symbols.
+Imports from fxsym: errors, paramlayout, plugins, symbols.
 """
 
 from __future__ import annotations
@@ -40,13 +40,14 @@ from torch import nn
 from ..errors import PlanError
 from ..paramlayout import ParamLayout, Slices, layout
 from ..paramlayout.slices import LAYOUT_RENAMED
+from ..plugins.calls import call_hook
+from ..plugins.contracts import UsageRecorder
 from ..symbols import Symbol, SymGroup, SymMap
 
 __all__ = [
     "CRITERIA",
     "ActivationRecorder",
     "Criterion",
-    "ExpertRecorder",
     "ParamLayout",
     "Slices",
     "activation",
@@ -64,11 +65,18 @@ if TYPE_CHECKING:
     Layout = ParamLayout  # the deprecated name (see ``__getattr__``), for old annotations
 else:
     def __getattr__(name: str) -> Any:
-        """``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`, with a
-        ``DeprecationWarning``."""
+        """``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`, and
+        ``ExpertRecorder``, now the hf plugin's, with a ``DeprecationWarning``."""
         if name == "Layout":
             warnings.warn(LAYOUT_RENAMED, DeprecationWarning, stacklevel=2)
             return ParamLayout
+        if name == "ExpertRecorder":  # moved into the plugin that records expert routing
+            warnings.warn("fxsym.importance.ExpertRecorder moved to the hf plugin: "
+                          "fxsym_plugins_hf.experts.ExpertRecorder (fxsym_usage_recorder)",
+                          DeprecationWarning, stacklevel=2)
+            from fxsym_plugins_hf.experts import ExpertRecorder
+
+            return ExpertRecorder
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -250,164 +258,6 @@ def taylor(loss_fn: Callable[[nn.Module, Any], torch.Tensor], batches: Iterable[
     return criterion
 
 
-class ExpertRecorder:
-    """Per expert of each routed group of ``symmap`` (:attr:`SymGroup.routed`: the experts of
-    a mixture-of-experts layer), how much the calibration tokens use it, recorded by forward
-    hooks while the model (or pieces of it) runs: Minitron's expert importance.
-
-    The experts are found by what their module is called with, not by names: a module holding
-    a member of the group that is called with *positions* into the group (an integer
-    ``[tokens, k]`` tensor, every entry below the group's number of experts: the router's
-    pick of ``k`` experts per token), the
-    *routing weights* (a floating tensor of the same shape) and the tokens' hidden states (a
-    floating tensor with one row per token), and returns a tensor shaped like the hidden
-    states. Per group and expert ``e``, over the ``N`` tokens it saw:
-
-    * :attr:`load`: ``Σ w / N``, the tokens' routing weights on ``e`` (the share of the
-      tokens routed to it, each counted by its weight);
-    * :attr:`activation`: ``Σ ‖w · y‖₂ / n``, ModelOpt's Minitron score: the L2 norm of the
-      expert's weighted output ``w · y`` over the ``n`` (token, pick) pairs routed to it. The
-      outputs ``y`` of each (token, pick) come from one more call of the module on every
-      token-pick pair as a row of its own (positions ``[T·k, 1]``, weights 1: the compute of
-      the call itself); they are used only if their routing-weighted sum per token gives the
-      module's output back (a module applying the weights otherwise, e.g. to its inputs, is
-      scored by load alone: :attr:`linear` is false);
-    * :meth:`scores`: ``Σ ‖w · y‖₂ / N``, the expert's mean contribution to the layer's
-      output per calibration token (ModelOpt's score times the share of picks, so an expert
-      seldom picked counts little however large its output); the load where the outputs
-      could not be used.
-
-    Where a unit of the group spans several experts (DeepSeek's routing groups,
-    :attr:`SymGroup.unit`), the numbers are per unit: its experts' sums.
-    """
-
-    def __init__(self, model: nn.Module, symmap: SymMap) -> None:
-        self.modules = dict(model.named_modules())
-        self.groups = {g.name: g.size for g in symmap.groups() if g.routed and g.size >= 2}
-        self.units = {g.name: g.unit for g in symmap.groups() if g.name in self.groups}
-        self.owners: dict[str, list[str]] = {}
-        for g in symmap.groups():
-            if g.name in self.groups:
-                for qualname in dict.fromkeys(q for q, _ in g.members):
-                    if qualname in self.modules:
-                        self.owners.setdefault(qualname, []).append(g.name)
-        self.weight: dict[str, torch.Tensor] = {}
-        self.output: dict[str, torch.Tensor] = {}
-        self.picks: dict[str, torch.Tensor] = {}
-        self.tokens: dict[str, int] = {}
-        self.linear: dict[str, bool] = {}
-        self.inside = False
-
-    def attach(self, where: Callable[[str], bool] = lambda q: True
-               ) -> list[torch.utils.hooks.RemovableHandle]:
-        """Hook the modules holding a routed group's members whose qualified names ``where``
-        accepts; remove the handles returned when done."""
-        return [self.modules[q].register_forward_hook(self._hook(q), with_kwargs=True)
-                for q in self.owners if where(q)]
-
-    def _hook(self, qualname: str) -> Callable[..., None]:
-        def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 output: Any) -> None:
-            if self.inside or not isinstance(output, torch.Tensor):
-                return
-            for gname in self.owners[qualname]:
-                found = _routing(args, kwargs, output, self.groups[gname] * self.units[gname])
-                if found is not None:
-                    self._record(mod, gname, args, kwargs, output, found)
-                    return
-        return hook
-
-    def _record(self, mod: nn.Module, gname: str, args: tuple[Any, ...],
-                kwargs: dict[str, Any], output: torch.Tensor, where: tuple[Any, Any, Any]
-                ) -> None:
-        x_at, p_at, w_at = where
-        x, pos, w = _get(args, kwargs, x_at), _get(args, kwargs, p_at), _get(args, kwargs, w_at)
-        size, k = self.groups[gname], pos.shape[-1]
-        flat_pos = pos.reshape(-1).long().cpu() // self.units[gname]
-        flat_w = w.detach().reshape(-1).double().cpu()
-        new = gname not in self.weight
-        if new:
-            for acc in (self.weight, self.output, self.picks):
-                acc[gname] = torch.zeros(size, dtype=torch.float64)
-            self.tokens[gname] = 0
-            self.linear[gname] = True
-        self.weight[gname].index_add_(0, flat_pos, flat_w)
-        self.picks[gname].index_add_(0, flat_pos, torch.ones_like(flat_w))
-        self.tokens[gname] += pos.numel() // k
-        if not self.linear[gname]:
-            return
-        rows = x.repeat_interleave(k, dim=0)
-        one = torch.ones((pos.numel(), 1), dtype=w.dtype, device=w.device)
-        a, kw = _put(args, kwargs, {x_at: rows, p_at: pos.reshape(-1, 1), w_at: one})
-        self.inside = True
-        try:
-            y = mod(*a, **kw)
-        except Exception:
-            y = None
-        finally:
-            self.inside = False
-        if not isinstance(y, torch.Tensor) or y.shape != (pos.numel(), *output.shape[1:]):
-            self.linear[gname] = False
-            return
-        y = y.detach().double().cpu().reshape(pos.numel(), -1)
-        weighted = y * flat_w[:, None]
-        again = weighted.reshape(-1, k, weighted.shape[-1]).sum(1)
-        want = output.detach().double().cpu().reshape(again.shape)
-        tolerance = min(0.1, 100 * torch.finfo(output.dtype).eps)
-        if float((again - want).norm()) > tolerance * float(want.norm()) + 1e-12:
-            self.linear[gname] = False
-            return
-        self.output[gname].index_add_(0, flat_pos, weighted.norm(dim=1))
-
-    @property
-    def load(self) -> dict[str, list[float]]:
-        return {g: (w / max(self.tokens[g], 1)).tolist() for g, w in self.weight.items()}
-
-    @property
-    def activation(self) -> dict[str, list[float]]:
-        return {g: (self.output[g] / self.picks[g].clamp(min=1)).tolist()
-                for g in self.weight if self.linear[g]}
-
-    def scores(self) -> dict[str, torch.Tensor]:
-        """``{routed group: one score per expert}`` for the groups whose experts ran."""
-        return {g: (self.output[g] if self.linear[g] else w) / max(self.tokens[g], 1)
-                for g, w in self.weight.items()}
-
-
-def _routing(args: tuple[Any, ...], kwargs: Mapping[str, Any], output: torch.Tensor,
-             size: int) -> tuple[Any, Any, Any] | None:
-    """Where a call's hidden states, positions and routing weights are (index in ``args`` or
-    keyword), if it was called with positions into a dim of ``size`` (see
-    :class:`ExpertRecorder`)."""
-    found: list[tuple[int | str, torch.Tensor]] = [
-        (i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-    found += [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
-    for p_at, pos in found:
-        if (pos.is_floating_point() or pos.dtype == torch.bool or pos.dim() != 2
-                or not pos.numel() or int(pos.min()) < 0 or int(pos.max()) >= size):
-            continue
-        for w_at, w in found:
-            if not (w.is_floating_point() and w.shape == pos.shape):
-                continue
-            for x_at, x in found:
-                if (x_at != w_at and x.is_floating_point() and x.dim() == 2
-                        and x.shape[0] == pos.shape[0] and output.shape == x.shape):
-                    return x_at, p_at, w_at
-    return None
-
-
-def _get(args: tuple[Any, ...], kwargs: Mapping[str, Any], at: Any) -> torch.Tensor:
-    value = args[at] if isinstance(at, int) else kwargs[at]
-    assert isinstance(value, torch.Tensor)
-    return value
-
-
-def _put(args: tuple[Any, ...], kwargs: dict[str, Any], values: Mapping[Any, torch.Tensor]
-         ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    a = [values.get(i, v) for i, v in enumerate(args)]
-    return tuple(a), {k: values.get(k, v) for k, v in kwargs.items()}
-
-
 #: what an activation hook reads: the output (else the input), along one of these dims, and
 #: where each group's units lie along it: (positions, units, group name)
 _Watch = tuple[bool, set[int], list[tuple[torch.Tensor, torch.Tensor, str]]]
@@ -458,12 +308,15 @@ class ActivationRecorder:
                 self.watch.setdefault(qualname, []).append((outgoing, sym.elastic_dims, targets))
         self.sums: dict[tuple[str, int], torch.Tensor] = {}
         self.runs: dict[tuple[str, int], int] = {}
-        self.experts = ExpertRecorder(model, symmap)
+        answers: list[UsageRecorder | None] = call_hook("fxsym_usage_recorder", model=model,
+                                                        symmap=symmap)
+        #: the plugins' usage recorders (``fxsym_usage_recorder``)
+        self.usage = [r for r in answers if r is not None]
 
     def _hook(self, qualname: str) -> Callable[..., None]:
         def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
                  output: Any) -> None:
-            if self.experts.inside:
+            if any(u.inside for u in self.usage):
                 return
             for i, (outgoing, dims, _) in enumerate(self.watch[qualname]):
                 t = _first_tensor(output) if outgoing else _first_tensor((args, kwargs))
@@ -482,15 +335,15 @@ class ActivationRecorder:
 
     def attach(self, where: Callable[[str], bool] = lambda q: True
                ) -> list[torch.utils.hooks.RemovableHandle]:
-        """Hook the watched modules whose qualified names ``where`` accepts (and the experts,
-        :class:`ExpertRecorder`); remove the handles returned when done."""
+        """Hook the watched modules whose qualified names ``where`` accepts (and those the
+        usage recorders watch); remove the handles returned when done."""
         return [self.modules[q].register_forward_hook(self._hook(q), with_kwargs=True)
-                for q in self.watch if where(q)] + self.experts.attach(where)
+                for q in self.watch if where(q)] + [h for u in self.usage for h in u.attach(where)]
 
     def scores(self) -> dict[str, torch.Tensor]:
         """``{group name: one score per unit}`` from what was recorded (zeros where no member
-        ran); the experts of a routed group by :meth:`ExpertRecorder.scores` where they
-        ran."""
+        ran); the groups a usage recorder scores (the hf plugin: the experts of a routed group,
+        where they ran) by its scores."""
         totals = {name: torch.zeros(size, dtype=torch.float64)
                   for name, size in self.sizes.items()}
         for (qualname, i), total in self.sums.items():
@@ -498,8 +351,19 @@ class ActivationRecorder:
                 if int(pos.max()) < total.numel():
                     totals[gname].index_add_(0, unit,
                                              total.index_select(0, pos) / self.runs[(qualname, i)])
-        totals.update(self.experts.scores())
+        for u in self.usage:
+            totals.update(u.scores())
         return totals
+
+    def records(self) -> dict[str, dict[str, list[float]]]:
+        """What the usage recorders record beside their scores (``{name: {group: one number
+        per unit}}``, the hf plugin's ``expert_load`` and ``expert_activation``), for the
+        plan's ``extra``."""
+        out: dict[str, dict[str, list[float]]] = {}
+        for u in self.usage:
+            for name, record in u.records().items():
+                out.setdefault(name, {}).update(record)
+        return out
 
 
 def activation(batches: Iterable[Any], *, progress: bool = False,
