@@ -42,6 +42,7 @@ KERNEL = [
     "errors",      # the exception and warning classes
     "_moved",      # the old import paths of the rooms moved into fxsym.prune, deprecated
     "naming",      # how a class or callable is named
+    "memo",        # answers remembered for one run (the plugins' repeated probes)
     "modstate",    # a module tree's state, captured and put back (trace, resize, passes)
     "plugins",     # hook specifications, the plugin manager, guarded hook calls
     "registry",    # user registrations + plugin contributions
@@ -94,6 +95,7 @@ ALLOWED: dict[str, set[str]] = {
     "request": {"errors", "options"},
     "console": set(),
     "phases": set(),
+    "memo": set(),
     "spans": {"errors"},
     "modstate": set(),
     "lockstep": {"errors"},
@@ -112,11 +114,11 @@ ALLOWED: dict[str, set[str]] = {
                  "paramlayout", "plugins", "resizing", "symbols"},
     "shortlist": {"errors", "importance", "planning", "request", "symbols"},
     "roles": {"plugins", "symbols"},
-    "search": {"console", "depth", "embeddings", "errors", "importance", "paramlayout",
-               "planning", "plugins", "roles", "shortlist", "symbols"},
+    "search": {"console", "depth", "embeddings", "errors", "importance", "memo",
+               "paramlayout", "planning", "plugins", "roles", "shortlist", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
-    "checkpoint": {"analysis", "depth", "errors", "importance", "paths", "persist",
+    "checkpoint": {"analysis", "depth", "errors", "importance", "memo", "paths", "persist",
                    "phases", "planning", "plugins", "request", "search", "spans"},
     "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()

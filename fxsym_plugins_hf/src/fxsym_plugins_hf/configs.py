@@ -63,14 +63,16 @@ by building that one and replaying the plan.
 from __future__ import annotations
 
 import copy
+import pickle
 import warnings
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from fxsym import ResizeWarning
+from fxsym.memo import remembered
 
 from .attention import (
     HEAD_COUNT_ATTRS,
@@ -690,7 +692,28 @@ def meta_build(model: nn.Module, config: Any) -> nn.Module | None:
     config object is passed to the class, a mapping (a diffusers config) to its
     ``from_config``. ``None`` if it cannot be built (a config the class's own checks refuse,
     or a class that cannot be built on meta). The probes of every config module (fields,
-    depth, diffusers fields) build with this."""
+    depth, diffusers fields) build with this.
+
+    Inside a run of the workflow (:func:`fxsym.memo.remembering`: a checkpoint prune, a
+    search) a config equal to one built before in the run (the class, the default dtype and
+    the config's pickled state alike) gives the model built then: a search probes the same
+    few configs for every candidate. The model may be shared, so callers read it and never
+    change it."""
+    return remembered("meta_build", _build_key(model, config),
+                      lambda: _meta_build(model, config))
+
+
+def _build_key(model: nn.Module, config: Any) -> Hashable | None:
+    """What a meta build reads: the class, the default dtype and the config's state; ``None``
+    (never remembered) where the config cannot be pickled."""
+    try:
+        state = pickle.dumps(dict(config) if isinstance(config, Mapping) else config)
+    except Exception:  # a config holding something pickle refuses: built every time
+        return None
+    return (type(model), torch.get_default_dtype(), state)
+
+
+def _meta_build(model: nn.Module, config: Any) -> nn.Module | None:
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -69,7 +69,7 @@ prune did not write (``pytorch_model.bin``, ``*.gguf`` ...: they would be an unp
 about the largest block or module outside the blocks (an embedding, the head) plus the
 calibration hidden states.
 
-Imports from fxsym: analysis, depth, errors, importance, paths, persist, phases,
+Imports from fxsym: analysis, depth, errors, importance, memo, paths, persist, phases,
 planning, plugins, request, search, spans (console and lockstep inside functions).
 """
 
@@ -98,6 +98,7 @@ from ..errors import (
     PluginError,
     ResizeWarning,
 )
+from ..memo import one_run
 from ..plugins import load_plugins
 from ..plugins.calls import call_hook
 from .depth import choose_blocks, renamed
@@ -1450,6 +1451,7 @@ def _guarding_output(prune: Callable[_P, Plan]) -> Callable[_P, Plan]:
 
 
 @_guarding_output
+@one_run  # the plugins' probes asked again in the run answered once (fxsym.memo)
 def prune_checkpoint(
     directory: str | os.PathLike[str],
     output: str | os.PathLike[str],

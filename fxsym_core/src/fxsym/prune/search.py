@@ -49,8 +49,8 @@ whole. The experts of each MoE layer are a count role of the hf plugin, ``expert
 asked (:func:`sizes_for`); the search keeps them (fewer experts lower the active count by
 the router's rows only).
 
-Imports from fxsym: console, depth, embeddings, errors, importance, paramlayout, planning,
-plugins, roles, shortlist, symbols.
+Imports from fxsym: console, depth, embeddings, errors, importance, memo, paramlayout,
+planning, plugins, roles, shortlist, symbols.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ import torch
 from torch import fx, nn
 
 from ..errors import PlanError
+from ..memo import one_run
 from ..paramlayout import Slices, layout
 from ..plugins.calls import call_hook
 from ..symbols import SymMap
@@ -523,6 +524,7 @@ def candidates(model: nn.Module, symmap: SymMap, *, target_params: int,
     return close or [c for c, _, _ in found]
 
 
+@one_run  # each candidate's plugin probes (described sizes, meta builds) answered once
 def search(model: nn.Module, symmap: SymMap, *, target_params: int,
            batches: Iterable[Any] = (), active: bool = False, non_embedding: bool = False,
            round_to: int = 64,
