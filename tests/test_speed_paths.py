@@ -337,16 +337,16 @@ def test_code_names_parsed_once_per_name(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_depth_positions_scanned_only_when_needed(monkeypatch: pytest.MonkeyPatch) -> None:
     """The scan of every block's attributes for ints counting the blocks runs for a stack
     that reads such an attribute or becomes a depth group, not for one refused before."""
-    from fxsym.analysis import depth
+    from fxsym.analysis import residual_blocks
 
     scanned: list[nn.Module] = []
-    original = depth._positions
+    original = residual_blocks._positions
 
     def spy(container: nn.Module) -> Any:
         scanned.append(container)
         return original(container)
 
-    monkeypatch.setattr(depth, "_positions", spy)
+    monkeypatch.setattr(residual_blocks, "_positions", spy)
     plain = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
     sm = fxsym.analyze(plain, example_inputs=(torch.randn(2, 4),))
     assert scanned == [] and not sm.analysis.depth_groups

@@ -2,12 +2,12 @@
 any block is dropped (the ``fxsym_depth_kinds`` and ``fxsym_depth_refusal`` hooks).
 
 **Kinds** are found by probing, never by a family's name: the blocks of the unpruned stack
-are grouped by what makes each the block it is (:func:`fxsym_plugins_hf.depth.kind`: its
+are grouped by what makes each the block it is (:func:`fxsym_plugins_hf.stack_config.kind`: its
 modules' classes and their string, bool and ``None`` attributes; Jamba's Mamba and attention
 layers, Qwen3-Next's linear and full attention, Gemma 2's sliding and full layers). A kind
 is **needed** where the model pruned of every block of that kind could not be used as the
 unpruned one is: the config describing the remaining blocks is made exactly as the prune
-would make it (:func:`fxsym_plugins_hf.depth.pruned_config`: count, per-layer lists, the
+would make it (:func:`fxsym_plugins_hf.stack_config.pruned_config`: count, per-layer lists, the
 rule fields searched) and transformers' cache is built from it as ``generate`` builds it
 (``DynamicCache(config=...)``, then ``get_seq_length``, the first thing ``generate`` asks).
 Today that finds the attention layers of every hybrid (a cache of linear, Mamba or
@@ -41,7 +41,7 @@ from torch import nn
 from fxsym.errors import ResizeError
 from fxsym.plugins.contracts import NeededBlocks
 
-from .depth import cache_refusal, kind, pruned_config, refusal
+from .stack_config import cache_refusal, kind, pruned_config, refusal
 
 __all__ = ["needed_kinds", "refused"]
 

@@ -203,7 +203,7 @@ class HuggingFacePlugin(
     def fxsym_after_depth(self, model: nn.Module, group: DepthGroup, kept: Sequence[int]
                           ) -> Sequence[str] | None:
         if _transformers_imported() and isinstance(model, nn.Module):
-            from .depth import update_config_depth
+            from .stack_config import update_config_depth
 
             return update_config_depth(model, group, kept)
         return None

@@ -25,12 +25,12 @@ from ..tracer.guard import gc_paused, serialised
 from ..tracer.report import ReportEntry, TraceReport
 from .alternatives import analyze_graph
 from .analyzer import Analyzer
-from .depth import find_depth_groups
 from .derived import settle_derived
 from .groups import GroupTable
 from .layout import SizeLayout, TensorLayout
 from .options import checked_options, options_set
 from .outputs import Contract, normalize_contract
+from .residual_blocks import find_depth_groups
 
 
 @serialised
@@ -100,7 +100,7 @@ def analyze(
 
 
 def _find_depth(model: nn.Module, gm: Any, symmap: SymMap, report: TraceReport) -> None:
-    """Attach the depth groups (:mod:`.depth`) to the analysis ``symmap`` holds."""
+    """Attach the depth groups (:mod:`.residual_blocks`) to the analysis ``symmap`` holds."""
     analysis = symmap.analysis
     assert analysis is not None
     depth = find_depth_groups(model, gm.graph, analysis.node_layouts, analysis.table, report,

@@ -45,8 +45,8 @@ from ..symbols import (
     SymMap,
     set_attribute,
 )
+from .block_dropping import depth_choices, drop_blocks
 from .declared import plan_declared
-from .depth import depth_choices, drop_blocks
 from .helpers import keep_entries, l1_scores
 
 Choice = Any  # int | Sequence[int] | torch.Tensor
@@ -59,7 +59,7 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
     integer tensor), or to an int: keep that many entries, the ones with the largest L1 norm
     of their producers' weights, in their original order. A depth group's name
     (:meth:`SymMap.depth_groups`) maps to the blocks to keep, increasing
-    (:mod:`fxsym.resizing.depth`); they are dropped after the other groups are resized.
+    (:mod:`fxsym.resizing.block_dropping`); they are dropped after the other groups are resized.
     """
     if symmap.model is not model:
         raise ResizeError("this SymMap was computed for another model; call fxsym.analyze(model)")

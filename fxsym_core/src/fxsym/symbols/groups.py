@@ -67,7 +67,7 @@ def combine_step(now: tuple[int, str], entries: int, unit: int, reason: str
 @dataclass(frozen=True)
 class DepthGroup:
     """A model's depth as a group: a ``ModuleList`` (or ``Sequential``) whose blocks the
-    analysis proved residual, each unit one block (see :mod:`fxsym.analysis.depth`).
+    analysis proved residual, each unit one block (see :mod:`fxsym.analysis.residual_blocks`).
 
     Its units are modules, not slices of tensors, so it is not a :class:`SymGroup` and is
     not in :meth:`SymMap.groups`: :meth:`SymMap.depth_groups` lists it. :func:`fxsym.resize`
