@@ -19,7 +19,13 @@ holding blocks between passes (not flat memory) would save a read. A tied embedd
 twice by the calibration pass (as the embedding, then as the head): SmolLM2 reads 3.2 and 2.2
 times. ``winner in shortlist``
 compares the ``shortlist`` run's kept candidate with the ``all`` run's, with the rank of the
-``all`` run's winner by damage.
+``all`` run's winner by damage. ``cpu s`` is the child's processor time (user and system):
+on a shared, loaded machine it moves less with the load than the wall time.
+
+``--sources`` measures each checkout of this repository given (its three ``src`` folders first
+on ``PYTHONPATH``), interleaved within each repeat, so a change is compared with the code
+before it under the same load; ``--runs`` picks the runs (``uniform shortlist``: no search
+scoring every candidate).
 
 The checkpoint is ``--checkpoint DIR`` (for instance SmolLM2 converted by
 ``prune_real_llm.py``, real weights) or a synthetic one written as
@@ -29,6 +35,8 @@ ranking means nothing there, only the times and bytes do).
     python benchmarks/search_ratio.py --size 1 --family llama --repeats 3
     python benchmarks/search_ratio.py --checkpoint \\
         /tmp/fxsym-prune-real-llm/smollm2-135m-instruct --calib-text licenses --repeats 3
+    python benchmarks/search_ratio.py --checkpoint DIR --runs uniform shortlist \\
+        --sources /path/to/older/checkout .
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 RUNS = ("uniform", "shortlist", "all")
+SRC = ("fxsym_core/src", "fxsym_plugins_nn/src", "fxsym_plugins_hf/src")
 
 
 def prune(src: str, out: str, calib: str, run: str, tokens: int, seq_len: int,
@@ -63,21 +72,30 @@ def prune(src: str, out: str, calib: str, run: str, tokens: int, seq_len: int,
     how: dict[str, Any] = ({"search": False} if run == "uniform"
                            else {"search": True, "shortlist": shortlist if run == "shortlist"
                                  else None})
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = before.ru_utime + before.ru_stime
     start = time.perf_counter()
     plan = fxsym.prune_checkpoint(src, out, calibration=texts, calibration_tokens=tokens,
                                   seq_len=seq_len, param_ratio=param_ratio, round_to=round_to,
                                   **how)
     seconds = time.perf_counter() - start
+    used = resource.getrusage(resource.RUSAGE_SELF)
     rows = plan.extra.get("search") or []
-    return {"seconds": seconds, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    return {"seconds": seconds, "peak_kb": used.ru_maxrss,
+            "cpu": used.ru_utime + used.ru_stime - cpu_before,
             "read": plan.extra["read"], "candidates": len(rows),
             "scored": sum(bool(r.get("scored", True)) for r in rows),
             "rows": rows}
 
 
-def child(*args: str) -> dict[str, Any]:
+def child(*args: str, source: Path | None = None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            [*(str(source.resolve() / s) for s in SRC), env.get("PYTHONPATH", "")]
+        ).rstrip(os.pathsep)
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if done.returncode:
         raise SystemExit(f"child failed:\n{done.stderr[-3000:]}")
     data: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -116,7 +134,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tmp", default="/tmp")
     parser.add_argument("--json", type=Path, default=None, help="write the raw figures here")
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS))
+    parser.add_argument("--sources", type=Path, nargs="+", default=None, help="checkouts of "
+                        "this repository to measure, interleaved (default: the one this "
+                        "script runs from)")
     args = parser.parse_args()
+    if "uniform" not in args.runs:
+        parser.error("--runs needs uniform (the ratios' denominator)")
     os.environ["SEARCH_RATIO_THREADS"] = str(args.threads)
     work = Path(tempfile.mkdtemp(prefix="fxsym-search-ratio-", dir=args.tmp))
     try:
@@ -133,25 +157,30 @@ def main() -> None:
                            capture_output=True)
         else:
             src = args.checkpoint
-        figures: dict[str, list[dict[str, Any]]] = {r: [] for r in RUNS}
+        sources: list[Path | None] = list(args.sources) if args.sources else [None]
+        figures: dict[str, dict[str, list[dict[str, Any]]]] = {
+            str(s): {r: [] for r in args.runs} for s in sources}
         for repeat in range(args.repeats):
-            for run in RUNS:
-                out = work / f"out-{run}"
-                got = child(str(src), str(out), str(calib), run, str(args.tokens),
-                            str(args.seq_len), str(args.param_ratio), str(args.shortlist),
-                            str(args.round_to))
-                shutil.rmtree(out, ignore_errors=True)
-                got["load"] = os.getloadavg()[0]
-                figures[run].append(got)
-                print(f"repeat {repeat} {run}: {got['seconds']:.1f} s, read "
-                      f"{got['read']['bytes'] / got['read']['checkpoint']:.2f}x, "
-                      f"{got['scored']}/{got['candidates']} scored, load {got['load']:.1f}",
-                      file=sys.stderr, flush=True)
+            for source in sources:
+                for run in args.runs:
+                    out = work / f"out-{run}"
+                    got = child(str(src), str(out), str(calib), run, str(args.tokens),
+                                str(args.seq_len), str(args.param_ratio), str(args.shortlist),
+                                str(args.round_to), source=source)
+                    shutil.rmtree(out, ignore_errors=True)
+                    got["load"] = os.getloadavg()[0]
+                    figures[str(source)][run].append(got)
+                    print(f"repeat {repeat} {source or ''} {run}: {got['seconds']:.1f} s "
+                          f"(cpu {got['cpu']:.1f} s), read "
+                          f"{got['read']['bytes'] / got['read']['checkpoint']:.2f}x, "
+                          f"{got['scored']}/{got['candidates']} scored, load "
+                          f"{got['load']:.1f}", file=sys.stderr, flush=True)
         if args.json:
             args.json.write_text(json.dumps(figures, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(render(figures, src, args))
+    for source, runs in figures.items():
+        print(("" if source == "None" else f"\n{source}:\n") + render(runs, src, args))
 
 
 def render(figures: dict[str, list[dict[str, Any]]], src: Path, args: Any) -> str:
@@ -159,26 +188,30 @@ def render(figures: dict[str, list[dict[str, Any]]], src: Path, args: Any) -> st
 
     size = figures["uniform"][0]["read"]["checkpoint"]
     rows = []
-    for run in RUNS:
-        got = figures[run]
+    for run, got in figures.items():
         ratios = [g["seconds"] / u["seconds"] for g, u in zip(got, figures["uniform"])]
+        cpu = [g["cpu"] / u["cpu"] for g, u in zip(got, figures["uniform"])]
         rows.append([run, f"{got[0]['scored']}/{got[0]['candidates']}" if got[0]["candidates"]
                      else "",
                      f"{statistics.median(g['seconds'] for g in got):.1f}",
                      f"{statistics.median(ratios):.2f}",
+                     f"{statistics.median(g['cpu'] for g in got):.1f}",
+                     f"{statistics.median(cpu):.2f}",
                      f"{statistics.median(g['read']['bytes'] for g in got) / 1e6:,.0f}",
                      f"{statistics.median(g['read']['bytes'] / size for g in got):.2f}",
                      f"{statistics.median(g['peak_kb'] for g in got) / 1024:.0f}"])
-    table = render_table(rows, ["run", "scored", "median s", "x uniform", "read MB",
-                                "read/size", "peak MiB"])
+    table = render_table(rows, ["run", "scored", "median s", "x uniform", "cpu s",
+                                "cpu x uniform", "read MB", "read/size", "peak MiB"])
+    head = (f"{src} ({size / 1e6:,.0f} MB of tensors), {args.tokens} tokens, param_ratio "
+            f"{args.param_ratio}, {args.repeats} repeat(s), medians\n{table}")
+    if "all" not in figures or "shortlist" not in figures:
+        return head
     full = figures["all"][0]["rows"]
     winner = next(r for r in full if r["kept"])
     ranked = sorted(full, key=lambda r: r["damage"])
     rank = [key(r) for r in ranked].index(key(winner)) + 1
     short = next(r for r in figures["shortlist"][0]["rows"] if r["kept"])
-    return (f"{src} ({size / 1e6:,.0f} MB of tensors), {args.tokens} tokens, param_ratio "
-            f"{args.param_ratio}, {args.repeats} repeat(s), medians\n{table}\n"
-            f"winner of all: layers {winner['layers']} hidden {winner['hidden']} "
+    return (f"{head}\nwinner of all: layers {winner['layers']} hidden {winner['hidden']} "
             f"{winner['classes']}, damage rank {rank} of {len(full)}; the shortlist kept "
             f"{'the same' if key(short) == key(winner) else 'another: ' + str(key(short))}")
 
