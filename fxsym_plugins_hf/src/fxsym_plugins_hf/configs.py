@@ -7,7 +7,9 @@ hidden size, MLP) is seen the same way:
 
 * every attention module with query/key/value projections (a leaf or traced through): the
   hidden size it reads, its query heads, key/value heads and ``head_dim``
-  (:func:`.attention.current_layout`);
+  (:func:`.attention.current_layout`), the head counts in the units of their fields: as many
+  ``head_dim`` blocks of the projection per unit as the model built from the config before
+  the resize holds (Qwen3-Next's query projection holds a gate beside each query head);
 * the MLP: the parameter dims that follow the intermediate field when the model is built on
   the meta device from the old config and from one with that field changed
   (:class:`_Prober`), never the projections whose length happens to be equal (an LM head
@@ -365,6 +367,8 @@ def _found(model: nn.Module, config: Any, what: str, field: str, sizes: Sizes,
     if what in _ATTENTION:
         found = {q: lay[_ATTENTION[what]] for q, lay in attention.items()
                  if scope is None or scope in q.split(".")}
+        if what in ("num_attention_heads", "num_key_value_heads"):
+            found = _in_field_units(prober, field, found, _ATTENTION[what])
     if not found and what in _ATTRIBUTES:
         found = _attribute_sizes(model, _ATTRIBUTES[what], sizes, scope)
     if not found and what in ("hidden_size", "embedding_size"):
@@ -372,6 +376,29 @@ def _found(model: nn.Module, config: Any, what: str, field: str, sizes: Sizes,
     if not found and what == "num_attention_heads":
         found = prober.follow_units(field, _old_value(config, field)) or {}
     return found
+
+
+def _in_field_units(prober: _Prober, field: str, found: Mapping[str, int], position: int
+                    ) -> dict[str, int]:
+    """Head counts ``found`` (projection rows over ``head_dim``,
+    :func:`.attention.current_layout`) in the units ``field`` counts: the model built from the
+    config before the resize on the meta device (:meth:`_Prober.base_layouts`) shows how many
+    ``head_dim`` blocks of a module's projection one unit of the field gives (Qwen3-Next's
+    query projection holds a gate beside each query head: 2 blocks per head); a count is
+    divided by that where it is a whole number of units, and kept as measured where the build
+    does not say (no build, no such module, blocks not a multiple of the field's old value).
+    :func:`_differences` checks the config written."""
+    old = _old_value(prober.before, field)
+    base = prober.base_layouts() if old else {}
+    if old is None or not base:
+        return dict(found)
+    out: dict[str, int] = {}
+    for name, now in found.items():
+        layout = base.get(name)
+        blocks = layout[position] if layout is not None else old
+        per_unit = blocks // old if blocks % old == 0 and blocks > old else 1
+        out[name] = now // per_unit if now % per_unit == 0 else now
+    return out
 
 
 def _attribute_sizes(model: nn.Module, names: tuple[str, ...], sizes: Sizes,
@@ -573,6 +600,22 @@ class _Prober:
         self._now: dict[str, tuple[int, ...]] = {}
         self._built = False
         self._base_attributes: dict[str, dict[str, int]] | None = None
+        self._base_model: nn.Module | None = None
+        self._base_layouts: dict[str, tuple[int, int, int, int]] | None = None
+
+    def _base_build(self) -> nn.Module | None:
+        """The model built from the config before the resize on the meta device (once)."""
+        if self._base_model is None:
+            self._base_model = meta_build(self.model, self.before)
+        return self._base_model
+
+    def base_layouts(self) -> dict[str, tuple[int, int, int, int]]:
+        """:func:`.attention.current_layout` of every attention module of the model built
+        from the config before the resize; empty if it cannot be built."""
+        if self._base_layouts is None:
+            built = self._base_build()
+            self._base_layouts = {} if built is None else _attention_layouts(built)
+        return self._base_layouts
 
     def _probe_shapes(self, field: str, old: int | None) -> dict[str, tuple[int, ...]] | None:
         """The parameter and buffer shapes of the model built with ``field`` set to three
@@ -580,7 +623,8 @@ class _Prober:
         ``None`` if ``old`` is not a size or the model cannot be built on meta."""
         if not self._built:
             self._built = True
-            self._base = meta_shapes(self.model, self.before)
+            built = self._base_build()
+            self._base = None if built is None else tensor_shapes(built)
             self._now = tensor_shapes(self.model)
         if self._base is None or not old:
             return None
