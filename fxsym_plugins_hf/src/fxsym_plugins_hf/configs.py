@@ -384,19 +384,26 @@ def _in_field_units(prober: _Prober, field: str, found: Mapping[str, int], posit
     :func:`.attention.current_layout`) in the units ``field`` counts: the model built from the
     config before the resize on the meta device (:meth:`_Prober.base_layouts`) shows how many
     ``head_dim`` blocks of a module's projection one unit of the field gives (Qwen3-Next's
-    query projection holds a gate beside each query head: 2 blocks per head); a count is
-    divided by that where it is a whole number of units, and kept as measured where the build
-    does not say (no build, no such module, blocks not a multiple of the field's old value).
+    query projection holds a gate beside each query head: 2 blocks per head), where the blocks
+    follow the field (three times as many when built with the field tripled, :class:`_Prober`;
+    a field the module ignores, as HRM's ``num_key_value_heads``, proves nothing); a count is
+    divided by that where it is a whole number of units, and kept as measured where the builds
+    do not say (no build, no such module, blocks not following or not a multiple of the
+    field's old value).
     :func:`_differences` checks the config written."""
     old = _old_value(prober.before, field)
     base = prober.base_layouts() if old else {}
-    if old is None or not base:
+    if old is None or not base or all(
+            base[n][position] == old for n in found if n in base):  # nothing to convert
         return dict(found)
+    probed = prober.probe_build(field, old)
+    grown = {} if probed is None else _attention_layouts(probed)
     out: dict[str, int] = {}
     for name, now in found.items():
-        layout = base.get(name)
+        layout, other = base.get(name), grown.get(name)
         blocks = layout[position] if layout is not None else old
-        per_unit = blocks // old if blocks % old == 0 and blocks > old else 1
+        follows = other is not None and other[position] == 3 * blocks
+        per_unit = blocks // old if follows and blocks % old == 0 and blocks > old else 1
         out[name] = now // per_unit if now % per_unit == 0 else now
     return out
 
@@ -602,6 +609,7 @@ class _Prober:
         self._base_attributes: dict[str, dict[str, int]] | None = None
         self._base_model: nn.Module | None = None
         self._base_layouts: dict[str, tuple[int, int, int, int]] | None = None
+        self._probes: dict[tuple[str, int], nn.Module | None] = {}
 
     def _base_build(self) -> nn.Module | None:
         """The model built from the config before the resize on the meta device (once)."""
@@ -628,9 +636,17 @@ class _Prober:
             self._now = tensor_shapes(self.model)
         if self._base is None or not old:
             return None
-        probe = copy.deepcopy(self.before)
-        setattr(probe, field, 3 * old)
-        return meta_shapes(self.model, probe)
+        built = self.probe_build(field, old)
+        return None if built is None else tensor_shapes(built)
+
+    def probe_build(self, field: str, old: int) -> nn.Module | None:
+        """The model built on the meta device from the config before the resize with
+        ``field`` set to three times ``old`` (once per field)."""
+        if (field, old) not in self._probes:
+            probe = copy.deepcopy(self.before)
+            setattr(probe, field, 3 * old)
+            self._probes[(field, old)] = meta_build(self.model, probe)
+        return self._probes[(field, old)]
 
     def follow(self, field: str, old: int | None) -> dict[str, int] | None:
         """``{where: length now}`` at each dim ``field`` (of value ``old``) sizes: ``where``
