@@ -65,17 +65,18 @@ if TYPE_CHECKING:
     Layout = ParamLayout  # the deprecated name (see ``__getattr__``), for old annotations
 else:
     def __getattr__(name: str) -> Any:
-        """``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`, with a
-        ``DeprecationWarning``; ``ExpertRecorder`` is the hf plugin's now (the error says
-        where)."""
+        """``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`, and
+        ``ExpertRecorder``, now the hf plugin's, with a ``DeprecationWarning``."""
         if name == "Layout":
             warnings.warn(LAYOUT_RENAMED, DeprecationWarning, stacklevel=2)
             return ParamLayout
-        if name == "ExpertRecorder":  # the core imports no plugin, not even for an alias
-            raise AttributeError(
-                f"module {__name__!r} has no attribute 'ExpertRecorder': it moved into the hf "
-                "plugin, which records expert routing (fxsym_usage_recorder): "
-                "fxsym_plugins_hf.experts.ExpertRecorder")
+        if name == "ExpertRecorder":  # moved into the plugin that records expert routing
+            warnings.warn("fxsym.importance.ExpertRecorder moved to the hf plugin: "
+                          "fxsym_plugins_hf.experts.ExpertRecorder (fxsym_usage_recorder)",
+                          DeprecationWarning, stacklevel=2)
+            from fxsym_plugins_hf.experts import ExpertRecorder
+
+            return ExpertRecorder
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
