@@ -708,12 +708,20 @@ def _counter(model: nn.Module, symmap: SymMap, active: bool, non_embedding: bool
     shares = expert_shares(model, symmap) if active else {}
     sizes_now = {g.name: g.size for g in symmap.groups()}
     groups = symmap.depth_groups()
+    # whether each parameter is left out, for each choice of blocks: a search counts
+    # hundreds of plans of a few depths
+    left_out: dict[tuple[tuple[str, tuple[int, ...]], ...], dict[str, bool]] = {}
 
     def count(sizes: Mapping[str, int], layers: Any) -> int:
         kept = layers or {}
+        out = left_out.setdefault(
+            tuple(sorted((name, tuple(blocks)) for name, blocks in kept.items())), {})
         total = 0.0
         for k, v in shapes_after(sizes).items():
-            if k in skipped or renamed(k, groups, kept) is None:
+            gone = out.get(k)
+            if gone is None:
+                gone = out[k] = k in skipped or renamed(k, groups, kept) is None
+            if gone:
                 continue
             picked, g = shares.get(k, (1, ""))
             total += math.prod(v) * picked / sizes.get(g, sizes_now.get(g, 1))
