@@ -286,6 +286,27 @@ def test_every_module_imports_in_room_order() -> None:
         importlib.import_module(module)
 
 
+#: rooms split into modules of one step each (issue 32 §4), and the order, lowest first, in
+#: which their modules import one another (the ``__init__`` re-exports them all)
+INSIDE: dict[str, list[str]] = {
+    "fxsym.prune.checkpoint": ["reader", "calibration", "memory", "tensors", "cuts",
+                               "streaming", "scores", "losses", "writing", "output", "run"],
+}
+
+
+def test_the_modules_inside_a_split_room_import_downward() -> None:
+    """Inside a room listed in :data:`INSIDE`, every module on disk is listed and imports (when
+    it is imported) only the modules listed before it."""
+    for package, order in INSIDE.items():
+        folder = MODULES[package].parent
+        assert {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"} == set(order)
+        rank = {f"{package}.{m}": i for i, m in enumerate(order)}
+        bad = [f"{m} imports {imported}" for m, i in rank.items()
+               for _, imported in import_time_imports(m)
+               if imported in rank and rank[imported] >= i]
+        assert not bad, f"upward imports inside {package}:\n" + "\n".join(bad)
+
+
 # -- private fields stay in their module ----------------------------------------------------
 # A module reads and writes only its own private fields: ``x._name`` (one leading underscore)
 # where ``x`` is not ``self``/``cls`` must name something the same file defines (an attribute

@@ -85,7 +85,7 @@ def test_classes_are_one_object_by_either_path(fresh: dict[str, Any]) -> None:
     """A class imported by its old path is the class of the new path (isinstance, pickling
     by ``__module__`` agree); the warning points at the importing line."""
     same, module_name, warned = fresh["class"]
-    assert same and module_name == "fxsym.prune.checkpoint"
+    assert same and module_name == "fxsym.prune.checkpoint.reader"
     line = _SCRIPT.splitlines().index("    from fxsym.checkpoint import CheckpointReader") + 1
     assert [(f, n) for f, n, _ in warned] == [("<string>", line)], warned
     assert warned[0][2].startswith("fxsym.checkpoint moved to fxsym.prune.checkpoint")

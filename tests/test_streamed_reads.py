@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from fxsym.errors import CheckpointError
-from fxsym.prune.checkpoint import _Loader, _stream, _Watch
+from fxsym.prune.checkpoint.streaming import Loader, Watch, stream
 
 
 class Source:
@@ -33,7 +33,7 @@ class Source:
         return {n: self.tensors[n].clone() for n in names}
 
 
-class Outputs(_Watch):
+class Outputs(Watch):
     def __init__(self) -> None:
         self.got: list[Any] = []
 
@@ -47,7 +47,7 @@ def streamed(model: nn.Module, batches: list[torch.Tensor]) -> list[Any]:
     source = Source(model)
     meta = copy.deepcopy(model).to("meta")
     watch = Outputs()
-    _stream(meta, _Loader(meta, source), batches, watch)
+    stream(meta, Loader(meta, source), batches, watch)
     assert all(p.is_meta for p in meta.parameters())
     return watch.got
 

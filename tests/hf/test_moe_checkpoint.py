@@ -200,6 +200,7 @@ def test_streamed_calibration_scores_are_the_in_memory_ones(
     """Layer by layer (each layer's experts made from their stored tensors) or the whole
     loaded model at once: the same activation scores for every group, experts included."""
     import fxsym.prune.checkpoint as ckpt
+    import fxsym.prune.checkpoint.run as run
 
     src = tmp_path / "in"
     checkpoint(src, family, num_hidden_layers=2, **MOE[family])
@@ -210,7 +211,7 @@ def test_streamed_calibration_scores_are_the_in_memory_ones(
         return runs[-1]
 
     real = ckpt.stream_activations
-    monkeypatch.setattr(ckpt, "stream_activations", recorded)
+    monkeypatch.setattr(run, "stream_activations", recorded)
     fxsym.prune_checkpoint(src, tmp_path / "out", calibration=[TEXT], calibration_tokens=96,
                            seq_len=32, sizes={"experts": 3})
     (streamed,) = runs
@@ -322,12 +323,13 @@ def test_weight_scores_give_each_parameter_back_before_the_next(
     back to the system before the next is read: without that the C library kept it, and
     the peak of a MoE checkpoint grew with every layer scored (benchmarks/prune_ckpt_scale.py
     --moe --importance l2). Every read of the scoring follows a trim."""
-    import fxsym.prune.checkpoint as ckpt
+    import fxsym.prune.checkpoint.scores as scores
+    from fxsym.prune.checkpoint.tensors import Tensors
 
     src = tmp_path / "in"
     checkpoint(src, "mixtral", **MOE["mixtral"])
     events: list[str] = []
-    trim, one = ckpt._trim, ckpt._Tensors.one
+    trim, one = scores.trim, Tensors.one
 
     def trimmed() -> None:
         events.append("trim")
@@ -337,8 +339,8 @@ def test_weight_scores_give_each_parameter_back_before_the_next(
         events.append(name)
         return one(self, name)
 
-    monkeypatch.setattr(ckpt, "_trim", trimmed)
-    monkeypatch.setattr(ckpt._Tensors, "one", read)
+    monkeypatch.setattr(scores, "trim", trimmed)
+    monkeypatch.setattr(Tensors, "one", read)
     fxsym.prune_checkpoint(src, tmp_path / "out", importance="l2", sizes={"experts": 3})
     reads = [i for i, e in enumerate(events) if e != "trim"]
     assert len(reads) > 10 and any(".experts." in events[i] for i in reads)

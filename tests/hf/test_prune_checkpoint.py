@@ -101,7 +101,7 @@ def test_the_streamed_writer_gives_the_in_memory_weights(
     """The same uniform plan (l2 scores, which both paths compute; the middle layer dropped
     too) applied by fxsym.plan + apply on the loaded model and by streaming the checkpoint:
     equal plans, equal tensors; also when every tensor is read a few rows at a time."""
-    monkeypatch.setattr("fxsym.prune.checkpoint.CHUNK_BYTES", chunk)
+    monkeypatch.setattr("fxsym.prune.checkpoint.tensors.CHUNK_BYTES", chunk)
     src = tmp_path / "in"
     checkpoint(src, "llama", tie_word_embeddings=True)
     out = tmp_path / "out"

@@ -15,6 +15,7 @@ from ckpt_helpers import TEXT, checkpoint, on_reads
 
 import fxsym
 import fxsym.prune.checkpoint as ckpt
+import fxsym.prune.checkpoint.tensors as ckpt_tensors
 
 
 def _setup(src: Path) -> tuple[Any, Any, Any, Any, list[Any], list[fxsym.Plan]]:
@@ -22,8 +23,8 @@ def _setup(src: Path) -> tuple[Any, Any, Any, Any, list[Any], list[fxsym.Plan]]:
     reader = ckpt.open_checkpoint(src)
     batches = reader.calibration([TEXT], tokens=64, seq_len=24)
     meta = reader.build()
-    tensors = ckpt._Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
-    ckpt._load_buffers(meta, tensors)
+    tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
+    ckpt_tensors.load_buffers(meta, tensors)
     sm = fxsym.analyze(meta)
     lay = fxsym.importance.layout(meta, sm)
     scores = ckpt.stream_activations(meta, sm, tensors, batches).scores

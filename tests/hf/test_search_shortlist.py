@@ -20,6 +20,7 @@ from ckpt_helpers import LAYERED, TEXT, tiny_config, tokenizer
 
 import fxsym
 import fxsym.prune.checkpoint as ckpt
+import fxsym.prune.checkpoint.tensors as ckpt_tensors
 from fxsym.prune.persist import MANIFEST
 from fxsym.prune.search import search
 from fxsym.prune.shortlist import damage, shortlist
@@ -64,8 +65,8 @@ def _searched(src: Path, ratio: float) -> dict[str, Any]:
     tensors, layout, batches, scores and block importance."""
     reader = ckpt.open_checkpoint(src)
     meta = reader.build()
-    tensors = ckpt._Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
-    ckpt._load_buffers(meta, tensors)
+    tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
+    ckpt_tensors.load_buffers(meta, tensors)
     batches = reader.calibration([TEXT], tokens=128, seq_len=32)
     sm = fxsym.analyze(meta)
     lay = fxsym.importance.layout(meta, sm)
@@ -205,8 +206,8 @@ def test_the_calibration_pass_reads_each_tensor_once(tmp_path: Path,
     checkpoint(tmp_path / "in", "llama", num_hidden_layers=3)
     reader = ckpt.open_checkpoint(tmp_path / "in")
     meta = reader.build()
-    tensors = ckpt._Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
-    ckpt._load_buffers(meta, tensors)
+    tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
+    ckpt_tensors.load_buffers(meta, tensors)
     batches = reader.calibration([TEXT], tokens=96, seq_len=24)
     assert len(batches) > 1
     sm = fxsym.analyze(meta)

@@ -28,6 +28,7 @@ from test_moe_checkpoint import stored_tensors
 
 import fxsym
 import fxsym.prune.checkpoint as ckpt
+import fxsym.prune.checkpoint.tensors as ckpt_tensors
 from fxsym.errors import CheckpointError
 from fxsym.prune.search import sizes_for
 
@@ -143,7 +144,7 @@ def test_every_parameter_a_fused_tensor_becomes_is_found(tmp_path: Path) -> None
     checkpoint(src, "sarvam_moe", num_hidden_layers=4, **LAYERED["sarvam_moe"])
     reader = ckpt.open_checkpoint(src)
     meta = reader.build()
-    tensors = ckpt._Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
+    tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
     tensors.check(meta)
     layer = "model.layers.1.self_attn."
     names = [layer + p for p in ("q_proj.weight", "k_proj.weight", "v_proj.weight")]

@@ -33,6 +33,7 @@ from ckpt_helpers import LAYERED, TEXT, block_importance, checkpoint
 
 import fxsym
 import fxsym.prune.checkpoint as ckpt
+import fxsym.prune.checkpoint.tensors as ckpt_tensors
 from fxsym.prune.importance import run_batch
 from fxsym_plugins_hf.loss import next_token_loss
 
@@ -62,8 +63,8 @@ def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> No
     batches = reader.calibration([TEXT], tokens=64, seq_len=24)
     assert len(batches) == 3
     meta = reader.build()
-    tensors = ckpt._Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
-    ckpt._load_buffers(meta, tensors)
+    tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
+    ckpt_tensors.load_buffers(meta, tensors)
     sm = fxsym.analyze(meta)
     streamed = ckpt.stream_activations(meta, sm, tensors, batches)
 
