@@ -83,6 +83,7 @@ from .attention import (
     current_layout,
     projection_features,
 )
+from .metainit import no_meta_init
 
 #: the config attribute that records sizes the config cannot hold as one value
 NONUNIFORM = "fxsym_nonuniform"
@@ -775,7 +776,7 @@ def _build_key(model: nn.Module, config: Any) -> Hashable | None:
 
 def _meta_build(model: nn.Module, config: Any) -> nn.Module | None:
     try:
-        with torch.device("meta"), warnings.catch_warnings():
+        with torch.device("meta"), no_meta_init(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             built = (type(model).from_config(dict(config))  # type: ignore[attr-defined]
                      if isinstance(config, Mapping) else type(model)(config))
