@@ -84,7 +84,7 @@ def busy_one_and_three(weigh_inputs: bool = False) -> tuple[MoE, list[torch.Tens
 def _kept(model: MoE, sm: fxsym.SymMap, importance: object) -> list[int]:
     experts = group_with(sm, "router", "out_features")
     plan = fxsym.plan(model, sm, importance=importance,  # type: ignore[arg-type]
-                      sizes=sizes_for(sm, experts=2), scope="uniform")
+                      sizes=sizes_for(sm, experts=2))
     keep = {c.name: c.keep for c in plan.groups}[experts.name]
     assert keep is not None
     return sorted(keep)

@@ -110,7 +110,7 @@ ALLOWED: dict[str, set[str]] = {
     "importance": {"errors", "paramlayout", "plugins", "symbols"},
     "depth": {"errors", "importance", "plugins", "symbols"},  # console inside a function
     "embeddings": {"symbols"},
-    "planning": {"console", "depth", "embeddings", "errors", "importance", "options",
+    "planning": {"console", "depth", "embeddings", "errors", "importance", "options", "request",
                  "paramlayout", "plugins", "resizing", "symbols"},
     "shortlist": {"errors", "importance", "planning", "request", "symbols"},
     "roles": {"plugins", "symbols"},

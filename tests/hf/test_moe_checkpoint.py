@@ -56,7 +56,7 @@ def assert_streamed_is_in_memory(src: Path, out: Path, streamed: fxsym.Plan, wor
     model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     sm = fxsym.analyze(model)
     in_memory = fxsym.plan(model, sm, importance="l2", sizes=sizes_for(sm, **sizes),
-                           scope="uniform", layers=layers)
+                           layers=layers)
     assert in_memory.choices() == streamed.choices()
     in_memory.apply(model, sm)
     model.save_pretrained(work / "reference")

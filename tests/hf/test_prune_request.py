@@ -8,8 +8,11 @@ error (same type; the message the request's check gives, in the flags' words on 
 line and the keyword arguments' in Python), before anything is written (two that
 ``prune_checkpoint``'s keyword arguments used to accept, an unused scope or calibration size,
 are left out there with a DeprecationWarning giving that message). Good combinations
-make the same plan by the flags, the keyword arguments and a request. Tiny llama models from
-``AutoConfig.for_model`` with random weights."""
+make the same plan by the flags, the keyword arguments and a request. :func:`fxsym.plan` builds
+the request of ``fxsym prune MODEL --no-search`` (a plan of widths, not searched) and refuses
+alike, in the keyword arguments' words (a scope given where it changes nothing, which it
+accepted before, is left out with a DeprecationWarning giving the refusal). Tiny llama models
+from ``AutoConfig.for_model`` with random weights."""
 
 from __future__ import annotations
 
@@ -66,15 +69,17 @@ def _cli_line(capsys: pytest.CaptureFixture[str], argv: list[str], out: Path) ->
     return capsys.readouterr().err.strip().splitlines()[-1]
 
 
-#: (keyword arguments, where: "checkpoint", "model" or both; "deprecated": what
-#: ``prune_checkpoint``'s keyword arguments accepted before, now left out with a
-#: DeprecationWarning saying the refusal)
+#: (keyword arguments, where: "checkpoint" (fxsym prune CKPT_DIR and prune_checkpoint),
+#: "model" (fxsym prune MODEL), "plan" (fxsym.plan and fxsym prune MODEL --no-search);
+#: "deprecated": what ``prune_checkpoint``'s keyword arguments accepted before, now left out
+#: with a DeprecationWarning saying the refusal; "plan-deprecated": the same for fxsym.plan)
 BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
-    ({}, ("checkpoint", "model")),
-    (dict(ratio=0.3, param_ratio=0.3), ("checkpoint", "model")),
-    (dict(target_params=9000, target_non_embedding_params=9000), ("checkpoint", "model")),
-    (dict(param_ratio=1.5), ("checkpoint", "model")),
-    (dict(ratio=0.3, sizes={"hidden": 32}), ("checkpoint", "model")),
+    ({}, ("checkpoint", "model", "plan")),
+    (dict(ratio=0.3, param_ratio=0.3), ("checkpoint", "model", "plan")),
+    (dict(target_params=9000, target_non_embedding_params=9000),
+     ("checkpoint", "model", "plan")),
+    (dict(param_ratio=1.5), ("checkpoint", "model", "plan")),
+    (dict(ratio=0.3, sizes={"hidden": 32}), ("checkpoint", "model", "plan")),
     (dict(search=True, ratio=0.3, calibration=CALIB), ("checkpoint",)),
     (dict(search=True, ratio=0.3), ("model",)),
     (dict(search=False, target_active_params=9000, calibration=CALIB), ("checkpoint",)),
@@ -87,7 +92,7 @@ BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     (dict(target_params=90000, calibration=CALIB, scope="global"), ("checkpoint",)),
     (dict(target_params=90000, scope="global"), ("model",)),
     (dict(sizes={"hidden": 32}, importance="l2", scope="uniform"),
-     ("checkpoint", "model", "deprecated")),
+     ("checkpoint", "model", "deprecated", "plan", "plan-deprecated")),
     (dict(layers=2), ("checkpoint",)),
     (dict(importance="taylor", ratio=0.3), ("checkpoint",)),
     (dict(ratio=0.3, batches=2), ("model",)),
@@ -95,6 +100,11 @@ BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     (dict(ratio=0.3, importance="l2", shortlist=2), ("checkpoint", "model")),
     (dict(target_params=90000, calibration=CALIB, shortlist=0), ("checkpoint",)),
     (dict(target_params=90000, shortlist=0), ("model",)),
+    (dict(ratio=1.0), ("checkpoint", "model", "plan")),
+    (dict(ratio=0.3, round_to=0), ("checkpoint", "model", "plan")),
+    (dict(layers=(0, 2), importance="l2", scope="uniform"),
+     ("checkpoint", "deprecated", "model", "plan", "plan-deprecated")),
+    (dict(ratio=0.3, scope="local"), ("plan",)),  # the command line's --scope: its choices
 ]
 
 
@@ -105,7 +115,8 @@ BAD: list[tuple[dict[str, Any], tuple[str, ...]]] = [
     "calib-tokens-without-text", "calibration-unused", "search-scope",
     "search-scope-in-memory", "sizes-scope", "layer-count-without-text",
     "taylor-on-a-checkpoint", "batches", "seq-len-in-memory", "shortlist-without-search",
-    "shortlist-zero", "shortlist-zero-in-memory"])
+    "shortlist-zero", "shortlist-zero-in-memory", "ratio-range", "round-to",
+    "layers-scope", "scope-value"])
 def test_every_path_refuses_a_bad_combination_alike(
         tmp_path: Path, calib: Path, capsys: pytest.CaptureFixture[str],
         options: dict[str, Any], where: tuple[str, ...]) -> None:
@@ -137,6 +148,42 @@ def test_every_path_refuses_a_bad_combination_alike(
         line = _cli_line(capsys, [MODEL, *_argv(options)], tmp_path / "cli")
         assert line == f"fxsym: {type(asked).__name__}: {in_flags}"
         assert not (tmp_path / "cli").exists()
+    if "plan" in where:
+        _plan_refuses_alike(tmp_path, capsys, options, "plan-deprecated" in where)
+
+
+_ANALYZED: list[tuple[Any, Any]] = []
+
+
+def _plan_refuses_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                        options: dict[str, Any], deprecated: bool) -> None:
+    """``fxsym.plan`` (the tiny llama analyzed once, sizes by role made sizes by group) and
+    ``fxsym prune MODEL --no-search`` give the refusal of the request not searched."""
+    from fxsym.prune.search import sizes_for
+
+    if not _ANALYZED:
+        model = tiny_llama()
+        _ANALYZED.append((model, fxsym.analyze(model)))
+    model, sm = _ANALYZED[0]
+    request = fxsym.PruneRequest(search=False, **options)
+    asked = _refusal(request)
+    given = dict(options)
+    if "sizes" in given:
+        given["sizes"] = sizes_for(sm, **given["sizes"])
+    if deprecated:  # left out, the plan made as without it
+        with pytest.warns(DeprecationWarning, match=re.escape(str(asked))):
+            made = fxsym.plan(model, sm, **given)
+        without = fxsym.plan(model, sm, **{k: v for k, v in given.items() if k != "scope"})
+        assert made.choices() == without.choices()
+    else:
+        with pytest.raises(FxsymError) as by_plan:
+            fxsym.plan(model, sm, **given)
+        assert type(by_plan.value) is type(asked) and str(by_plan.value) == str(asked)
+    if "scope" in options and options["scope"] not in ("global", "uniform"):
+        return  # the command line's --scope takes its choices only
+    in_flags = _refusal(request, FLAGS)
+    line = _cli_line(capsys, [MODEL, "--no-search", *_argv(options)], tmp_path / "cli")
+    assert line == f"fxsym: {type(asked).__name__}: {in_flags}"
 
 
 def test_a_request_and_keyword_arguments_are_not_mixed(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +62,8 @@ API = Spelling(calibration="calibration text", importance="importance", layers="
 
 
 def searches(*, search: bool | None, target: bool, active: bool, sizes: bool,
-             layers: int | Sequence[int] | None, names: Spelling = API) -> bool:
+             layers: int | Sequence[int] | Mapping[str, Any] | None,
+             names: Spelling = API) -> bool:
     """Whether the plan is the architecture search: the one meaning of each combination of
     options, the command line's and the API's alike. A parameter target (``target``: a count
     or fraction of parameters; ``active``: of the parameters a token uses) without sizes is
@@ -85,7 +86,7 @@ def searches(*, search: bool | None, target: bool, active: bool, sizes: bool,
         check_search_layers(layers, names.target_active_params if active else names.search,
                             names)
         return True
-    return not sizes and not isinstance(layers, Sequence)
+    return not sizes and isinstance(layers, (int, type(None)))
 
 
 def check_param_ratio(param_ratio: float | None, names: Spelling = API) -> None:
@@ -95,7 +96,7 @@ def check_param_ratio(param_ratio: float | None, names: Spelling = API) -> None:
                         f"[0, 1); got {param_ratio}")
 
 
-def check_search_layers(layers: int | Sequence[int] | None, by: str,
+def check_search_layers(layers: int | Sequence[int] | Mapping[str, Any] | None, by: str,
                         names: Spelling = API) -> None:
     """The architecture search (asked by ``by``) takes a number of layers, not positions."""
     if not isinstance(layers, (int, type(None))):

@@ -69,8 +69,9 @@ class PruneRequest:
     target_macs: int | None = None
     #: sizes by role (``{"hidden": 48, "ffn": 96}``: :func:`fxsym.search.sizes_for`)
     sizes: Mapping[str, int] | None = None
-    #: blocks to keep: a count (ranked) or positions
-    layers: int | tuple[int, ...] | None = None
+    #: blocks to keep: a count (ranked) or positions (or, :func:`fxsym.plan`'s, either by
+    #: depth group)
+    layers: int | tuple[int, ...] | Mapping[str, int | Sequence[int]] | None = None
     #: the architecture search on (``True``), off (``False``) or as the target decides
     search: bool | None = None
     scope: str | None = None
@@ -102,6 +103,13 @@ class PruneRequest:
             ("target_active_params", self.target_active_params),
             ("target_macs", self.target_macs)) if v is not None}
 
+    def layer_list(self) -> int | list[int] | None:
+        """``layers`` as a count or a list of positions (a mapping by depth group, which only
+        :func:`fxsym.plan` takes, is refused by :meth:`check` elsewhere)."""
+        layers = self.layers
+        assert not isinstance(layers, Mapping), "checked: layers by depth group is fxsym.plan's"
+        return list(layers) if isinstance(layers, tuple) else layers
+
     def parameter_target(self) -> bool:
         """Whether a count of parameters is asked (total, non-embedding, active or a
         fraction): what the architecture search meets."""
@@ -120,7 +128,8 @@ class PruneRequest:
         allowed = [getattr(names, k) for k in ("ratio", "param_ratio", "target_params",
                                                "target_non_embedding_params",
                                                "target_active_params", "target_macs")
-                   if k != "target_macs" or not self.checkpoint]
+                   if not (k == "target_macs" and self.checkpoint)
+                   and not (k == "target_active_params" and self.search is False)]
         if len(amounts) > 1 or not (amounts or self.sizes or self.layers is not None):
             raise PlanError(f"give exactly one of {', '.join(allowed[:-1])} and {allowed[-1]}, "
                             f"or sizes ({names.sizes}, {names.layers})")
@@ -140,7 +149,7 @@ class PruneRequest:
             raise PlanError(f"{names.shortlist} is how many of the search's candidates are "
                             f"scored by their loss (1 or more) or 'all', got {self.shortlist!r}")
         return (self._checkpoint(names, lenient) if self.checkpoint
-                else self._in_memory(names))
+                else self._in_memory(names, lenient))
 
     # -- a checkpoint directory ------------------------------------------------------------
     def _checkpoint(self, names: Spelling, lenient: Collection[str]) -> Checked:
@@ -148,6 +157,9 @@ class PruneRequest:
         if self.target_macs is not None:
             raise PlanError(f"{names.target_macs} is not available for a checkpoint directory; "
                             f"give {names.ratio}, {names.param_ratio} or {names.target_params}")
+        if isinstance(self.layers, Mapping):
+            raise PlanError(f"{names.layers} of a checkpoint directory is a number of its "
+                            "decoder layers or their positions, not a mapping by depth group")
         if self.norm_groups == "keep":
             raise PlanError(f"{names.norm_groups} keep is not available for a checkpoint "
                             "directory: it is analyzed in the default mode (a causal language "
@@ -228,7 +240,7 @@ class PruneRequest:
                        seq_len, 0, warning, deprecated=tuple(deprecated))
 
     # -- a model in memory -----------------------------------------------------------------
-    def _in_memory(self, names: Spelling) -> Checked:
+    def _in_memory(self, names: Spelling, lenient: Collection[str]) -> Checked:
         for option, value in ((names.calibration, self.calibration),
                               (names.calibration_tokens, self.calibration_tokens),
                               (names.seq_len, self.seq_len),
@@ -244,7 +256,8 @@ class PruneRequest:
             raise PlanError(f"{names.batches} must be at least 1, got {self.batches}")
         self._searches(names)
         checked = Checked(self, names, self.importance or "l2", None, self.scope, 0, 0,
-                          RANDOM_BATCHES if self.batches is None else self.batches, None)
+                          RANDOM_BATCHES if self.batches is None else self.batches, None,
+                          lenient=frozenset(lenient))
         if not self.parameter_target():  # the way of pruning is known without the model
             return checked.on_model(stack=False)
         return checked
@@ -305,6 +318,9 @@ class Checked:
     architecture: bool = False
     #: the refusals of the ``lenient`` options given where they are not used (left out)
     deprecated: tuple[str, ...] = ()
+    #: the options :meth:`PruneRequest.check` was told to leave out where they are not used
+    #: (a model in memory's scope is known unused by :meth:`on_model`)
+    lenient: frozenset[str] = frozenset()
 
     @property
     def shortlist(self) -> int | None:
@@ -346,10 +362,13 @@ class Checked:
                             f"{names.target_macs} for a global plan of widths")
         if not searching:
             r._unused_shortlist(names)
+        deprecated = self.deprecated
         if architecture and not searching:
             unused = r._unused_scope(names, "blocks")
-            if unused is not None:
+            if unused is not None and "scope" not in self.lenient:
                 raise unused
+            if unused is not None and str(unused) not in deprecated:
+                deprecated += (str(unused),)
         if r.batches is not None and not (searching or isinstance(r.layers, int)
                                            or self.importance in ("taylor", "activation")):
             raise PlanError(f"{names.batches}: random batches are used by {names.importance} "
@@ -357,5 +376,6 @@ class Checked:
                             f"architecture search; this prune uses none (leave "
                             f"{names.batches} out)")
         return replace(self, searching=searching, architecture=architecture,
-                       scope=r.scope or ("uniform" if architecture else "global"))
+                       scope=r.scope or ("uniform" if architecture else "global"),
+                       deprecated=deprecated)
 

@@ -75,7 +75,7 @@ from .console import format_table
 from .depth import block_importance, renamed, usable_blocks
 from .embeddings import embedding_tables
 from .importance import criterion_by_name, run_batch
-from .planning import Plan, described, excluded_groups, param_shapes, plan, with_extra
+from .planning import Plan, described, excluded_groups, param_shapes, solve, with_extra
 from .roles import Role, RoleKind, Roles, group_sources, roles
 from .shortlist import SHORTLIST, check_shortlist, damage
 from .shortlist import shortlist as shortlist_of
@@ -590,11 +590,11 @@ def search(model: nn.Module, symmap: SymMap, *, target_params: int,
     planned = []
     for c in found:
         blocks, _ = _blocks(model, symmap, depth, block_scores.get(r.layers or ""), c.layers)
-        p = plan(model, symmap, importance=given, scope="uniform",
-                 sizes=_sizes(symmap, r, kept, c.stream if c.stream != hidden_now else None,
-                              {k: w for k, w in c.classes if w != now.get(k)}),
-                 layers=_layers_arg(r.layers, blocks), describable=describable,
-                 exclude=exclude, min_keep=min_keep)
+        p = solve(model, symmap, importance=given, scope="uniform",
+                  sizes=_sizes(symmap, r, kept, c.stream if c.stream != hidden_now else None,
+                               {k: w for k, w in c.classes if w != now.get(k)}),
+                  layers=_layers_arg(r.layers, blocks), describable=describable,
+                  exclude=exclude, min_keep=min_keep)
         planned.append(replace(c, plan=p, damage=damage(symmap, p, given(model, symmap),
                                                         block_scores)))
     picked = set(shortlist_of([c.damage for c in planned], shortlist))

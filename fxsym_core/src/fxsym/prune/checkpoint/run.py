@@ -32,7 +32,7 @@ from ..depth import choose_blocks, renamed
 from ..importance import layout
 from ..persist import FORMAT, MANIFEST, plugin_files, replace_directory
 from ..phases import phase
-from ..planning import Plan, plan
+from ..planning import Plan, solve
 from ..request import LENIENT, SHORTLIST, PruneRequest
 from ..search import candidates, sizes_for, target_record
 from ..search import search as architecture_search
@@ -185,7 +185,7 @@ def prune_checkpoint(
         request.param_ratio
     target_active_params, sizes = request.target_active_params, request.sizes
     target_non_embedding_params = request.target_non_embedding_params
-    layers = list(request.layers) if isinstance(request.layers, tuple) else request.layers
+    layers = request.layer_list()
     round_to, min_keep, exclude = request.round_to, request.min_keep, request.exclude
     describable, routing_groups = request.describable, request.routing_groups or "follow"
     max_shard_size = request.max_shard_size or DEFAULT_SHARD_BYTES
@@ -336,16 +336,17 @@ def prune_checkpoint(
 
 def _describable_plan(describable: bool, model: nn.Module, symmap: Any, **kwargs: Any
                       ) -> tuple[Plan, str | None]:
-    """:func:`fxsym.plan` keeping the sizes the model's config describes if ``describable``;
+    """:func:`fxsym.plan` of the checked request (:func:`~fxsym.prune.planning.solve`)
+    keeping the sizes the model's config describes if ``describable``;
     where that plan cannot be made (no such sizes reach the target), the plan without, and a
     note saying so."""
     if not describable:
-        return plan(model, symmap, **kwargs), None
+        return solve(model, symmap, **kwargs), None
     try:
-        return plan(model, symmap, describable=True, **kwargs), None
+        return solve(model, symmap, describable=True, **kwargs), None
     except PlanError as refused:
         why = str(refused)
-    return plan(model, symmap, **kwargs), _UNDESCRIBED.format(why)
+    return solve(model, symmap, **kwargs), _UNDESCRIBED.format(why)
 
 
 def apply_with_notes(chosen: Plan, model: nn.Module, symmap: Any) -> Plan:

@@ -36,10 +36,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if checked.request.checkpoint:
         return _prune_checkpoint(args, checked)
     from ... import analyze, load_plugins
-    from ... import plan as make_plan
     from ..checkpoint import apply_with_notes
     from ..console import status
     from ..persist import save
+    from ..planning import solve as make_plan
 
     load_plugins()
     model, inputs, manifest = _load(args.model)

@@ -82,14 +82,14 @@ def _plan_architecture(checked: Checked, req: PruneRequest, model: nn.Module, sm
     depth): its plan and the table of candidates (``None`` without a search). Calibrated on
     random batches shaped like the example inputs. ``req`` is the request with a
     ``--param-ratio`` made a count of the model's."""
-    from ... import plan as make_plan
     from ..console import status
     from ..depth import block_importance
+    from ..planning import solve as make_plan
     from ..search import search, sizes_for
 
     batches = _random_batches(inputs, checked.batches)
     count, kind = checked.target
-    layers = list(req.layers) if isinstance(req.layers, tuple) else req.layers
+    layers = req.layer_list()
     if checked.searching:
         target = req.target_params if count is None else count  # a --param-ratio's count
         assert target is not None

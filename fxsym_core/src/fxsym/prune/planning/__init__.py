@@ -15,12 +15,13 @@ One idea per module:
 * :mod:`.exclude` — :func:`excluded_groups`, the groups ``exclude`` keeps whole;
 * :mod:`.describable` — :func:`described`, what the model's own description can follow;
 * :mod:`.blocks` — the blocks ``layers`` keeps, and a plan dropping the others;
-* :mod:`.solve` — :func:`plan`: the units each group keeps, solved for the amount.
+* :mod:`.solve` — :func:`plan`: the options checked as a request, then the units each group
+  keeps, solved for the amount (:func:`solve`, for options a request already checked).
 
 Every public name is re-exported here: ``from fxsym.prune.planning import Plan, plan``.
 
 Imports from fxsym: console, depth, embeddings, errors, importance, options, paramlayout,
-plugins, resizing, symbols.
+plugins, request, resizing, symbols.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from .data import FORMAT, DepthChoice, GroupChoice, Plan, analysis_options, with
 from .describable import described
 from .exclude import excluded_groups
 from .inputs import MAX_INPUT_ELEMENTS, input_spec, inputs_from_spec
-from .solve import plan
+from .solve import plan, solve
 from .strict import MAX_JSON_DEPTH, strict_loads
 
 __all__ = ["FORMAT", "MATMULS", "MAX_INPUT_ELEMENTS", "MAX_JSON_DEPTH", "DepthChoice",
            "GroupChoice", "Plan", "analysis_options", "count_macs", "described",
            "excluded_groups", "input_spec", "inputs_from_spec", "param_shapes", "plan",
-           "strict_loads", "with_extra"]
+           "solve", "strict_loads", "with_extra"]

@@ -1,6 +1,7 @@
-"""How much a plan removes, checked: exactly one amount, each a finite number in its range
-(:func:`_check_amounts`), sizes given group by group within each group (:func:`_given_sizes`),
-and the error of a target no allowed plan reaches (:func:`_unreachable`).
+"""How much a plan removes, checked against the model: sizes given group by group within each
+group (:func:`_given_sizes`), and the error of a target no allowed plan reaches
+(:func:`_unreachable`). Which amounts go together, and their ranges, are the request's rules
+(:meth:`fxsym.prune.request.PruneRequest.check`).
 """
 
 from __future__ import annotations
@@ -11,25 +12,11 @@ from typing import Any
 
 from ...errors import PlanError
 from ...symbols import SymGroup
-from ..options import check_amount_values
 from .units import _Candidate
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _check_amounts(ratio: Any, target_params: Any, target_macs: Any,
-                   target_non_embedding_params: Any) -> None:
-    """Exactly one amount, each a finite number in its range (a NaN compares false with
-    everything: unchecked, a bisection on it ends at the smallest model)."""
-    given = [x for x in (ratio, target_params, target_macs, target_non_embedding_params)
-             if x is not None]
-    if len(given) != 1:
-        raise PlanError("give exactly one of ratio, target_params, target_non_embedding_params "
-                        "and target_macs")
-    check_amount_values(ratio=ratio, target_params=target_params, target_macs=target_macs,
-                        target_non_embedding_params=target_non_embedding_params)
 
 
 def _unreachable(what: str, target: int, least: int) -> str:

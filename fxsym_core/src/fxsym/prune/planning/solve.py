@@ -20,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import glob
 import math
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,7 +34,8 @@ from ..depth import renamed
 from ..embeddings import embedding_tables
 from ..importance import Criterion, unit_scores
 from ..options import check_amount_values
-from .amounts import _check_amounts, _given_sizes, _unreachable
+from ..request import PruneRequest
+from .amounts import _given_sizes, _unreachable
 from .blocks import _blocks_kept, _with_depth, _without
 from .counts import _mac_model, _MacModel
 from .data import GroupChoice, Plan, _class_path, with_extra
@@ -51,7 +53,7 @@ def plan(
     target_params: int | None = None,
     target_macs: int | None = None,
     importance: str | Criterion | Mapping[str, torch.Tensor] = "l2",
-    scope: str = "global",
+    scope: str | None = None,
     round_to: int = 1,
     min_keep: int = 1,
     exclude: str | Iterable[str] = (),
@@ -60,10 +62,12 @@ def plan(
     sizes: Mapping[str, int] | None = None,
     describable: bool = False,
     target_non_embedding_params: int | None = None,
+    param_ratio: float | None = None,
 ) -> Plan:
     """Choose the units to keep in each group of ``model`` (analyzed in ``symmap``).
 
     Exactly one of ``ratio`` (the fraction of units to remove, in ``[0, 1)``),
+    ``param_ratio`` (the fraction of parameters to remove: a ``target_params`` of the rest),
     ``target_params``, ``target_non_embedding_params`` (every parameter but the embedding
     tables, tied or not: :mod:`fxsym.prune.embeddings`) or ``target_macs`` (counts to reach or go
     under) says how much.
@@ -93,22 +97,61 @@ def plan(
     instead (the groups not named stay whole; :mod:`fxsym.search` derives it from a hidden
     size, an FFN width, head counts); it is rounded like the other amounts.
 
-    Every argument is checked: a NaN, an infinity or a value of another type is a
-    :class:`~fxsym.errors.PlanError` naming it, and so is a NaN or infinite score (it would
-    rank its unit arbitrarily; the error names the group, the unit and the parameters holding
-    non-finite weights there).
+    The options are checked together first, as the
+    :class:`~fxsym.prune.request.PruneRequest` of a model in memory that is not searched
+    (``fxsym prune MODEL --no-search``: the rules and messages ``fxsym prune`` and
+    :func:`fxsym.prune_checkpoint` use; ``importance``, a criterion here, is checked by
+    :mod:`fxsym.importance`); ``scope`` (default ``"global"``) given with
+    ``sizes`` or with ``layers`` alone, where it changes nothing, is left out with a
+    :class:`DeprecationWarning` giving the request's refusal. Every argument is checked: a
+    NaN, an infinity or a value of another type is a :class:`~fxsym.errors.PlanError` naming
+    it, and so is a NaN or infinite score (it would rank its unit arbitrarily; the error names
+    the group, the unit and the parameters holding non-finite weights there).
     """
+    request = PruneRequest(
+        ratio=ratio, param_ratio=param_ratio, target_params=target_params,
+        target_non_embedding_params=target_non_embedding_params, target_macs=target_macs,
+        sizes=sizes, layers=tuple(layers) if isinstance(layers, (list, tuple)) else layers,
+        search=False, scope=scope, round_to=round_to, min_keep=min_keep)
+    checked = request.check(lenient=("scope",)).on_model(stack=bool(symmap.depth_groups()))
+    for unused in checked.deprecated:
+        warnings.warn(f"{unused} (left out for now; refused in a later version, as fxsym "
+                      "prune and a PruneRequest refuse it)", DeprecationWarning, stacklevel=2)
+    if param_ratio is not None:
+        target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
+    return solve(model, symmap, ratio=ratio, target_params=target_params,
+                 target_macs=target_macs, importance=importance, scope=scope or "global",
+                 round_to=round_to, min_keep=min_keep, exclude=exclude, layers=layers,
+                 depth_importance=depth_importance, sizes=sizes, describable=describable,
+                 target_non_embedding_params=target_non_embedding_params)
+
+
+def solve(
+    model: nn.Module,
+    symmap: SymMap,
+    *,
+    ratio: float | None = None,
+    target_params: int | None = None,
+    target_macs: int | None = None,
+    importance: str | Criterion | Mapping[str, torch.Tensor] = "l2",
+    scope: str = "global",
+    round_to: int = 1,
+    min_keep: int = 1,
+    exclude: str | Iterable[str] = (),
+    layers: Any = None,
+    depth_importance: Any = None,
+    sizes: Mapping[str, int] | None = None,
+    describable: bool = False,
+    target_non_embedding_params: int | None = None,
+) -> Plan:
+    """:func:`plan` of options already checked together (a request's: the search's
+    candidates, :func:`fxsym.prune_checkpoint`, ``fxsym prune``); only what depends on the
+    model is checked here (the targets, the sizes, ``exclude``, the scores)."""
     if (layers is not None or sizes is not None) and (
             ratio is None and target_params is None and target_macs is None
             and target_non_embedding_params is None):
         ratio = 0.0
-    elif sizes is not None:
-        raise PlanError("give sizes or one of ratio, target_params, "
-                        "target_non_embedding_params and target_macs, not both")
-    _check_amounts(ratio, target_params, target_macs, target_non_embedding_params)
-    if not isinstance(scope, str) or scope not in ("global", "uniform"):
-        raise PlanError(f"scope must be 'global' or 'uniform', got {scope!r}")
-    check_amount_values(round_to=round_to, min_keep=min_keep)
+    check_amount_values(round_to=round_to, min_keep=min_keep)  # the search's own options
     lay = layout(model, symmap)
     macs = _mac_model(model, symmap)
     tables = embedding_tables(model, symmap)
