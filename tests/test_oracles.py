@@ -26,6 +26,7 @@ from fxsym.oracles import (
     perturbed,
     run_model,
 )
+from fxsym.oracles.perturb import NOISE, NOISE_FLOOR
 from fxsym.resizing import keep_entries
 
 
@@ -389,6 +390,36 @@ def test_a_copy_is_built_in_the_oracles_dtype_with_the_same_noise(native: torch.
                                  [*cast.named_parameters(), *cast.named_buffers()]):
         assert a.dtype == b.dtype and torch.equal(a, b), name
     assert isinstance(direct[0].weight, nn.Parameter) and direct[0].weight.requires_grad
+
+
+@pytest.mark.parametrize("values", [
+    [0.5, -1.0, 2.0, 3.5], [2.0, 2.0, 2.0, 2.0], [0.0, 0.0, 0.0, 0.0], [1.5],
+    [0.5, float("inf"), 2.0, -1.0], [float("nan"), 1.0, 3.0, 4.0]])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_noise_is_scaled_to_each_tensor_and_spares_non_finite_entries(
+        values: list[float], dtype: torch.dtype) -> None:
+    # the documented noise, computed here: NOISE times the finite entries' standard deviation
+    # (else their mean absolute value, else NOISE_FLOOR), drawn in float32 from the seed's
+    # generator; infinities and NaNs left as they are (the fast path for all-finite tensors
+    # and the masked one must both give it)
+    class One(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.p = nn.Parameter(torch.tensor(values, dtype=dtype))
+
+    model = One()
+    got = perturbed(model, 5).p.detach()
+    source = model.p.detach().float()
+    finite = torch.isfinite(source)
+    kept = source[finite]
+    scale = float(kept.std()) if kept.numel() > 1 else 0.0
+    if not scale > 0:
+        scale = float(kept.abs().mean()) or NOISE_FLOOR / NOISE
+    noise = torch.randn(source.shape, generator=torch.Generator().manual_seed(5))
+    want = torch.where(finite, source + NOISE * scale * noise, source).to(dtype)
+    assert torch.equal(got.nan_to_num(), want.nan_to_num()), (got, want)
+    assert torch.equal(got.isnan(), want.isnan())
+    assert not torch.equal(got[finite].float(), source[finite])
 
 
 def test_oracles_fall_back_to_float32_when_float64_copies_do_not_fit() -> None:

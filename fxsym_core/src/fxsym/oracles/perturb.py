@@ -11,6 +11,7 @@ collector happens to run, so one copy is alive at a time.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -118,19 +119,32 @@ def _perturbable(model: nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
 
 def _add_noise(tensor: torch.Tensor, gen: torch.Generator, *, multiplicative: bool,
                rounded: torch.dtype) -> None:
-    finite = torch.isfinite(tensor)
     noise = torch.randn(tensor.shape, generator=gen, dtype=torch.float32)
+    source = tensor.detach().float()
+    if not multiplicative and source.numel() > 1:
+        spread = float(source.std())
+        if math.isfinite(spread):  # every entry finite: no mask to build, read or apply
+            scale = spread if spread > 0 else _scale_of_constant(source)
+            noise.mul_(NOISE * scale).add_(source)
+            tensor.copy_(noise.to(rounded))
+            return
+    finite = torch.isfinite(tensor)
     if multiplicative:
-        new = tensor.float() * torch.exp(NOISE * noise)
+        new = source * torch.exp(NOISE * noise)
     else:
-        values = tensor.detach().float()[finite]
+        values = source[finite]
         scale = float(values.std()) if values.numel() > 1 else 0.0
         if not scale > 0:
-            scale = float(values.abs().mean()) if values.numel() else 0.0
-        if not scale > 0:
-            scale = NOISE_FLOOR / NOISE
-        new = tensor.float() + NOISE * scale * noise
+            scale = _scale_of_constant(values)
+        new = source + NOISE * scale * noise
     tensor.copy_(torch.where(finite, new.to(rounded).to(tensor.dtype), tensor))
+
+
+def _scale_of_constant(values: torch.Tensor) -> float:
+    """The noise scale of finite ``values`` with no spread: their mean absolute value, else
+    the one :data:`NOISE_FLOOR` gives."""
+    scale = float(values.abs().mean()) if values.numel() else 0.0
+    return scale if scale > 0 else NOISE_FLOOR / NOISE
 
 
 class PerturbedCopy:
