@@ -308,6 +308,9 @@ class ActivationRecorder:
                 self.watch.setdefault(qualname, []).append((outgoing, sym.elastic_dims, targets))
         self.sums: dict[tuple[str, int], torch.Tensor] = {}
         self.runs: dict[tuple[str, int], int] = {}
+        #: the tensor last measured (held, so its id is not reused), its version, the dim
+        #: and its mean (:meth:`_mean`)
+        self._last: tuple[torch.Tensor, int, int, torch.Tensor] | None = None
         answers: list[UsageRecorder | None] = call_hook("fxsym_usage_recorder", model=model,
                                                         symmap=symmap)
         #: the plugins' usage recorders (``fxsym_usage_recorder``)
@@ -325,13 +328,27 @@ class ActivationRecorder:
                 d = next((d % t.dim() for d in sorted(dims) if -t.dim() <= d < t.dim()), None)
                 if d is None:
                     continue
-                rest = [x for x in range(t.dim()) if x != d]
-                mean = (t.detach().abs().double().mean(rest) if rest else t.detach().abs()
-                        ).cpu()
+                mean = self._mean(t, d)
                 key = (qualname, i)
                 self.sums[key] = mean + self.sums[key] if key in self.sums else mean
                 self.runs[key] = self.runs.get(key, 0) + 1
         return hook
+
+    def _mean(self, t: torch.Tensor, d: int) -> torch.Tensor:
+        """The mean of ``|t|`` over every dim but ``d``, in float64, on the CPU. Consumers of
+        one tensor (an MLP's gate and up projections reading the same normed hidden
+        states) are called one after another with that very tensor: the mean of the
+        last call is given again while the tensor is the same object, unchanged since
+        (``_version``), along the same dim. An inference tensor, which keeps no version, is
+        measured each time."""
+        last, tracked = self._last, not t.is_inference()
+        if tracked and last is not None and last[0] is t and last[1] == t._version \
+                and last[2] == d:
+            return last[3]
+        rest = [x for x in range(t.dim()) if x != d]
+        mean = (t.detach().abs().double().mean(rest) if rest else t.detach().abs()).cpu()
+        self._last = (t, t._version, d, mean) if tracked else None
+        return mean
 
     def attach(self, where: Callable[[str], bool] = lambda q: True
                ) -> list[torch.utils.hooks.RemovableHandle]:
@@ -344,6 +361,7 @@ class ActivationRecorder:
         """``{group name: one score per unit}`` from what was recorded (zeros where no member
         ran); the groups a usage recorder scores (the hf plugin: the experts of a routed group,
         where they ran) by its scores."""
+        self._last = None  # the run is over: its last activation is not held
         totals = {name: torch.zeros(size, dtype=torch.float64)
                   for name, size in self.sizes.items()}
         for (qualname, i), total in self.sums.items():
