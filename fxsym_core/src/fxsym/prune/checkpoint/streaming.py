@@ -20,6 +20,7 @@ Imports from fxsym: errors (console, importance and lockstep inside functions).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,15 +166,19 @@ class Loader:
         streamed run drops them when it opens its next block, so the batches that call one
         in turn, such as every batch's embedding before the first block and head after the
         last, read its tensors once, and no more is in memory at once than the block the
-        batches have just passed beside it); remove the handles returned when done."""
+        batches have just passed beside it; a parameter several of them hold, such as an
+        embedding tied to the head, is kept from its first call to :meth:`end`, so it is read
+        once, not again for the head); remove the handles returned when done."""
         handles = []
-        for mod in modules:
-            own = self.names(mod, recurse=False)
+        owned = [self.names(mod, recurse=False) for mod in modules]
+        holders = Counter(name for own in owned for name in own)
+        for mod, own in zip(modules, owned):
             if own:
+                dropped = [name for name in own if holders[name] == 1]
                 handles.append(mod.register_forward_pre_hook(
                     lambda m, args, own=own: self.load(own)))
                 handles.append(mod.register_forward_hook(
-                    lambda m, args, out, own=own: self.held.update(own)))
+                    lambda m, args, out, dropped=dropped: self.held.update(dropped)))
         return handles
 
     def drop_held(self) -> None:
