@@ -92,7 +92,7 @@ ALLOWED: dict[str, set[str]] = {
     "prune": set(),
     "paths": {"errors"},
     "options": {"errors"},
-    "request": {"errors", "options"},
+    "request": {"errors", "options", "paths"},
     "console": set(),
     "phases": set(),
     "memo": set(),

@@ -186,7 +186,7 @@ def test_bad_input_leaves_the_output_as_it_was(tmp_path: Path, case: str) -> Non
         fxsym.CheckpointError)
     with pytest.raises(error):
         fxsym.prune_checkpoint(src, out, calibration=calib, ratio=0.5, seq_len=16,
-                               calibration_tokens=64)
+                               calibration_tokens=64, force=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(os.listdir(tmp_path)) == ["calib.txt", "in", "out"]
 
@@ -209,7 +209,8 @@ def test_a_failure_while_writing_shards_leaves_the_output_as_it_was(
 
     on_reads(monkeypatch, fail)
     with pytest.raises(fxsym.CheckpointError, match="injected"):
-        fxsym.prune_checkpoint(src, out, importance="l2", ratio=0.5, max_shard_size=SHARD)
+        fxsym.prune_checkpoint(src, out, importance="l2", ratio=0.5, max_shard_size=SHARD,
+                               force=True)
     assert reads  # shards were written when it failed
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(os.listdir(tmp_path)) == ["in", "out"]

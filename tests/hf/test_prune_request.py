@@ -249,3 +249,94 @@ def test_an_in_memory_prune_makes_the_plan_the_api_makes(
     by_cli = fxsym.prune.persist.read_manifest(out)["plan"]
     assert by_cli.choices() == by_api.choices()
     assert by_cli.extra["target"] == by_api.extra["target"]
+
+
+def _tree(root: Path) -> list[tuple[str, bytes | str | None]]:
+    """Every path under ``root``, with a file's bytes and a link's target."""
+    out: list[tuple[str, bytes | str | None]] = []
+    for p in sorted(root.rglob("*")):
+        what = (str(p.readlink()) if p.is_symlink() else p.read_bytes() if p.is_file()
+                else None)
+        out.append((str(p.relative_to(root)), what))
+    return out
+
+
+@pytest.mark.parametrize("case", ["input", "inside", "file", "link", "not-empty"])
+def test_every_path_refuses_an_output_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            case: str) -> None:
+    """``-o``/``output`` and ``--force``/``force`` are the request's: the input itself, a
+    folder inside it (both even with force), a file, a link, and a directory holding files
+    without force are refused by the request's check, by ``fxsym prune`` (a checkpoint and a
+    model in memory) and by ``prune_checkpoint`` (a request, keyword arguments) alike, before
+    anything is written; ``prune_checkpoint``'s keywords, which replaced a directory holding
+    files without being told to, still do, with a DeprecationWarning giving the refusal."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    out = {"input": src, "inside": src / "pruned"}.get(case, tmp_path / "out")
+    if case == "file":
+        out.write_bytes(b"mine")
+    elif case == "link":
+        (tmp_path / "elsewhere").mkdir()
+        out.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    elif case == "not-empty":
+        out.mkdir()
+        (out / "mine.txt").write_text("mine")
+    force = True if case != "not-empty" else None
+    options: dict[str, Any] = dict(ratio=0.3, importance="l2")
+    before = _tree(tmp_path)
+    request = fxsym.PruneRequest(checkpoint=True, source=src, output=out, force=force,
+                                 **options)
+    asked, in_flags = _refusal(request), _refusal(request, FLAGS)
+    assert type(asked) is fxsym.CheckpointError is type(in_flags)
+    with pytest.raises(FxsymError) as by_request:
+        fxsym.prune_checkpoint(src, out, request=fxsym.PruneRequest(
+            checkpoint=True, force=force, **options))
+    assert type(by_request.value) is type(asked) and str(by_request.value) == str(asked)
+    force_flag = ["--force"] if force else []
+    line = _cli_line(capsys, [str(src), *_argv(options), *force_flag], out)
+    assert line == f"fxsym: {type(asked).__name__}: {in_flags}"
+    if case not in ("input", "inside"):  # a model in memory has no input directory
+        in_memory = fxsym.PruneRequest(source=MODEL, output=out, force=force, **options)
+        asked_model = _refusal(in_memory)
+        assert str(asked_model) == str(asked)  # the same rule, the same words
+        line = _cli_line(capsys, [MODEL, *_argv(options), *force_flag], out)
+        assert line == f"fxsym: {type(asked).__name__}: {_refusal(in_memory, FLAGS)}"
+    assert _tree(tmp_path) == before
+    if case != "not-empty":
+        with pytest.raises(FxsymError) as by_keywords:
+            fxsym.prune_checkpoint(src, out, force=True, **options)
+        assert type(by_keywords.value) is type(asked)
+        assert str(by_keywords.value) == str(asked)
+        assert _tree(tmp_path) == before
+        return
+    with pytest.warns(DeprecationWarning, match=re.escape(str(asked))):
+        by_keywords = fxsym.prune_checkpoint(src, out, **options)
+    assert not (out / "mine.txt").exists()  # replaced whole, as before
+    assert by_keywords.choices() == fxsym.prune.persist.read_manifest(out)["plan"].choices()
+
+
+def test_force_replaces_an_output_alike_by_the_flags_and_the_keywords(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--force`` and ``force=True`` replace a directory holding files whole, with the same
+    plan, and no warning."""
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    plans = []
+    for how in ("cli", "keywords"):
+        out = tmp_path / how
+        out.mkdir()
+        (out / "mine.txt").write_text("mine")
+        if how == "cli":
+            assert main(["prune", str(src), "--ratio", "0.3", "--importance", "l2", "-o",
+                         str(out), "--force"]) == 0
+            capsys.readouterr()
+            plans.append(fxsym.prune.persist.read_manifest(out)["plan"])
+        else:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", DeprecationWarning)
+                plans.append(fxsym.prune_checkpoint(src, out, ratio=0.3, importance="l2",
+                                                    force=True))
+        assert not (out / "mine.txt").exists()
+    assert plans[0].choices() == plans[1].choices()

@@ -51,6 +51,8 @@ class Spelling:
     max_shard_size: str = "max_shard_size"
     norm_groups: str = "norm_groups"
     shortlist: str = "shortlist"
+    output: str = "output"
+    force: str = "force=True"
 
 
 #: :func:`fxsym.prune_checkpoint`'s (and :func:`fxsym.plan`'s) keyword arguments

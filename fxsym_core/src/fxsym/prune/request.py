@@ -13,10 +13,12 @@ What is pruned decides some rules (:attr:`PruneRequest.checkpoint`): a checkpoin
 streamed and calibrated on text, a model in memory on random batches. For a model in memory
 with a parameter target, whether the plan is the architecture search depends on the model (a
 stack of residual blocks, found by analysis): :meth:`Checked.on_model` checks what remains
-once that is known. Nothing here reads a file or imports torch, so a usage error is answered
-before any work.
+once that is known. Where the prune writes is part of the request (:attr:`PruneRequest.output`,
+:attr:`PruneRequest.force`) and checked with the rest (:meth:`PruneRequest.check_output`): the
+paths are looked at (what they are, whether the output holds anything), nothing is opened or
+imported (no torch), so a usage error is answered before any work.
 
-Imports from fxsym: errors, options.
+Imports from fxsym: errors, options, paths.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from ..errors import CalibrationError, PlanError
+from ..errors import CalibrationError, CheckpointError, PlanError
 from .options import (
     API,
     CHECKPOINT_IMPORTANCE,
@@ -34,6 +37,7 @@ from .options import (
     check_param_ratio,
     searches,
 )
+from .paths import overlap
 
 __all__ = ["LENIENT", "MODEL_IMPORTANCE", "Checked", "PruneRequest"]
 
@@ -41,8 +45,9 @@ __all__ = ["LENIENT", "MODEL_IMPORTANCE", "Checked", "PruneRequest"]
 MODEL_IMPORTANCE = ("l1", "l2", "bn_scale", "taylor", "activation")
 #: the options :func:`fxsym.prune_checkpoint` accepted where they were not used, before its
 #: options were checked together (``scope``, ``calibration_tokens`` and ``seq_len`` had
-#: defaults): there, such an option is left out with a :class:`DeprecationWarning`
-LENIENT = frozenset({"scope", "calibration_tokens", "seq_len"})
+#: defaults): there, such an option is left out with a :class:`DeprecationWarning`; and
+#: ``force`` (an output holding files was replaced without it): replaced, with the warning
+LENIENT = frozenset({"scope", "calibration_tokens", "seq_len", "force"})
 #: the defaults of the options only some ways of pruning use (``None`` in a request, so one
 #: given where it is not used is refused, never dropped)
 CALIBRATION_TOKENS, SEQ_LEN, RANDOM_BATCHES = 8192, 512, 4
@@ -93,6 +98,12 @@ class PruneRequest:
     #: how many of the search's candidates are scored by their loss, ``"all"`` for every
     #: one (``None``: :data:`SHORTLIST`; the others are ranked by the damage estimate only)
     shortlist: int | str | None = None
+    #: what is pruned, as named (a checkpoint directory, checked against the output)
+    source: str | os.PathLike[str] | None = None
+    #: the directory written (``None``: not checked here, e.g. :func:`fxsym.plan`'s)
+    output: str | os.PathLike[str] | None = None
+    #: replace an output that holds files, whole (``None``: not given, refused as ``False``)
+    force: bool | None = None
 
     def amounts(self) -> dict[str, float | int]:
         """The amounts given, by field name."""
@@ -148,8 +159,41 @@ class PruneRequest:
                 or self.shortlist < 1):
             raise PlanError(f"{names.shortlist} is how many of the search's candidates are "
                             f"scored by their loss (1 or more) or 'all', got {self.shortlist!r}")
-        return (self._checkpoint(names, lenient) if self.checkpoint
-                else self._in_memory(names, lenient))
+        checked = (self._checkpoint(names, lenient) if self.checkpoint
+                   else self._in_memory(names, lenient))
+        return replace(checked, deprecated=checked.deprecated + self.check_output(
+            names, lenient=lenient))
+
+    def check_output(self, names: Spelling = API, *, lenient: Collection[str] = ()
+                     ) -> tuple[str, ...]:
+        """The rules of :attr:`output` (none without one), a
+        :class:`~fxsym.errors.CheckpointError` naming it as ``names`` spells it: never the
+        checkpoint directory pruned, inside it, holding it or holding a file it links to,
+        even with :attr:`force` (:func:`fxsym.prune.paths.overlap`: real paths; the output is
+        replaced whole); not a symbolic link nor a file; new or empty unless :attr:`force`.
+        With ``"force"`` in ``lenient`` and :attr:`force` not given, an output holding files
+        is accepted: the refusal's message is returned (a :class:`DeprecationWarning`)."""
+        if self.output is None:
+            return ()
+        out, said = Path(self.output), f"{names.output} {self.output}"
+        why = (overlap(self.source, self.output)
+               if self.checkpoint and self.source is not None else None)
+        if why is not None:
+            raise CheckpointError(f"{names.output} {why}: the output is replaced whole, so it "
+                                  "would destroy the checkpoint it is pruned from (also with "
+                                  f"{names.force}); give a directory outside it")
+        if out.is_symlink():
+            raise CheckpointError(f"{said} is a symbolic link; give the directory itself")
+        if out.exists() and not out.is_dir():
+            raise CheckpointError(f"{said} exists and is not a directory; give a directory")
+        if self.force or not out.is_dir() or not any(out.iterdir()):
+            return ()
+        refused = CheckpointError(f"{said} exists and is not empty; give a new or empty "
+                                  f"directory, or {names.force} to replace it whole "
+                                  "(everything in it is removed)")
+        if self.force is None and "force" in lenient:
+            return (str(refused),)
+        raise refused
 
     # -- a checkpoint directory ------------------------------------------------------------
     def _checkpoint(self, names: Spelling, lenient: Collection[str]) -> Checked:

@@ -1,68 +1,37 @@
-"""The output directory of a prune: checked before anything is read (:func:`check_output`:
-never the input, inside it or holding it; not a file or a link), locked for the whole run
-(:func:`guarding_output`, :func:`fxsym.prune.paths.writing`), and given the input's other
+"""The output directory of a prune (checked with the request,
+:meth:`fxsym.prune.request.PruneRequest.check_output`, and locked for the whole run by
+:func:`fxsym.prune.paths.writing`) given the input's other
 files (tokenizer, chat template ...: :func:`carried_files`), copied by chunks and through
 links (a hub cache's snapshot links each file to a blob, :func:`copy_file`), but never weights
 the prune did not write (``pytorch_model.bin``, ``*.gguf`` ...: :data:`WEIGHT_SUFFIXES`, they
 would be an unpruned copy).
 
-Imports from fxsym: errors, paths, persist.
+Imports from fxsym: errors, paths, persist, request.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, ParamSpec
+from typing import TYPE_CHECKING
 
 from ...errors import CheckpointError
-from ..paths import kind, overlap, writing
+from ..paths import kind
 from ..persist import MANIFEST
+from ..request import PruneRequest
 from .reader import CheckpointReader
 from .tensors import CHUNK_BYTES
 
 if TYPE_CHECKING:
-    from ..planning import Plan
+    pass
 
 
 def check_output(directory: str | os.PathLike[str], output: str | os.PathLike[str]) -> None:
     """:class:`~fxsym.errors.CheckpointError` unless ``output`` may be written with the
-    checkpoint ``directory`` as input: it must not be that directory, be inside it, hold it, or
-    hold a file it links to (real paths compared, :func:`fxsym.paths.overlap`: the output is
-    replaced whole), nor be a symbolic link or an existing file."""
-    why = overlap(directory, output)
-    if why is not None:
-        raise CheckpointError(f"{why}: the output is replaced whole, so it would destroy the "
-                              "checkpoint it is pruned from; give a directory outside it")
-    out = Path(output)
-    if out.is_symlink():
-        raise CheckpointError(f"{output} is a symbolic link; give the directory itself")
-    if out.exists() and not out.is_dir():
-        raise CheckpointError(f"{output} exists and is not a directory; give a directory")
-
-
-_P = ParamSpec("_P")
-
-
-def guarding_output(prune: Callable[_P, Plan]) -> Callable[_P, Plan]:
-    """``prune`` (:func:`prune_checkpoint`) run after :func:`check_output`, holding the lock
-    of its output (:func:`fxsym.paths.writing`) from the first step, so a second prune of the
-    same output is refused before it works, not at its end."""
-    import functools
-    import inspect
-
-    signature = inspect.signature(prune)
-
-    @functools.wraps(prune)
-    def run(*args: _P.args, **kwargs: _P.kwargs) -> Plan:
-        bound = signature.bind(*args, **kwargs)
-        directory, output = bound.arguments["directory"], bound.arguments["output"]
-        check_output(directory, output)
-        with writing(output, error=CheckpointError):
-            return prune(*args, **kwargs)
-
-    return run
+    checkpoint ``directory`` as input (replacing what it holds): the request's rules
+    (:meth:`fxsym.prune.request.PruneRequest.check_output` with ``force``)."""
+    PruneRequest(checkpoint=True, source=directory, output=output, force=True).check_output()
 
 
 #: how files of tensors end (other formats than the one the prune writes, and their indexes

@@ -18,6 +18,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
@@ -26,20 +27,27 @@ from torch import nn
 
 from ...analysis import analyze
 from ...analysis.options import checked_options
-from ...errors import CalibrationError, ImportanceWarning, PlanError, ResizeWarning
+from ...errors import (
+    CalibrationError,
+    CheckpointError,
+    ImportanceWarning,
+    PlanError,
+    ResizeWarning,
+)
 from ...memo import one_run
 from ..depth import choose_blocks, renamed
 from ..importance import layout
+from ..paths import writing
 from ..persist import FORMAT, MANIFEST, plugin_files, replace_directory
 from ..phases import phase
 from ..planning import Plan, solve
-from ..request import LENIENT, SHORTLIST, PruneRequest
+from ..request import LENIENT, SHORTLIST, Checked, PruneRequest
 from ..search import candidates, sizes_for, target_record
 from ..search import search as architecture_search
 from .calibration import calibration_bytes, read_calibration_text
 from .cuts import first_names, kept_positions
 from .losses import stream_losses
-from .output import carried_files, copy_file, guarding_output
+from .output import carried_files, copy_file
 from .reader import open_checkpoint
 from .scores import stream_activations, weight_scores
 from .tensors import Tensors, load_buffers
@@ -52,7 +60,6 @@ _UNDESCRIBED = ("no sizes the checkpoint's config can describe meet the target (
                 "without them, so the output may be fxsym's own model type")
 
 
-@guarding_output
 @one_run  # the plugins' probes asked again in the run answered once (fxsym.memo)
 def prune_checkpoint(
     directory: str | os.PathLike[str],
@@ -81,6 +88,7 @@ def prune_checkpoint(
     target_non_embedding_params: int | None = None,
     request: PruneRequest | None = None,
     shortlist: int | Literal["all"] | None = SHORTLIST,
+    force: bool | None = None,
 ) -> Plan:
     """Prune the checkpoint in ``directory`` into ``output`` (the steps:
     :mod:`fxsym.prune.checkpoint`); return the plan.
@@ -132,10 +140,13 @@ def prune_checkpoint(
     take, more layers than it has, a parameter target no candidate reaches: found before the
     calibration runs) or an argument nothing would use (``search`` without a parameter
     target; calibration text that neither the importance, the search nor a number of
-    ``layers`` reads), before ``output`` is touched. ``output`` is checked first
-    (:func:`check_output`: never the input, inside it or holding it; not a file or a link)
-    and locked for the whole run (:func:`fxsym.paths.writing`: a second prune into it is
-    refused at once, naming the process writing it).
+    ``layers`` reads), before ``output`` is touched. ``output`` is checked with the options
+    (:meth:`~fxsym.prune.request.PruneRequest.check_output`: never the input, inside it or
+    holding it, even with ``force``; not a file or a link; new or empty unless ``force``:
+    then replaced whole; an output holding files without ``force`` given is still replaced,
+    with a :class:`DeprecationWarning`) and locked for the whole run
+    (:func:`fxsym.paths.writing`: a second prune into it is refused at once, naming the
+    process writing it).
 
     The options are checked together before anything is read
     (:meth:`fxsym.request.PruneRequest.check`, the rules and messages ``fxsym prune`` uses);
@@ -144,15 +155,6 @@ def prune_checkpoint(
     512 and ``scope`` ``"uniform"`` when left out; one given without what uses it is
     refused).
     """
-    import contextlib
-
-    told = status or (lambda message: contextlib.nullcontext())
-
-    @contextlib.contextmanager
-    def step(message: str, name: str) -> Iterator[None]:
-        with told(message), phase(name):
-            yield
-
     options: dict[str, Any] = dict(
         calibration=calibration, calibration_tokens=calibration_tokens, seq_len=seq_len,
         importance=importance, ratio=ratio, target_params=target_params,
@@ -162,20 +164,53 @@ def prune_checkpoint(
         scope=scope, round_to=round_to, min_keep=min_keep, exclude=tuple(exclude),
         describable=describable, routing_groups=routing_groups,
         max_shard_size=None if max_shard_size == DEFAULT_SHARD_BYTES else max_shard_size,
-        shortlist=None if shortlist == SHORTLIST else "all" if shortlist is None else shortlist)
+        shortlist=None if shortlist == SHORTLIST else "all" if shortlist is None else shortlist,
+        force=force)
+    checked = _checked(directory, output, request, options)
+    with writing(output, error=CheckpointError):
+        return _prune(directory, output, checked, progress=progress, status=status)
+
+
+def _checked(directory: str | os.PathLike[str], output: str | os.PathLike[str],
+             request: PruneRequest | None, options: Mapping[str, Any]) -> Checked:
+    """The request of :func:`prune_checkpoint`, from its keyword arguments or given, checked
+    (:meth:`PruneRequest.check`, the output too), before anything is read or locked; the
+    options it accepted before, unused, left out (accepted) with a
+    :class:`DeprecationWarning`."""
+    if request is not None and not request.checkpoint:
+        raise PlanError("the request is a model in memory's (checkpoint=False); a checkpoint "
+                        "directory is pruned by a request with checkpoint=True")
     if request is None:
-        request = PruneRequest(checkpoint=True, **options)
+        request = PruneRequest(checkpoint=True, source=directory, output=output, **options)
         checked = request.check(lenient=LENIENT)
     elif also := [k for k, v in options.items() if v != _UNGIVEN.get(k)]:
         raise PlanError(f"give the request or its options ({', '.join(also)}), not both")
     else:
-        checked = request.check()
+        for field, value in (("source", directory), ("output", output)):
+            given = getattr(request, field)
+            if given is not None and os.fspath(given) != os.fspath(value):
+                raise PlanError(f"the request's {field} is {os.fspath(given)!r} and "
+                                f"prune_checkpoint was given {os.fspath(value)!r}: give one")
+        checked = replace(request, source=directory, output=output).check()
     for unused in checked.deprecated:
-        warnings.warn(f"{unused} (left out for now; refused in a later version, as fxsym "
-                      "prune and a PruneRequest refuse it)", DeprecationWarning, stacklevel=3)
-    if not request.checkpoint:
-        raise PlanError("the request is a model in memory's (checkpoint=False); a checkpoint "
-                        "directory is pruned by a request with checkpoint=True")
+        warnings.warn(f"{unused} (accepted for now; refused in a later version, as fxsym "
+                      "prune and a PruneRequest refuse it)", DeprecationWarning, stacklevel=4)
+    return checked
+
+
+def _prune(directory: str | os.PathLike[str], output: str | os.PathLike[str],
+           checked: Checked, *, progress: bool, status: Callable[[str], Any] | None) -> Plan:
+    """:func:`prune_checkpoint` of the checked request, its output locked."""
+    import contextlib
+
+    told = status or (lambda message: contextlib.nullcontext())
+
+    @contextlib.contextmanager
+    def step(message: str, name: str) -> Iterator[None]:
+        with told(message), phase(name):
+            yield
+
+    request = checked.request
     checked_options(routing_groups=request.routing_groups or "follow")
     calibration, importance, searching = request.calibration, checked.importance, \
         bool(checked.searching)
@@ -192,7 +227,7 @@ def prune_checkpoint(
     shortlist = checked.shortlist
     reader = open_checkpoint(directory)
     if checked.warning:
-        warnings.warn(checked.warning, ImportanceWarning, stacklevel=2)
+        warnings.warn(checked.warning, ImportanceWarning, stacklevel=4)
     texts: Sequence[str] | None = None
     if calibration is not None:
         with phase("reading the calibration text"):

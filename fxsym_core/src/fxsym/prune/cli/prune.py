@@ -1,4 +1,4 @@
-"""``fxsym prune``: the request checked with what MODEL and ``-o`` name on disk
+"""``fxsym prune``: the request checked, its output too, and what MODEL names
 (:func:`check_prune_options`), then a checkpoint directory pruned streamed
 (:mod:`.prune_streamed`) or a model in memory analyzed, planned, resized and saved.
 """
@@ -6,14 +6,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import replace
 from pathlib import Path
 
 from ..request import Checked
-from .failure import CliError
 from .group_modes import _norm_groups, _routing_groups
-from .models import _example_inputs, _load, check_spec, is_checkpoint_dir
+from .models import _example_inputs, _load, check_spec
 from .prune_flags import FLAGS, prune_request
 from .prune_model import _criterion, _plan_architecture, saved_note
 from .prune_streamed import _prune_checkpoint
@@ -22,10 +20,9 @@ from .prune_text import _reached_text, _target_text
 
 def check_prune_options(args: argparse.Namespace) -> Checked:
     """``fxsym prune``'s flags parsed and checked (:meth:`PruneRequest.check`, the API's
-    rules in the flags' words), and what MODEL and ``-o`` name on disk, before torch is
-    imported."""
+    rules in the flags' words: ``-o`` and ``--force`` too), and what MODEL names, before
+    torch is imported."""
     checked = prune_request(args).check(FLAGS)
-    _check_output(args.output, args.force, args.model)
     if not checked.request.checkpoint and not Path(args.model).is_dir():
         check_spec(args.model)
     return checked
@@ -81,22 +78,3 @@ def cmd_prune(args: argparse.Namespace) -> int:
     print(f"{plan.summary()}{_reached_text(checked, plan)}\n\nsaved to {args.output}\n"
           f"{saved_note(source, args.output)}")
     return 0
-
-
-def _check_output(path: str, force: bool, model: str) -> None:
-    """``-o DIR`` must be new or empty unless ``--force``, and never the checkpoint directory
-    pruned, inside it or holding it, even with ``--force`` (:func:`fxsym.paths.overlap`:
-    real paths; the output is replaced whole). Checked before any work."""
-    from ..paths import overlap
-
-    why = overlap(model, path) if is_checkpoint_dir(model) else None
-    if why is not None:
-        raise CliError(f"-o {why}: the output is replaced whole, so it would destroy the "
-                       "checkpoint it is pruned from (also with --force); give a directory "
-                       "outside it")
-    out = Path(path)
-    if force or not (out.exists() or out.is_symlink()):
-        return
-    if out.is_symlink() or not out.is_dir() or os.listdir(out):
-        raise CliError(f"-o {path}: exists and is not an empty directory; give a new one, or "
-                       "--force to replace it whole (everything in it is removed)")

@@ -34,7 +34,7 @@ FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="
                  target_non_embedding_params="--target-non-embedding-params",
                  sizes=_SIZE_FLAGS, batches="--batches", input_shape="--input-shape",
                  max_shard_size="--max-shard-size", norm_groups="--norm-groups",
-                 shortlist="--shortlist")
+                 shortlist="--shortlist", output="-o", force="--force")
 
 
 def prune_request(args: argparse.Namespace) -> PruneRequest:
@@ -56,7 +56,8 @@ def prune_request(args: argparse.Namespace) -> PruneRequest:
         describable=args.describable, norm_groups=args.norm_groups,
         routing_groups=args.routing_groups,
         max_shard_size=None if args.max_shard_size is None else _bytes(args.max_shard_size),
-        shortlist=_shortlist(args.shortlist))
+        shortlist=_shortlist(args.shortlist), source=args.model, output=args.output,
+        force=args.force)
 
 
 def _shortlist(text: str | None) -> int | str | None:
