@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 import fxsym
 import fxsym_plugins_hf.configs as configs
+import fxsym_plugins_hf.configs.builds as builds
 from fxsym.memo import remembering
 
 
@@ -49,7 +50,7 @@ def test_a_checkpoint_search_builds_each_config_once_and_prunes_the_same(
     def always(kind: str, key: Any, compute: Any) -> Any:
         return compute()
 
-    monkeypatch.setattr(configs, "remembered", always)
+    monkeypatch.setattr(builds, "remembered", always)
     every = fxsym.prune_checkpoint(tmp_path / "in", tmp_path / "every", **options)
     assert once.to_json() == every.to_json()
     assert [(r["damage"], r["loss"]) for r in once.extra["search"]] == [
