@@ -33,7 +33,7 @@ classifier.
 
 ``ok``/``fail``/``not checked`` (no group to check); a model that fails to build or analyze
 is a row saying why. ``--norm-groups keep`` analyzes with ``fxsym.analyze(...,
-norm_groups="keep")`` (group norms keep ``num_groups``; :mod:`fxsym.analysis.options`).
+norm_groups="keep")`` (group norms keep ``num_groups``; :mod:`fxsym_plugins_nn.options`).
 """
 
 from __future__ import annotations

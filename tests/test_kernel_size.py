@@ -2,9 +2,7 @@
 no transformer role outside its docstrings), measured by ``benchmarks/kernel_size.py``.
 
 Its counts are checked on a small module whose lines are known, its kernel is the layering
-test's, and the family and role words found outside docstrings are held to today's list:
-a new one fails; the list is meant to empty (``test_the_kernel_names_no_family_or_role``, an
-expected failure until the roles move to ``fxsym_plugins_hf``).
+test's, and no family or role word is found outside its docstrings.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
 from test_layering import KERNEL
 
 
@@ -29,17 +26,6 @@ def _load() -> ModuleType:
 
 
 ks = _load()
-
-#: the family and role words the kernel names outside docstrings today, by room (what the
-#: ``roles`` work of issue 32 §1 moves out): the MoE analysis option ``routing_groups``,
-#: router/expert wording of messages and comments, attribute names in comments. By room, so
-#: that a split of a room's modules (issue 32 §4) moves words without failing here
-KNOWN: dict[str, set[str]] = {
-    "analysis": {"expert", "experts", "router", "routing"},
-    "oracles": {"hidden_dim", "logits", "router", "routing"},
-    "resizing": {"hidden_dim", "num_heads", "router"},
-}
-
 
 def _found() -> dict[str, set[str]]:
     """``{room: the words found}`` of the rooms naming any."""
@@ -77,17 +63,8 @@ def test_family_and_role_words_outside_docstrings(tmp_path: Path) -> None:
         (3, "routing"), (4, "decoder"), (4, "ffn")]
 
 
-def test_no_new_family_or_role_word_in_the_kernel() -> None:
-    """A family or role word outside the kernel's docstrings beyond :data:`KNOWN` fails:
-    what knows a family or a role belongs in a plugin, behind a typed hook."""
-    new = {r: sorted(w - KNOWN.get(r, set())) for r, w in _found().items()
-           if w - KNOWN.get(r, set())}
-    assert not new, f"the kernel names families or roles outside docstrings: {new}"
-
-
-@pytest.mark.xfail(strict=True, reason="issue 32 §1: routing_groups and the router/expert "
-                   "wording are still in the kernel (see KNOWN)")
 def test_the_kernel_names_no_family_or_role() -> None:
     """Issue 32's acceptance: ``grep`` for families and roles in the kernel finds only
-    docstrings."""
-    assert _found() == {}
+    docstrings. What knows a family or a role belongs in a plugin, behind a typed hook (the
+    analysis options: ``fxsym_analysis_options``)."""
+    assert _found() == {}, f"the kernel names families or roles outside docstrings: {_found()}"

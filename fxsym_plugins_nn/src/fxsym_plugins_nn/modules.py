@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from fxsym import Symbol, SymInfo
-from fxsym.analysis import norm_groups
 from fxsym.plugins.contracts import SymInfoRegistrar
 from fxsym.resizing import keep_entries, l1_scores, resize_projection
 
 from . import values
+from .options import norm_groups
 
 IN = Symbol.CLType.INCOMING
 OUT = Symbol.CLType.OUTGOING

@@ -9,6 +9,7 @@ against fxsym's specification (the assignment at the end, for mypy only).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from torch import nn
@@ -16,6 +17,7 @@ from torch import nn
 import fxsym
 from fxsym.plugins import hookspecs
 from fxsym.plugins.contracts import (
+    AnalysisOption,
     ExampleInputs,
     ForwardHook,
     OpRuleRegistrar,
@@ -29,7 +31,8 @@ from . import modules
 
 class Hooks(hookspecs.RegisterSymInfosHook, hookspecs.LeafModuleHook,
             hookspecs.RegisterOpRulesHook, hookspecs.RegisterPatternsHook,
-            hookspecs.ExampleInputsHook, hookspecs.DerivedTensorsHook, Protocol):
+            hookspecs.ExampleInputsHook, hookspecs.DerivedTensorsHook,
+            hookspecs.AnalysisOptionsHook, Protocol):
     """The hooks of the ``nn`` plugin."""
 
 
@@ -67,6 +70,13 @@ def fxsym_derived_tensors(module: nn.Module, hook: ForwardHook) -> DerivedTensor
     from . import hooks
 
     return hooks.derived_tensors(hook)
+
+
+@fxsym.hookimpl
+def fxsym_analysis_options() -> Sequence[AnalysisOption]:
+    from .options import OPTIONS
+
+    return OPTIONS
 
 
 if TYPE_CHECKING:

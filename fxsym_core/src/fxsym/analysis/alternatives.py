@@ -2,8 +2,9 @@
 
 An op rule that can map a node in two sound ways offers the second
 (:meth:`~fxsym.analysis.context.OpContext.offer_alternative`); the first run takes the first.
-Where that run ended with the first choice's groups constant (or, with
-``routing_groups="keep"``, keeping a routed group), the analyzer runs once more with those
+Where that run ended with the first choice's groups constant (or, in an analysis keeping the
+blocks of picked groups, :func:`~fxsym.analysis.options.picked_blocks_kept`, keeping a group
+picked by value), the analyzer runs once more with those
 nodes taking their alternative, and the run leaving more symbols in searchable groups is kept
 (each is sound on its own), with its report entries.
 """
@@ -16,7 +17,7 @@ import torch.fx
 from ..symbols import SymMap
 from ..tracer.report import TraceReport
 from .analyzer import Analyzer
-from .options import routing_groups
+from .options import picked_blocks_keeper, picked_blocks_kept
 from .outputs import Contract
 
 
@@ -25,17 +26,18 @@ def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
     """Run the analyzer; where a rule offered an alternative mapping whose first choice
     ended constant (:meth:`OpContext.offer_alternative`), run it once more with those nodes
     taking their alternative, and keep the run leaving more symbols in searchable groups
-    (each run is sound on its own). With ``routing_groups="keep"``
-    (:mod:`fxsym.analysis.options`) an offer whose first choice keeps a routed group takes
-    its alternative too, and that run is kept. ``report`` receives the kept run's entries."""
+    (each run is sound on its own). In an analysis keeping the blocks of picked groups
+    (:func:`~fxsym.analysis.options.picked_blocks_kept`, the nn plugin's
+    ``routing_groups="keep"``) an offer whose first choice keeps a routed group takes its
+    alternative too, and that run is kept. ``report`` receives the kept run's entries."""
     start = list(report.entries)
     analyzer = Analyzer(gm, symmap, report, contract, strict_contract)
     analyzer.run()
     table = analyzer.table
     why: dict[str, str] = {}
-    # routing_groups="keep": a split whose first reading keeps a routed group (the experts as
-    # routing groups) takes its blocks (expert positions of every routing group) instead
-    forced = routing_groups() == "keep" and any(
+    # the blocks of picked groups kept: a split whose first reading keeps a routed group (its
+    # blocks) takes its blocks reading (one position of every block) instead
+    forced = picked_blocks_kept() and any(
         s.group is not None and table.find(s.group) in table.routed
         for _, dim in analyzer.offers for s in table.resolve(dim))
     for name, dim in analyzer.offers:
@@ -44,7 +46,8 @@ def analyze_graph(gm: torch.fx.GraphModule, symmap: SymMap, report: TraceReport,
             why[name] = str(reasons[0])
         elif forced and any(s.group is not None and table.find(s.group) in table.routed
                             for s in table.resolve(dim)):
-            why[name] = "routing_groups='keep' keeps the number of routing groups"
+            why[name] = (f"{picked_blocks_keeper()} keeps the number of blocks of a group "
+                         "picked by value")
     if not why:
         return analyzer
     first = list(report.entries)

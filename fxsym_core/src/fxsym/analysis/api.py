@@ -40,8 +40,7 @@ def analyze(
     example_inputs: Any = None,
     concrete_args: dict[str, Any] | None = None,
     outputs: Any = None,
-    norm_groups: str = "follow",
-    routing_groups: str = "follow",
+    **options: str,
 ) -> SymMap:
     """Find the searchable cross-layer groups of ``model``; never mutates it.
 
@@ -55,16 +54,17 @@ def analyze(
     model's family (a Hugging Face task model: ``logits`` and ``loss``), else every output;
     ``"*"`` is every output. The contract used is ``symmap.output_contract``.
 
-    ``norm_groups`` says how group norms change (:mod:`fxsym.analysis.options`):
-    ``"follow"``, channels go a whole norm group at a time and ``num_groups`` follows;
-    ``"keep"``, ``num_groups`` stays and every norm group loses as many channels.
-    ``routing_groups`` says how a router's routing groups change: ``"follow"``, experts go a
-    whole routing group at a time; ``"keep"``, the number of routing groups stays and each
-    keeps the experts at the same positions.
+    ``options`` are the analysis options the plugins declare (``fxsym_analysis_options``,
+    :mod:`fxsym.analysis.options`); a keyword no plugin declares is refused. The nn plugin's:
+    ``norm_groups`` says how group norms change: ``"follow"``, channels go a whole norm group
+    at a time and ``num_groups`` follows; ``"keep"``, ``num_groups`` stays and every norm group
+    loses as many channels. ``routing_groups`` says how a router's routing groups change:
+    ``"follow"``, experts go a whole routing group at a time; ``"keep"``, the number of
+    routing groups stays and each keeps the experts at the same positions.
     """
     if not isinstance(model, nn.Module):
         raise AnalysisError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    options = checked_options(norm_groups, routing_groups)
+    options = checked_options(**options)
     with gc_paused(), options_set(options):
         gm = trace_deferred(model, example_inputs=example_inputs, concrete_args=concrete_args)
         if gm.example_inputs is None:

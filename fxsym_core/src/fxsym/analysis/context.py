@@ -27,7 +27,7 @@ import torch.fx
 from .groups import GroupTable
 from .input_sizes import FIXED_DIM
 from .layout import Dim, Layout, Seg, TensorLayout, dim_size, fixed_dim, fixed_layout
-from .options import routing_groups
+from .options import picked_blocks_kept
 
 _NO_DEFAULT = object()
 
@@ -398,11 +398,12 @@ class OpContext:
         :meth:`GroupTable.route`) and keeps at least ``k`` units. Returns whether ``dim`` is
         one elastic group of single entries (anything else is pinned with ``why``).
 
-        A dim of equal copies of one group (routing groups that each keep the same expert
-        positions: ``routing_groups="keep"``) is picked from too: every copy keeps at least
-        ``k / copies`` units, so the dim keeps at least ``k`` entries."""
+        A dim of equal copies of one group (blocks that each keep the same positions, in an
+        analysis keeping the blocks of picked groups:
+        :func:`~fxsym.analysis.options.picked_blocks_kept`) is picked from too: every copy
+        keeps at least ``k / copies`` units, so the dim keeps at least ``k`` entries."""
         copies = len(dim)
-        if copies > 1 and routing_groups() == "keep" and dim[0].group is not None and all(
+        if copies > 1 and picked_blocks_kept() and dim[0].group is not None and all(
                 s.group is not None and self.table.find(s.group) == self.table.find(
                     dim[0].group) and s == Seg(s.group, dim[0].units, dim[0].block)
                 for s in dim):

@@ -208,7 +208,7 @@ class GroupTable:
         for i in range(len(pieces)):
             for other in cut[1:]:
                 self._merge_same(cut[0][i], other[i])
-        if routed:  # how many of each block the router needs is unknown
+        if routed:  # how many of each block the pick needs is unknown
             self.fix(r, f"{self.routed[routed[0]]}, and the group is cut into blocks")
         return cut[0]
 

@@ -1,32 +1,33 @@
-"""Choices between sound descriptions of one module family, made for one analysis.
+"""Choices between sound descriptions of what a plugin's rules see, made for one analysis.
 
-Some families can change in two ways, each exact in its own sense, that one group table
-cannot hold at once. A group norm of ``G`` groups over ``C`` channels is the first:
+Some module families or ops can change in two ways, each exact in its own sense, that one
+group table cannot hold at once; the plugin describing them declares an *analysis option*
+(``fxsym_analysis_options``: a :class:`~fxsym.plugins.contracts.AnalysisOption`, a keyword
+and its values, the default first) and its rules read the value of the analysis running
+(:func:`analysis_option`). The nn plugin declares two:
 
-* ``norm_groups="follow"`` (the default): channels go a whole norm group (``C // G``
-  channels) at a time, ``num_groups`` follows the norm groups kept. Every other norm group's
-  statistics are untouched, so dropping a norm group equals zeroing it where it is read.
-* ``norm_groups="keep"``: ``num_groups`` stays and every norm group loses as many channels,
-  at the same places in each (a unit of the group is one channel of every norm group). This
-  is what a config with one ``norm_num_groups`` for every norm can describe. The kept
-  channels are normalised over their smaller norm group, so a shrink is *not* the model with
-  the dropped channels zeroed: the value oracle leaves such groups unchecked.
+* ``norm_groups``: a group norm of ``G`` groups over ``C`` channels loses a whole norm group
+  at a time (``"follow"``, the default: ``num_groups`` follows) or keeps ``num_groups`` and
+  loses as many channels in each (``"keep"``; a shrink is then *not* the model with the
+  dropped channels zeroed, so the value oracle leaves such groups unchecked);
+* ``routing_groups``: a router viewing ``E`` experts' scores as ``n_group`` routing groups
+  (DeepSeek-V3) drops whole routing groups (``"follow"``) or keeps ``n_group`` and the same
+  expert positions in each (``"keep"``).
 
-Routing groups (DeepSeek-V3's router viewing ``E`` experts' scores as ``n_group`` groups of
-``E // n_group``) are the second:
+The second is a mechanism of the kernel's own: a group whose entries are picked by value
+(``topk``, :meth:`OpContext.pick_by_value`) split by a view into blocks either loses whole
+blocks, or keeps the number of blocks (:func:`picked_blocks_kept`): its unit is then one
+position of every block, a pick over the blocks' equal copies picks from each, and the view's
+blocks reading (:meth:`OpContext.offer_alternative`) is taken wherever it would keep a picked
+group. An option declares the value that asks for it (``keeps_picked_blocks``); this module
+names no option. The declarations are gathered by :mod:`fxsym.plugins.analysis_options`.
 
-* ``routing_groups="follow"`` (the default): the experts go a whole routing group at a time,
-  ``n_group`` follows the routing groups kept.
-* ``routing_groups="keep"``: ``n_group`` stays and every routing group keeps the experts at
-  the same positions in it (a unit of the group is one expert position of every routing
-  group; ``n_routed_experts`` becomes ``n_group`` times the kept positions). The view that
-  splits the experts into routing groups takes its *blocks* reading (the alternative of
-  :meth:`OpContext.offer_alternative`) wherever the group it would keep is routed.
+:func:`fxsym.analyze` checks the options it is given against the declarations
+(:func:`checked_options`) and sets them for the analysis it runs (:func:`options_set`); the
+SymMap keeps them (:attr:`fxsym.SymMap.analysis_options`) so a plan records them and a saved
+plan is replayed the same way.
 
-:func:`fxsym.analyze` sets the choice for the analysis it runs (SymInfo factories and op
-rules read it with :func:`norm_groups`); the SymMap keeps it
-(:attr:`fxsym.SymMap.analysis_options`) so a plan records it and a saved plan is replayed the
-same way.
+Imports from fxsym: errors, plugins.
 """
 
 from __future__ import annotations
@@ -34,41 +35,64 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AnalysisError
-
-#: the values of ``norm_groups``
-NORM_GROUPS = ("follow", "keep")
-
-_NORM_GROUPS: ContextVar[str] = ContextVar("fxsym_norm_groups", default="follow")
-
-#: the values of ``routing_groups``
-ROUTING_GROUPS = ("follow", "keep")
-
-_ROUTING_GROUPS: ContextVar[str] = ContextVar("fxsym_routing_groups", default="follow")
+from ..plugins.analysis_options import declared_options, keeps_picked_blocks
 
 
-def norm_groups() -> str:
-    """How group norms change in the analysis running now: ``"follow"`` or ``"keep"``."""
-    return _NORM_GROUPS.get()
+@dataclass(frozen=True)
+class _Running:
+    """The options of the analysis running: the values given, and the option whose value
+    keeps the blocks of picked groups (``name='value'``; ``None``: they follow)."""
+
+    values: Mapping[str, str]
+    keeps_picked_blocks: str | None
 
 
-def routing_groups() -> str:
-    """How routing groups change in the analysis running now: ``"follow"`` or ``"keep"``."""
-    return _ROUTING_GROUPS.get()
+_RUNNING: ContextVar[_Running | None] = ContextVar("fxsym_analysis_options", default=None)
 
 
-def checked_options(norm_groups: str = "follow", routing_groups: str = "follow"
-                    ) -> dict[str, Any]:
-    """The analysis options, checked; only those that differ from the defaults."""
-    out: dict[str, Any] = {}
-    for name, value, allowed in (("norm_groups", norm_groups, NORM_GROUPS),
-                                 ("routing_groups", routing_groups, ROUTING_GROUPS)):
-        if value not in allowed:
-            raise AnalysisError(f"{name} must be one of {', '.join(map(repr, allowed))}, "
+def analysis_option(name: str) -> str | None:
+    """The value of option ``name`` in the analysis running now, ``None`` where it was not
+    given (its default) or outside an analysis."""
+    running = _RUNNING.get()
+    return None if running is None else running.values.get(name)
+
+
+def picked_blocks_kept() -> bool:
+    """Whether the analysis running keeps the number of blocks a view splits a group picked
+    by value into (an option given its ``keeps_picked_blocks`` value), rather than dropping
+    whole blocks."""
+    running = _RUNNING.get()
+    return running is not None and running.keeps_picked_blocks is not None
+
+
+def picked_blocks_keeper() -> str | None:
+    """The option keeping the blocks of picked groups in the analysis running, written
+    ``name='value'`` (for messages), or ``None``."""
+    running = _RUNNING.get()
+    return None if running is None else running.keeps_picked_blocks
+
+
+def checked_options(**options: str) -> dict[str, str]:
+    """The analysis options ``options``, checked against the plugins' declarations; only
+    those that differ from their defaults."""
+    if not options:
+        return {}
+    declared = declared_options()
+    out: dict[str, str] = {}
+    for name, value in options.items():
+        option = declared.get(name)
+        if option is None:
+            raise AnalysisError(
+                f"unknown analysis option {name!r}: the plugins declare "
+                f"{', '.join(sorted(declared)) or 'none'} (fxsym_analysis_options)")
+        if value not in option.values:
+            raise AnalysisError(f"{name} must be one of {', '.join(map(repr, option.values))}, "
                                 f"got {value!r}")
-        if value != allowed[0]:
+        if value != option.values[0]:
             out[name] = value
     return out
 
@@ -76,10 +100,20 @@ def checked_options(norm_groups: str = "follow", routing_groups: str = "follow"
 @contextmanager
 def options_set(options: Mapping[str, Any]) -> Iterator[None]:
     """Run an analysis with ``options`` (as :func:`checked_options` returns them)."""
-    token = _NORM_GROUPS.set(str(options.get("norm_groups", "follow")))
-    routing = _ROUTING_GROUPS.set(str(options.get("routing_groups", "follow")))
+    values = {str(k): str(v) for k, v in options.items()}
+    token = _RUNNING.set(_Running(values, keeps_picked_blocks(values)))
     try:
         yield
     finally:
-        _ROUTING_GROUPS.reset(routing)
-        _NORM_GROUPS.reset(token)
+        _RUNNING.reset(token)
+
+
+__all__ = [
+    "analysis_option",
+    "checked_options",
+    "declared_options",
+    "keeps_picked_blocks",
+    "options_set",
+    "picked_blocks_keeper",
+    "picked_blocks_kept",
+]

@@ -41,7 +41,7 @@ def run_model(model: nn.Module, example_inputs: Any,
 
 def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float, atol: float) -> bool:
     # summation order changes under a permutation: tolerate float error relative to the
-    # output's scale (random-weight models can have large logits)
+    # output's scale (random-weight models can have large outputs)
     return len(a) == len(b) and all(
         x.shape == y.shape and torch.allclose(
             x.double(), y.double(), rtol=rtol,

@@ -97,7 +97,7 @@ def _shrink(c: PerturbedCopy, groups: list[SymGroup], example_inputs: Any,
         got: set[int] | None
         if key in param_members:
             pname, _, dim = sname.rpartition(":")
-            if not dim.isdigit():  # an int attribute read as a size: "attr:hidden_dim"
+            if not dim.isdigit():  # an int attribute read as a size: "attr:width"
                 value = attribute_value(modules.get(qualname), dim)
                 got = {value} if isinstance(value, int) else None
                 if got is None:

@@ -120,8 +120,8 @@ def check_values(model: nn.Module, symmap: SymMap, example_inputs: Any, *,
 
 
 #: why the value oracle does not check a routed group (``SymGroup.routed``)
-ROUTED = ("a router picks its entries by value: dropping one changes the routing by design "
-          "(checked by the permutation and shrink oracles only)")
+ROUTED = ("an op picks its entries by value (topk): dropping one changes what is picked, "
+          "by design (checked by the permutation and shrink oracles only)")
 
 
 def _inside_leaf(symmap: SymMap, modules: dict[str, nn.Module], group: SymGroup) -> str | None:

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from ..prune.planning import Plan
     from ..symbols import DepthGroup, SymMap
     from .contracts import (
+        AnalysisOption,
         ExampleInputs,
         ForwardHook,
         GroupStep,
@@ -228,6 +229,21 @@ class AfterResizeHook(Protocol):
           symbol and parameter member (``(owner, "name:dim")``) whose dimension the resize
           changed. Symbols a leaf's resize rule resizes inside it (:attr:`fxsym.Symbol.covers`)
           are not listed: read the resized modules.
+        """
+
+
+class AnalysisOptionsHook(Protocol):
+    @hookspec
+    def fxsym_analysis_options(self) -> Sequence[AnalysisOption]:
+        """The analysis options the plugin's rules read
+        (:class:`~fxsym.plugins.contracts.AnalysisOption`: a keyword of
+        :func:`fxsym.analyze`, its values, the default first): the nn plugin's
+        ``norm_groups`` (how group norms change) and ``routing_groups`` (how the blocks of a
+        group picked by value change). :func:`fxsym.analyze` refuses a keyword no plugin
+        declares; several plugins declaring one name: the first declaration counts.
+
+        Called by every plugin when an analysis is given options; it must be cheap and the
+        same every time.
         """
 
 
@@ -431,7 +447,8 @@ class CheckpointReaderHook(Protocol):
 HOOKS: tuple[type, ...] = (
     RegisterSymInfosHook, LeafModuleHook, HookComputesHook, DerivedTensorsHook,
     RegisterOpRulesHook, RegisterProxiesHook, RegisterPatternsHook, TraceContextHook,
-    ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, UndescribedGroupsHook,
+    ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, AnalysisOptionsHook,
+    UndescribedGroupsHook,
     GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, BatchLossHook,
     UsageRecorderHook, AfterDepthHook, DepthKindsHook, DepthRefusalHook, SaveFilesHook,
     CheckpointReaderHook,

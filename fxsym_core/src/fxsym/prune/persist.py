@@ -504,12 +504,10 @@ def load(model: nn.Module, directory: str | os.PathLike[str], *, example_inputs:
             if symmap is None or i:
                 inputs = (example_inputs if example_inputs is not None
                           else inputs_from_spec(plan.inputs))
+                options: dict[str, Any] = analysis_options(plan)
                 symmap = analyze(model, example_inputs=inputs,
                                  outputs=None if plan.outputs is None else list(plan.outputs),
-                                 norm_groups=analysis_options(plan).get("norm_groups",
-                                                                         "follow"),
-                                 routing_groups=analysis_options(plan).get(
-                                     "routing_groups", "follow"))
+                                 **options)
             plan.check(model, symmap)
             if i == len(plans) - 1:
                 _check_shapes(model, symmap, plan, {k: v[0] for k, v in stored.items()},

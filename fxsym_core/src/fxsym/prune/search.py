@@ -69,6 +69,7 @@ from torch import fx, nn
 from ..errors import PlanError
 from ..memo import one_run
 from ..paramlayout import Slices, layout
+from ..plugins.analysis_options import keeps_picked_blocks
 from ..plugins.calls import call_hook
 from ..symbols import SymMap
 from .console import format_table
@@ -202,9 +203,10 @@ def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[float, st
 
 
 def _copies(slices: Sequence[Slices], symmap: SymMap) -> int:
-    """How many times a parameter dim holds each unit of a routed group: ``n_group`` for the
-    expert positions of routing groups kept (``routing_groups="keep"``), else 1."""
-    if symmap.analysis_options.get("routing_groups") != "keep":
+    """How many times a parameter dim holds each unit of a routed group: the number of blocks
+    where the analysis kept the blocks of picked groups (:func:`keeps_picked_blocks`: the
+    expert positions of ``n_group`` routing groups, ``routing_groups="keep"``), else 1."""
+    if keeps_picked_blocks(symmap.analysis_options) is None:
         return 1
     return max((sl.index.numel() // max(1, len(set(sl.unit.tolist()))) for sl in slices),
                default=1)

@@ -78,8 +78,8 @@ def resize(model: nn.Module, symmap: SymMap, choices: Mapping[str, Choice]) -> n
             raise ResizeError(_not_a_group(symmap, str(name), groups))
         plans[group.id] = _indices(symmap, group, choice)
         if len(plans[group.id]) < group.min_size:
-            raise ResizeError(f"{name}: a router picks {group.min_size} of its entries by "
-                              f"value, so a resize must keep at least {group.min_size} "
+            raise ResizeError(f"{name}: an op picks {group.min_size} of its entries by "
+                              f"value (topk), so a resize must keep at least {group.min_size} "
                               f"(got {len(plans[group.id])})")
         kept = len(plans[group.id])
         if kept % group.step and kept != group.size:
@@ -355,7 +355,7 @@ def _keep_parameter_entries(mod: nn.Module, member: str, index: torch.Tensor) ->
     an int attribute ``"attr:name"`` read as a size (or an element, ``"attr:name[i]"``)
     becomes the number of entries kept."""
     pname, _, dim = member.rpartition(":")
-    if not dim.isdigit():  # "attr:hidden_dim"
+    if not dim.isdigit():  # "attr:width"
         set_attribute(mod, dim, len(index))
         return
     keep_entries(mod, pname, int(dim), index)
@@ -473,7 +473,7 @@ def dim_index(table: GroupIndex, dim: Sequence[Segment], plans: dict[int, torch.
 
 # -- the transaction -------------------------------------------------------------------------
 # A rule may rebind anything a module holds: its parameters and buffers, attributes such as
-# ``num_heads``, child modules, entries of its dicts. It must not write into a tensor (the
+# a count read as a size, child modules, entries of its dicts. It must not write into a tensor (the
 # engine keeps references, not copies: a copy of every weight would double the memory).
 # So the snapshot is the module tree's state (:class:`~fxsym.modstate.ModuleTreeState`, no
 # tensor copied) plus a fingerprint of each parameter and buffer, which detects a write in

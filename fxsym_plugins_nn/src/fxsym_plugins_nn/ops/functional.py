@@ -31,11 +31,11 @@ from fxsym.analysis import (
     TensorLayout,
     fixed_dim,
     is_fixed,
-    norm_groups,
     size_checked,
     tie_size,
 )
 
+from ..options import norm_groups
 from .common import Rule, same_dim
 from .pieces import cut_dim
 

@@ -26,8 +26,8 @@ from fxsym.analysis import (
     OpContext,
     SizeLayout,
     dim_size,
-    routing_groups,
 )
+from fxsym.analysis.options import picked_blocks_kept
 
 
 def _size_per_kept_unit(ctx: OpContext, dim: Dim) -> tuple[int, dict[int, int]]:
@@ -251,7 +251,7 @@ def quotient_follows(ctx: OpContext, raw: Any, dim: Dim) -> bool:
             return now[0] * den[0], {g: v * den[0] for g, v in now[1].items()}
 
         return den[0] > 0 and _tie_part_to_size(ctx, n_lay[0], scaled,
-                                                member=routing_groups() == "keep")
+                                                member=picked_blocks_kept())
 
     def target() -> LinearSize | None:
         den = linear_size_of_int(ctx, k, pin=False)

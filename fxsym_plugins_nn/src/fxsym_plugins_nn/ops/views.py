@@ -37,11 +37,11 @@ from fxsym.analysis import (
     dim_size,
     fixed_dim,
     is_fixed,
-    routing_groups,
     scale_block,
     size_checked,
     tie_size,
 )
+from fxsym.analysis.options import picked_blocks_kept
 
 from .common import dims_arg, norm_dim, same_dim
 from .linear_sizes import (
@@ -306,7 +306,7 @@ def _member_sizing(ctx: OpContext, item: SizeLayout, dim: Dim) -> bool:
     """Whether ``item`` is a module attribute already a member of the one elastic group of
     ``dim`` and keeps ``dim``'s size under every resize (``num_experts``, a member of the
     expert positions kept in every routing group, sizing the ``n_group`` copies of them)."""
-    if routing_groups() != "keep" or not isinstance(item, AttributeSize) or len(item) != 1:
+    if not picked_blocks_kept() or not isinstance(item, AttributeSize) or len(item) != 1:
         return False
     table = ctx.table
     own = table.resolve(item[0])
@@ -521,7 +521,7 @@ def _dim_sized_by(ctx: OpContext, raw: Any) -> Dim | None:
     found = [d for d in dims if not is_fixed(d) and linear_size_of_dim(ctx, d) == form]
     if found:
         return found[0]
-    if routing_groups() != "keep":
+    if not picked_blocks_kept():
         return None
     # the size is one unit of a group the dims hold (``num_experts // num_group`` where
     # ``num_experts`` holds ``num_group`` entries a kept expert position): the copies follow

@@ -32,7 +32,7 @@ def _routing_groups(args: argparse.Namespace, manifest: dict[str, Any] | None) -
 
 
 def _add_norm_groups(p: argparse.ArgumentParser) -> None:
-    """``--norm-groups``: the values of :data:`fxsym.analysis.options.NORM_GROUPS` (written
+    """``--norm-groups``: the values of the nn plugin's ``norm_groups`` option (written
     out: importing fxsym.analysis would import torch for ``--help``)."""
     p.add_argument("--norm-groups", choices=("follow", "keep"), help="how a group norm's channels "
                    "change: follow (default), a whole norm group at a time and num_groups "

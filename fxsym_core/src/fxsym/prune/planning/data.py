@@ -21,6 +21,7 @@ from typing import Any
 from torch import nn
 
 from ...errors import PlanError, PlanMismatchError
+from ...plugins.analysis_options import declared_options
 from ...resizing import resize
 from ...symbols import SymMap
 from ..console import format_table
@@ -301,11 +302,11 @@ def with_extra(p: Plan, **extra: Any) -> Plan:
 
 def analysis_options(p: Plan) -> dict[str, str]:
     """The options ``p``'s model was analyzed with (``extra["analysis"]``), as keyword
-    arguments of :func:`fxsym.analyze`; a plan naming another option is a
-    :class:`~fxsym.errors.PlanError` (its values are checked by ``analyze``)."""
+    arguments of :func:`fxsym.analyze`; a plan naming an option no plugin declares
+    (``fxsym_analysis_options``) is a :class:`~fxsym.errors.PlanError` (its values are
+    checked by ``analyze``)."""
     raw = p.extra.get("analysis") or {}
-    if not isinstance(raw, Mapping) or any(
-            k not in ("norm_groups", "routing_groups") or not isinstance(v, str)
-            for k, v in raw.items()):
+    if not isinstance(raw, Mapping) or not all(isinstance(v, str) for v in raw.values()) or (
+            raw and not set(raw) <= set(declared_options())):
         raise PlanError(f"the plan names analysis options fxsym does not know: {raw!r}")
     return dict(raw)

@@ -1,0 +1,52 @@
+"""The analysis options the plugins declare (``fxsym_analysis_options``), gathered.
+
+A plugin whose rules can describe something in two sound ways declares a keyword of
+:func:`fxsym.analyze` (an :class:`~fxsym.plugins.contracts.AnalysisOption`); the analysis
+checks and sets the values it is given (:mod:`fxsym.analysis.options`), the SymMap and a plan
+record them. This room only gathers the declarations, so that the workflow reading a recorded
+plan (which options may it name? does it keep the blocks of picked groups?) asks the plugins
+without importing the analyzer.
+
+Imports from fxsym: errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import AnalysisError
+from .calls import call_each
+from .contracts import AnalysisOption
+from .manager import get_plugin_manager
+
+
+def declared_options() -> dict[str, AnalysisOption]:
+    """``{name: option}`` of every analysis option the enabled plugins declare (the first
+    declaration of a name counts)."""
+    out: dict[str, AnalysisOption] = {}
+    for _, answer in call_each(get_plugin_manager(), "fxsym_analysis_options", lambda _: {}):
+        for option in answer or ():
+            if not isinstance(option, AnalysisOption):
+                raise AnalysisError("fxsym_analysis_options must answer AnalysisOption "
+                                    f"values, got {type(option).__name__}")
+            out.setdefault(option.name, option)
+    return out
+
+
+def keeps_picked_blocks(options: Mapping[str, Any]) -> str | None:
+    """The option of ``options`` (as :attr:`fxsym.SymMap.analysis_options` holds them) that
+    keeps the blocks of picked groups (its value is the declaration's
+    ``keeps_picked_blocks``), written ``name='value'``, or ``None``."""
+    if not options:
+        return None
+    declared = declared_options()
+    for name, value in options.items():
+        option = declared.get(name)
+        if option is not None and option.keeps_picked_blocks is not None and (
+                value == option.keeps_picked_blocks):
+            return f"{name}={value!r}"
+    return None
+
+
+__all__ = ["declared_options", "keeps_picked_blocks"]
