@@ -1,5 +1,8 @@
 """Shared fixtures: plugins loaded once, and third-party plugin wheels built on the fly.
 
+With ``-n auto`` (pytest-xdist, the README's command) each worker runs torch on its share of
+the cores, so that workers do not fight over them.
+
 Hugging Face's caches live in a directory of this run, set before anything imports
 transformers (which reads them once): loading a checkpoint with ``trust_remote_code`` copies
 its module into ``HF_MODULES_CACHE``, never into the user's. ``HF_HUB_OFFLINE``: nothing is
@@ -29,6 +32,10 @@ import fxsym  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from plugin_wheels import build_wheel, pip_install_target  # noqa: E402
+
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
 
 
 @pytest.fixture(autouse=True, scope="session")

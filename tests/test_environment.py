@@ -25,7 +25,7 @@ def _pins() -> dict[str, str]:
 
 def _readme_command() -> str:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"^pip install .*&& python -m pytest -q$", text, re.M)[0]
+    return re.findall(r"^pip install .*&& python -m pytest -q -n auto$", text, re.M)[0]
 
 
 def test_the_readme_command_is_what_ci_runs_and_uses_the_constraints() -> None:

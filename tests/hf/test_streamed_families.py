@@ -38,10 +38,12 @@ from fxsym.prune.importance import run_batch
 from fxsym_plugins_hf.loss import next_token_loss
 
 
-def _loss(model: torch.nn.Module, plan: fxsym.Plan, batches: list[Any]) -> float:
-    """The mean next-token loss of ``model`` pruned by ``plan`` (a copy), in memory."""
-    trial = copy.deepcopy(model)
-    plan.apply(trial, fxsym.analyze(trial))
+def _loss(model: torch.nn.Module, sm: fxsym.SymMap, plan: fxsym.Plan, batches: list[Any]
+          ) -> float:
+    """The mean next-token loss of ``model`` (analyzed: ``sm``) pruned by ``plan`` (a copy, its
+    analysis copied with it), in memory."""
+    trial, trial_sm = copy.deepcopy((model, sm))
+    plan.apply(trial, trial_sm)
     with torch.no_grad():
         losses = [next_token_loss(run_batch(trial, b), b) for b in batches]
     assert None not in losses
@@ -69,7 +71,8 @@ def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> No
     streamed = ckpt.stream_activations(meta, sm, tensors, batches)
 
     model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
-    loaded = fxsym.importance.activation(batches, consumers_only=True)(model, fxsym.analyze(model))
+    model_sm = fxsym.analyze(model)
+    loaded = fxsym.importance.activation(batches, consumers_only=True)(model, model_sm)
     assert streamed.scores.keys() == loaded.keys() and loaded
     for name, scores in loaded.items():
         torch.testing.assert_close(streamed.scores[name], scores, rtol=1e-5, atol=1e-8,
@@ -91,6 +94,6 @@ def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> No
                                      layers=DEPTH.get(family, [0, 1, 3])))
     alone = [ckpt.stream_loss(meta, sm, tensors, lay, c, batches) for c in candidates]
     for candidate, got in zip(candidates, alone):
-        assert got == pytest.approx(_loss(model, candidate, batches), rel=1e-5), candidate
+        assert got == pytest.approx(_loss(model, model_sm, candidate, batches), rel=1e-5), candidate
     together = ckpt.stream_losses(meta, sm, tensors, lay, [*candidates, *candidates], batches)
     assert together == pytest.approx(alone + alone, rel=1e-6)  # the search's run: read once
