@@ -14,10 +14,10 @@ of tensor data read from the safetensors files over the bytes they hold. It is n
 calibration pass reads every tensor (the activation scores and block importance need every
 block before any candidate is planned), the scoring pass reads the blocks the shortlisted
 candidates keep (each once for all of them), and the writer reads what the kept plan keeps,
-so a search reads about 3 times the checkpoint and one activation prune about 2 times; only
-holding blocks between passes (not flat memory) would save a read. A tied embedding is read
-twice by the calibration pass (as the embedding, then as the head): SmolLM2 reads 3.2 and 2.2
-times. ``winner in shortlist``
+so a search reads at most 3 times the checkpoint and one activation prune 2 times; only
+holding blocks between passes (not flat memory) would save a read (``docs/pruning.md``, "What
+a search reads"). SmolLM2 (``--param-ratio 0.4``, shortlist 4 of 12): 3.00 and 2.00 times,
+3.21 and 2.21 before its tied embedding was kept for the head. ``winner in shortlist``
 compares the ``shortlist`` run's kept candidate with the ``all`` run's, with the rank of the
 ``all`` run's winner by damage. ``cpu s`` is the child's processor time (user and system):
 on a shared, loaded machine it moves less with the load than the wall time.
