@@ -28,8 +28,8 @@ class DemoNet(nn.Module):
         x = torch.relu(x + self.block(x))
         x = torch.cat([self.left(x), self.right(x)], dim=1)
         x = nn.functional.adaptive_avg_pool2d(x, 4)
-        logits: torch.Tensor = self.head(x.flatten(1))
-        return logits
+        scores: torch.Tensor = self.head(x.flatten(1))
+        return scores
 
 
 def demo_model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

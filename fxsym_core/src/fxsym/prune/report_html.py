@@ -177,7 +177,7 @@ def _collapse_repeats(root: _Cluster, nodes: list[dict[str, Any]]) -> None:
     for cluster in _iter_clusters(root):
         first: dict[tuple[Any, ...], str] = {}
         for child in cluster.children:
-            # numbered siblings: ``layers.3``, ``encoder_layer_3``
+            # numbered siblings: ``layers.3``, ``layer_3``
             if not isinstance(child, _Cluster):
                 continue
             stem = _NUMBERED.fullmatch(child.path.rpartition(".")[2])

@@ -39,7 +39,7 @@ def read_calibration_text(path: str | os.PathLike[str], *,
     import codecs
 
     p = Path(path)
-    decoder = codecs.getincrementaldecoder("utf-8-sig")()
+    utf8 = codecs.getincrementaldecoder("utf-8-sig")()
     parts: list[str] = []
     size = 0
     try:
@@ -53,7 +53,7 @@ def read_calibration_text(path: str | os.PathLike[str], *,
                     raise CalibrationError(f"calibration file {path} holds a NUL byte (at byte "
                                            f"{at}): a binary file, not text")
                 try:
-                    parts.append(decoder.decode(chunk))
+                    parts.append(utf8.decode(chunk))
                 except UnicodeDecodeError as exc:
                     raise CalibrationError(f"calibration file {path} is not UTF-8 text "
                                            f"({exc.reason} at byte {size + exc.start})") from exc
@@ -63,7 +63,7 @@ def read_calibration_text(path: str | os.PathLike[str], *,
         raise CalibrationError(f"cannot read calibration file {path}: {exc}") from exc
     if not cut:
         try:
-            parts.append(decoder.decode(b"", final=True))
+            parts.append(utf8.decode(b"", final=True))
         except UnicodeDecodeError as exc:
             raise CalibrationError(f"calibration file {path} is not UTF-8 text ({exc.reason} "
                                    "at its end)") from exc

@@ -257,7 +257,7 @@ class Tensors:
         header = self.header()
         want: dict[str, torch.Tensor] = dict(model.named_parameters(remove_duplicate=False))
         want.update(model.named_buffers(remove_duplicate=False))
-        # a buffer the model does not save (GPT-2's causal mask, stored by old checkpoints
+        # a buffer the model does not save (a causal mask some old checkpoints stored
         # in another dtype) is not read into the model: its name is checked, not its header
         loose = {n for n, _ in model.named_buffers(remove_duplicate=False)} - set(
             model.state_dict(keep_vars=True))
