@@ -340,3 +340,36 @@ def test_force_replaces_an_output_alike_by_the_flags_and_the_keywords(
                                                     force=True))
         assert not (out / "mine.txt").exists()
     assert plans[0].choices() == plans[1].choices()
+
+
+@pytest.mark.parametrize("options", [
+    dict(param_ratio=0.3, round_to=8, scope="global"),
+    dict(target_non_embedding_params=60000, scope="uniform"),
+    dict(layers=(0, 2), ratio=0.25, scope="global"),
+    dict(sizes={"ffn": 96}),
+], ids=["param-ratio", "non-embedding-uniform", "layers-and-ratio", "sizes"])
+def test_fxsym_plan_makes_the_plan_of_the_no_search_flags(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], options: dict[str, Any]) -> None:
+    """``fxsym.plan`` and ``fxsym prune MODEL --no-search`` with the same options (l2, a tiny
+    llama with a stack of blocks, built alike) keep the same units and blocks, and count
+    ``param_ratio`` alike (a target of the rest of the model's parameters). The scope is
+    given: left out, ``fxsym.plan``'s is global and the command line's uniform for a target
+    on a model with a stack of blocks (docs/cli.md)."""
+    from fxsym.prune.search import sizes_for
+
+    model = tiny_llama()
+    sm = fxsym.analyze(model)
+    given = dict(options)
+    if "sizes" in given:
+        given["sizes"] = sizes_for(sm, **given["sizes"])
+    by_api = fxsym.plan(model, sm, importance="l2", **given)
+    out = tmp_path / "out"
+    assert main(["prune", MODEL, "--no-search", "--importance", "l2", *_argv(options), "-o",
+                 str(out)]) == 0
+    capsys.readouterr()
+    by_cli = fxsym.prune.persist.read_manifest(out)["plan"]
+    assert by_cli.choices() == by_api.choices()
+    assert by_cli.params_after == by_api.params_after
+    if "param_ratio" in options:
+        before = sum(p.numel() for p in model.parameters())
+        assert by_api.params_after <= int(before * 0.7)

@@ -121,6 +121,16 @@ class PruneRequest:
         assert not isinstance(layers, Mapping), "checked: layers by depth group is fxsym.plan's"
         return list(layers) if isinstance(layers, tuple) else layers
 
+    def counted(self, params: int) -> PruneRequest:
+        """This request with its ``param_ratio`` made the ``target_params`` it means for a
+        model of ``params`` parameters (the rest, rounded down): the one meaning of a fraction
+        of parameters, for the command line, :func:`fxsym.prune_checkpoint` and
+        :func:`fxsym.plan`."""
+        if self.param_ratio is None:
+            return self
+        return replace(self, param_ratio=None,
+                       target_params=int(params * (1 - self.param_ratio)))
+
     def parameter_target(self) -> bool:
         """Whether a count of parameters is asked (total, non-embedding, active or a
         fraction): what the architecture search meets."""

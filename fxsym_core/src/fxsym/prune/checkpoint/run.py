@@ -216,8 +216,7 @@ def _prune(directory: str | os.PathLike[str], output: str | os.PathLike[str],
         bool(checked.searching)
     calibration_tokens, seq_len, scope = checked.calibration_tokens, checked.seq_len, \
         checked.scope or "uniform"
-    ratio, target_params, param_ratio = request.ratio, request.target_params, \
-        request.param_ratio
+    ratio, target_params = request.ratio, request.target_params
     target_active_params, sizes = request.target_active_params, request.sizes
     target_non_embedding_params = request.target_non_embedding_params
     layers = request.layer_list()
@@ -252,8 +251,7 @@ def _prune(directory: str | os.PathLike[str], output: str | os.PathLike[str],
                                              or isinstance(layers, int)) else None)
     if batches is not None and not batches:
         raise CalibrationError("the calibration text gave no tokens")
-    if param_ratio is not None:
-        target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
+    target_params = request.counted(sum(p.numel() for p in model.parameters())).target_params
     whole = sum(p.numel() for p in model.parameters())
     if target_params is not None and target_params > whole:
         raise PlanError(f"target_params {target_params:,} is above the checkpoint's {whole:,} "

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 
 from ..request import Checked
@@ -52,9 +51,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         inputs = sm.example_inputs
     checked = checked.on_model(stack=bool(sm.depth_groups()))
     req = checked.request
-    if req.param_ratio is not None:
-        before = sum(p.numel() for p in model.parameters())
-        req = replace(req, param_ratio=None, target_params=int(before * (1 - req.param_ratio)))
+    req = req.counted(sum(p.numel() for p in model.parameters()))
     criterion = _criterion(checked.importance, checked.batches, inputs)
     searched = None
     if checked.architecture:

@@ -117,8 +117,7 @@ def plan(
     for unused in checked.deprecated:
         warnings.warn(f"{unused} (left out for now; refused in a later version, as fxsym "
                       "prune and a PruneRequest refuse it)", DeprecationWarning, stacklevel=2)
-    if param_ratio is not None:
-        target_params = int(sum(p.numel() for p in model.parameters()) * (1 - param_ratio))
+    target_params = request.counted(sum(p.numel() for p in model.parameters())).target_params
     return solve(model, symmap, ratio=ratio, target_params=target_params,
                  target_macs=target_macs, importance=importance, scope=scope or "global",
                  round_to=round_to, min_keep=min_keep, exclude=exclude, layers=layers,
