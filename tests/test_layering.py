@@ -294,6 +294,7 @@ def test_every_module_imports_in_room_order() -> None:
 INSIDE: dict[str, list[str]] = {
     "fxsym.prune.checkpoint": ["reader", "calibration", "memory", "tensors", "cuts",
                                "streaming", "scores", "losses", "writing", "output", "run"],
+    "fxsym.prune.search": ["sizes", "active", "results", "space", "losses", "run"],
     "fxsym_plugins_hf.configs": ["fields", "builds", "prober", "measuring", "inferred",
                                  "reasons", "update"],
 }

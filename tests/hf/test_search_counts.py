@@ -14,7 +14,7 @@ import torch
 from ckpt_helpers import n_params
 
 import fxsym
-import fxsym.prune.search as search_module
+import fxsym.prune.search.space as search_module
 from fxsym.prune.search import candidates, sizes_for
 
 
