@@ -15,7 +15,10 @@ interleaved so that the machine's load hits every row alike:
   child, its time after the imports (torch, transformers, fxsym: as the floor's), and the
   time of each step (:mod:`fxsym.prune.phases`).
 
-Every child runs with ``torch.set_num_threads(--threads)`` (and ``OMP_NUM_THREADS``); the
+Each figure is given as wall time and as processor time (user + system: the children's
+from ``getrusage``, the API prune's and the floor's steps from ``time.process_time``); on the
+shared machine the wall time of one run moves with the load far more than its processor
+time. Every child runs with ``torch.set_num_threads(--threads)`` (and ``OMP_NUM_THREADS``); the
 floor is measured with each of ``--floor-threads`` too (default 2 and 1: on a loaded 2-core
 machine two intra-op threads made the model's forward 5-10x slower than one, which would
 flatter every ratio), and the ratios take the fastest of those floors. Each figure is the
@@ -45,6 +48,7 @@ import argparse
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -73,21 +77,22 @@ def child_floor(model: str, calib: str, tokens: int, seq_len: int, threads: int
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(threads)
-    imported = time.perf_counter()
+    imported, cpu_imported = time.perf_counter(), time.process_time()
     net = AutoModelForCausalLM.from_pretrained(model).eval()  # type: ignore[no-untyped-call]
-    loaded = time.perf_counter()
+    loaded, cpu_loaded = time.perf_counter(), time.process_time()
     tokenizer = AutoTokenizer.from_pretrained(model)
     text = Path(calib).read_text(encoding="utf-8")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"][:tokens]
     batches = [torch.tensor([ids[i:i + seq_len]]) for i in range(0, len(ids), seq_len)]
-    tokenised = time.perf_counter()
+    tokenised, cpu_tokenised = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for batch in batches:
             net(input_ids=batch, use_cache=False)
-    done = time.perf_counter()
+    done, cpu_done = time.perf_counter(), time.process_time()
     return {"import": imported - start, "from_pretrained": loaded - imported,
             "tokenise": tokenised - loaded, "forward": done - tokenised,
             "floor": done - tokenised + loaded - imported, "tokens": len(ids),
+            "floor_cpu": cpu_done - cpu_tokenised + cpu_loaded - cpu_imported,
             "dtype": str(net.dtype)}
 
 
@@ -115,12 +120,13 @@ def child_api(model: str, calib: str, tokens: int, seq_len: int, threads: int, f
         except ImportError:
             recording = partial(contextlib.nullcontext, {})  # type: ignore[assignment]
     torch.set_num_threads(threads)
-    imported = time.perf_counter()
+    imported, cpu_imported = time.perf_counter(), time.process_time()
     with recording() as seconds:
         fxsym.prune_checkpoint(model, out, calibration=calib, calibration_tokens=tokens,
                                seq_len=seq_len, sizes={"ffn": ffn})
     done = time.perf_counter()
-    return {"import": imported - start, "prune": done - imported, "phases": dict(seconds)}
+    return {"import": imported - start, "prune": done - imported,
+            "prune_cpu": time.process_time() - cpu_imported, "phases": dict(seconds)}
 
 
 def child_synthetic(directory: str, calib: str) -> dict[str, Any]:
@@ -140,37 +146,45 @@ def child_synthetic(directory: str, calib: str) -> dict[str, Any]:
 CHILDREN = {"floor": child_floor, "api": child_api, "synthetic": child_synthetic}
 
 
+def children_cpu() -> float:
+    """The processor time (user + system) of the children waited for so far."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def run_child(kind: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, Any], float]:
-    """Run this script as a ``kind`` child; what it printed last, as JSON, and its wall time."""
-    start = time.perf_counter()
+    """Run this script as a ``kind`` child; what it printed last, as JSON (with ``cpu``: the
+    whole child's processor time), and its wall time."""
+    start, cpu = time.perf_counter(), children_cpu()
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind,
                            *args], capture_output=True, text=True, env=env, check=False)
     wall = time.perf_counter() - start
     if done.returncode:
         raise SystemExit(f"the {kind} child failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1]), wall
+    return {**json.loads(done.stdout.strip().splitlines()[-1]),
+            "cpu": children_cpu() - cpu}, wall
 
 
 def run_cli(model: Path, calib: Path, out: Path, a: argparse.Namespace, env: dict[str, str]
-            ) -> tuple[float, str]:
-    """``fxsym prune`` in a child; its wall time and what it printed on stderr last (the
-    ``--times`` lines, where the checkout has them)."""
+            ) -> tuple[float, float, str]:
+    """``fxsym prune`` in a child; its wall time, its processor time and what it printed on
+    stderr last (the ``--times`` lines, where the checkout has them)."""
     # fxsym.cli: the path every checkout has (fxsym.prune.cli since issue 32, the old one kept)
     cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "fxsym.cli", "prune",
            str(model), "--ffn", str(a.ffn), "--calib", str(calib), "--calib-tokens",
            str(a.calib_tokens), "--seq-len", str(a.seq_len), "-o", str(out), "--force"]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), children_cpu()
     done = subprocess.run([*cmd, "--times"], capture_output=True, text=True, env=env,
                           check=False)
     if done.returncode and "--times" in done.stderr:  # a checkout without --times
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), children_cpu()
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, children_cpu() - cpu
     if done.returncode:
         raise SystemExit(f"fxsym prune failed:\n{done.stderr[-3000:]}")
     lines = done.stderr.splitlines()
     at = next((i for i, line in enumerate(lines) if line.startswith("time by step")), None)
-    return wall, "\n".join(lines[at:at + 30]) if at is not None else ""
+    return wall, cpu, "\n".join(lines[at:at + 30]) if at is not None else ""
 
 
 # -- the model and the text ---------------------------------------------------------------
@@ -255,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     counts = [int(n) for n in a.floor_threads.split(",")]
     floors: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     rows: dict[str, dict[str, list[Any]]] = {
-        str(s): {"cli": [], "api": [], "phases": [], "times": []} for s in sources}
+        str(s): {"cli": [], "api": [], "cli_cpu": [], "api_cpu": [], "phases": [],
+                 "times": []} for s in sources}
     with tempfile.TemporaryDirectory(dir=a.cache, prefix="floor-out-") as work:
         out = Path(work) / "out"
         for k in range(a.runs):
@@ -270,16 +285,19 @@ def main(argv: list[str] | None = None) -> None:
             for s in sources:
                 env = environment(s, a.threads)
                 shutil.rmtree(out, ignore_errors=True)
-                cli, times = run_cli(model, calib, out, a, env)
+                cli, cli_cpu, times = run_cli(model, calib, out, a, env)
                 shutil.rmtree(out, ignore_errors=True)
                 api, _ = run_child("api", [*common, str(a.ffn), str(out)], env)
                 row = rows[str(s)]
                 row["cli"].append(cli)
                 row["api"].append(api["prune"])
+                row["cli_cpu"].append(cli_cpu)
+                row["api_cpu"].append(api.get("prune_cpu", float("nan")))
                 row["phases"].append(api["phases"])
                 row["times"].append(times)
-                print(f" {s.name or s}: cli {cli:.1f} s, api {api['prune']:.1f} s;", end="",
-                      flush=True)
+                print(f" {s.name or s}: cli {cli:.1f} s (cpu {cli_cpu:.1f}), api "
+                      f"{api['prune']:.1f} s (cpu {api.get('prune_cpu', float('nan')):.1f});",
+                      end="", flush=True)
             print(f" (load {os.getloadavg()[0]:.1f})", flush=True)
     for n, runs in floors.items():
         print(f"\nfloor with {n} thread(s) (median of {a.runs}): the whole script "
@@ -288,17 +306,24 @@ def main(argv: list[str] | None = None) -> None:
               f"{median([f['forward'] for f in runs]):.1f} s = "
               f"{median([f['floor'] for f in runs]):.1f} s (imports "
               f"{median([f['import'] for f in runs]):.1f} s, tokenising "
-              f"{median([f['tokenise'] for f in runs]):.1f} s)", end="")
+              f"{median([f['tokenise'] for f in runs]):.1f} s); cpu: the whole script "
+              f"{median([f['cpu'] for f in runs]):.1f} s, from_pretrained + forward "
+              f"{median([f['floor_cpu'] for f in runs]):.1f} s", end="")
     floor_wall = min(median([f["wall"] for f in runs]) for runs in floors.values())
     floor_in = min(median([f["floor"] for f in runs]) for runs in floors.values())
+    floor_cpu = min(median([f["cpu"] for f in runs]) for runs in floors.values())
+    floor_in_cpu = min(median([f["floor_cpu"] for f in runs]) for runs in floors.values())
     print(f"\nthe floor (the fastest): the whole script {floor_wall:.1f} s, from_pretrained + "
-          f"forward {floor_in:.1f} s")
+          f"forward {floor_in:.1f} s; cpu {floor_cpu:.1f} s and {floor_in_cpu:.1f} s")
     for s in sources:
         row = rows[str(s)]
         by_cli, by_api = median(row["cli"]), median(row["api"])
+        cpu_cli, cpu_api = median(row["cli_cpu"]), median(row["api_cpu"])
         print(f"\n{s}:\n  fxsym prune (cli) {by_cli:.1f} s: {by_cli / floor_wall:.2f}x the "
-              f"floor script\n  prune_checkpoint (api) {by_api:.1f} s: "
-              f"{by_api / floor_in:.2f}x from_pretrained + forward")
+              f"floor script; cpu {cpu_cli:.1f} s: {cpu_cli / floor_cpu:.2f}x"
+              f"\n  prune_checkpoint (api) {by_api:.1f} s: "
+              f"{by_api / floor_in:.2f}x from_pretrained + forward; cpu {cpu_api:.1f} s: "
+              f"{cpu_api / floor_in_cpu:.2f}x")
         names = [n for n in row["phases"][0]] if row["phases"] and row["phases"][0] else []
         if names:
             print("  api steps (median s): " + ", ".join(
