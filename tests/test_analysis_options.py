@@ -121,3 +121,20 @@ def test_the_option_readers_of_fxsym_analysis_are_deprecated() -> None:
                and "analysis_option('norm_groups')" in str(w.message) for w in caught)
     with pytest.raises(AttributeError):
         fxsym.analysis.no_such_option  # noqa: B018
+
+
+def test_a_fresh_process_checks_options_before_anything_is_traced() -> None:
+    """A prune checks its analysis options before it traces anything (``prune_checkpoint``'s
+    first step): in a fresh interpreter the declarations load the plugins' entry points as a
+    trace does (before: 'unknown analysis option routing_groups: the plugins declare none',
+    so ``fxsym.prune_checkpoint`` failed in any process that had traced nothing)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json; from fxsym.analysis.options import checked_options; "
+            "print(json.dumps(checked_options(routing_groups='keep', norm_groups='follow')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"routing_groups": "keep"}

@@ -18,14 +18,15 @@ from typing import Any
 from ..errors import AnalysisError
 from .calls import call_each
 from .contracts import AnalysisOption
-from .manager import get_plugin_manager
+from .manager import active_plugins
 
 
 def declared_options() -> dict[str, AnalysisOption]:
     """``{name: option}`` of every analysis option the enabled plugins declare (the first
-    declaration of a name counts)."""
+    declaration of a name counts; the default manager's entry points loaded first, as a trace
+    loads them: a prune checks its options before anything is traced)."""
     out: dict[str, AnalysisOption] = {}
-    for _, answer in call_each(get_plugin_manager(), "fxsym_analysis_options", lambda _: {}):
+    for _, answer in call_each(active_plugins(), "fxsym_analysis_options", lambda _: {}):
         for option in answer or ():
             if not isinstance(option, AnalysisOption):
                 raise AnalysisError("fxsym_analysis_options must answer AnalysisOption "
