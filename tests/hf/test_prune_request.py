@@ -11,8 +11,10 @@ are left out there with a DeprecationWarning giving that message). Good combinat
 make the same plan by the flags, the keyword arguments and a request. :func:`fxsym.plan` builds
 the request of ``fxsym prune MODEL --no-search`` (a plan of widths, not searched) and refuses
 alike, in the keyword arguments' words (a scope given where it changes nothing, which it
-accepted before, is left out with a DeprecationWarning giving the refusal). Tiny llama models
-from ``AutoConfig.for_model`` with random weights."""
+accepted before, is left out with a DeprecationWarning giving the refusal), and makes the plan
+those flags make. The output and ``--force``/``force`` are the request's too: refused alike on
+every path before anything is written. Tiny llama models from ``AutoConfig.for_model`` with
+random weights."""
 
 from __future__ import annotations
 

@@ -3,10 +3,12 @@
 What is searched (:func:`searches`), which values are out of range (:func:`check_param_ratio`,
 :func:`check_amount_values`): each rule is written once, here, and checked before anything is
 read, built or imported (this room imports no torch). :class:`fxsym.prune.request.PruneRequest`
-(the request ``fxsym prune`` and :func:`fxsym.prune_checkpoint` both build) checks the
-options together with them; :func:`fxsym.plan` checks its amounts with
-:func:`check_amount_values`. A message names the options as its caller spells them
-(:class:`Spelling`: :data:`API`'s keyword arguments, the command line's flags).
+(the request ``fxsym prune``, :func:`fxsym.prune_checkpoint` and :func:`fxsym.plan` build)
+checks the options together with them; the plan of options already checked
+(:func:`fxsym.prune.planning.solve`, the search's candidates) checks ``round_to`` and
+``min_keep`` with :func:`check_amount_values` again. A message names the options as its
+caller spells them (:class:`Spelling`: :data:`API`'s keyword arguments, the command line's
+flags).
 
 Imports from fxsym: errors.
 """

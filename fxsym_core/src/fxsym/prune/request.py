@@ -2,10 +2,12 @@
 
 ``fxsym prune`` parses its flags into a :class:`PruneRequest` and does nothing else with them
 before :meth:`PruneRequest.check`; :func:`fxsym.prune_checkpoint` builds the same request
-from its keyword arguments and calls the same check. So every rule of the pruning options
-that depends on the options alone (which go together, which one a way of pruning would not
-use, which values are out of range, what is searched) exists once, with one message, raised
-as a typed error (:class:`~fxsym.errors.PlanError` or
+from its keyword arguments and calls the same check, and so does :func:`fxsym.plan` (the
+request of a model in memory, not searched: ``fxsym prune MODEL --no-search``). So every rule
+of the pruning options that depends on the options alone (which go together, which one a way
+of pruning would not use, which values are out of range, what is searched, where it writes)
+exists once, with one message, raised as a typed error (:class:`~fxsym.errors.PlanError`,
+:class:`~fxsym.errors.CheckpointError` or
 :class:`~fxsym.errors.CalibrationError`) that names the options as the caller spells them
 (:class:`~fxsym.prune.options.Spelling`: the API's keyword arguments or the command line's flags).
 
