@@ -58,14 +58,15 @@ def _prune_both_ways(tmp_path: Path, family: str, layers: list[int] | None = Non
     checkpoint(src, family, num_hidden_layers=4, **LAYERED[family])
     fused, _, operation = CASES[family]
     assert fused in stored_tensors(src)
-    streamed = fxsym.prune_checkpoint(src, out, importance="l2", scope="uniform",
-                                      layers=layers, **operation)
+    scope = dict(scope="uniform") if "ratio" in operation else {}  # sizes say where already
+    streamed = fxsym.prune_checkpoint(src, out, importance="l2", layers=layers, **scope,
+                                      **operation)
     model = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     sm = fxsym.analyze(model)
     given = dict(operation)
     if "sizes" in given:
         given["sizes"] = sizes_for(sm, **given["sizes"])
-    in_memory = fxsym.plan(model, sm, importance="l2", scope="uniform", layers=layers, **given)
+    in_memory = fxsym.plan(model, sm, importance="l2", layers=layers, **scope, **given)
     assert in_memory.choices() == streamed.choices()
     in_memory.apply(model, sm)
     model.save_pretrained(tmp_path / "reference")
