@@ -33,7 +33,7 @@ ks = _load()
 #: the family and role words the workflow names outside docstrings today, by room: the CLI's
 #: role flags and their help (--ffn, --experts, --kv-heads, --routing-groups), the routing_groups
 #: keyword of prune_checkpoint and the request, the usage records' keys (expert_load), the
-#: search's expert shares, next_token_loss and its .logits reference, deprecated aliases.
+#: search's expert shares and 'a router picks' message, deprecated aliases (next_token_loss).
 #: By room, so that a split of a room's modules moves words without failing here
 WORKFLOW_KNOWN: dict[str, set[str]] = {
     "checkpoint": {"expert", "routing"},
@@ -41,7 +41,7 @@ WORKFLOW_KNOWN: dict[str, set[str]] = {
             "mlp", "moe", "router", "routing", "tokenizer", "transformers"},
     "importance": {"expert", "experts", "routing"},
     "request": {"decoder", "routing", "transformers"},
-    "search": {"expert", "experts", "logits", "next_token", "router"},
+    "search": {"expert", "experts", "next_token", "router"},
 }
 
 

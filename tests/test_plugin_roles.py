@@ -193,3 +193,45 @@ def test_the_search_scores_by_the_loss_a_plugin_gives() -> None:
             expected = sum(float(pruned(b).abs().mean()) for b in batches) / len(batches)
         assert c.loss == pytest.approx(expected, rel=1e-12)
     assert [c.loss for c in found] != [c.loss for c in by_mse]
+
+
+def test_the_search_compares_the_tensor_a_plugin_gives() -> None:
+    """Without a loss, the search in memory scores a candidate by the mean squared error of
+    its output to the unpruned model's; a plugin says which tensor of an output stands for it
+    (``fxsym_compared_output``, the hf plugin's: a ``ModelOutput``'s logits). Here a model
+    returning ``{"aux": ..., "image": ...}``, whose plugin gives ``"image"``: every candidate's
+    loss is that error on its pruned model, recomputed (rel 1e-12 in float64)."""
+
+    class TwoOutputs(UNet):
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
+            image = super().forward(x)
+            return {"aux": image.mean(dim=(1, 2, 3)), "image": image}
+
+    class ImageOutput:
+        @fxsym.hookimpl
+        def fxsym_compared_output(self, output: object) -> torch.Tensor | None:
+            return output["image"] if isinstance(output, dict) else None
+
+    torch.manual_seed(1)
+    batches = [torch.randn(2, 3, 8, 8, dtype=torch.float64) for _ in range(2)]
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=["nn"])
+    pm.register(ChannelLevels(), name="channel-levels")
+    pm.register(ImageOutput(), name="image-output")
+    with fxsym.use_plugins(pm):
+        model = TwoOutputs().double().eval()
+        sm = fxsym.analyze(model, example_inputs=(batches[0],))
+        total = sum(p.numel() for p in model.parameters())
+        found = list(search(model, sm, target_params=total // 2, batches=batches, round_to=1,
+                            importance="l2", shortlist=None).candidates)
+    assert found and all(c.scored for c in found)
+    with torch.no_grad():
+        reference = [model(b)["image"] for b in batches]
+    for c in found:
+        pruned, psm = copy.deepcopy((model, sm))
+        assert c.plan is not None
+        c.plan.apply(pruned, psm)
+        with torch.no_grad():
+            expected = sum(float(nn.functional.mse_loss(pruned(b)["image"], r))
+                           for b, r in zip(batches, reference)) / len(batches)
+        assert c.loss == pytest.approx(expected, rel=1e-12)

@@ -26,6 +26,13 @@ def _logits(out: object) -> object:
     return out
 
 
+def compared_output(out: object) -> torch.Tensor | None:
+    """The ``logits`` of a model's output (a transformers ``ModelOutput``), what the
+    ``fxsym_compared_output`` hook gives; ``None`` for any other output."""
+    logits = getattr(out, "logits", None)
+    return logits if isinstance(logits, torch.Tensor) else None
+
+
 def next_token_loss(out: object, batch: object) -> float | None:
     """The next-token cross-entropy of a model's output ``out`` on ``batch``, where the
     output holds ``logits`` for the batch's ``input_ids``; else ``None``."""

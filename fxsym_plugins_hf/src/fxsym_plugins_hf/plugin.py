@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
 from torch import nn
 
 import fxsym
@@ -80,7 +81,8 @@ class HuggingFacePlugin(
         hookspecs.RegisterOpRulesHook, hookspecs.TraceContextHook, hookspecs.ExampleInputsHook,
         hookspecs.DefaultOutputsHook, hookspecs.AfterResizeHook, hookspecs.GroupStepsHook,
         hookspecs.UntracedPathsHook, hookspecs.GroupSourcesHook, hookspecs.RolesHook,
-        hookspecs.BatchLossHook, hookspecs.UsageRecorderHook, hookspecs.UndescribedGroupsHook,
+        hookspecs.BatchLossHook, hookspecs.ComparedOutputHook, hookspecs.UsageRecorderHook,
+        hookspecs.UndescribedGroupsHook,
         hookspecs.AfterDepthHook, hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook,
         hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook):
     """The hook implementations, with the state of one plugin manager; its bases are the
@@ -183,6 +185,12 @@ class HuggingFacePlugin(
         from .loss import next_token_loss
 
         return next_token_loss(output, batch)  # any model returning logits for input_ids
+
+    @fxsym.hookimpl
+    def fxsym_compared_output(self, output: object) -> torch.Tensor | None:
+        from .loss import compared_output
+
+        return compared_output(output)
 
     @fxsym.hookimpl
     def fxsym_usage_recorder(self, model: nn.Module, symmap: SymMap) -> UsageRecorder | None:

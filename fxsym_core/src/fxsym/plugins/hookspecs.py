@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import pluggy
+import torch
 from torch import nn
 
 if TYPE_CHECKING:
@@ -355,6 +356,20 @@ class BatchLossHook(Protocol):
         """
 
 
+class ComparedOutputHook(Protocol):
+    @hookspec(firstresult=True)
+    def fxsym_compared_output(self, output: object) -> torch.Tensor | None:
+        """The tensor of a model's ``output`` that stands for it where two models' outputs
+        are compared, where the plugin knows what the output holds (the hf plugin: the
+        ``logits`` of a transformers ``ModelOutput``), or ``None``.
+
+        The architecture search in memory, where no plugin gives a loss
+        (``fxsym_batch_loss``), scores a candidate by the mean squared error of this tensor to
+        the unpruned model's; where no plugin answers, the output itself, or the first tensor
+        of a tuple or list, is compared. It must not change ``output``.
+        """
+
+
 class UsageRecorderHook(Protocol):
     @hookspec
     def fxsym_usage_recorder(self, model: nn.Module, symmap: SymMap) -> UsageRecorder | None:
@@ -450,7 +465,8 @@ HOOKS: tuple[type, ...] = (
     ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, AnalysisOptionsHook,
     UndescribedGroupsHook,
     GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, BatchLossHook,
-    UsageRecorderHook, AfterDepthHook, DepthKindsHook, DepthRefusalHook, SaveFilesHook,
+    ComparedOutputHook, UsageRecorderHook, AfterDepthHook, DepthKindsHook, DepthRefusalHook,
+    SaveFilesHook,
     CheckpointReaderHook,
 )
 _BY_CLASS = {cls: name for cls in HOOKS for name in vars(cls) if name.startswith("fxsym_")}

@@ -2,7 +2,8 @@
 applied to a copy of the model, each batch's output scored by the loss a plugin gives
 (``fxsym_batch_loss``, :func:`batch_loss`: the hf plugin's next-token cross-entropy where the
 model returns ``logits`` for ``input_ids``), else by the mean squared error to the unpruned
-model's output (:func:`references`). A checkpoint directory scores its candidates by
+model's output (:func:`references`; the tensor of an output a plugin says stands for it,
+``fxsym_compared_output``). A checkpoint directory scores its candidates by
 streaming instead (:func:`fxsym.prune.checkpoint.stream_losses`), with :func:`batch_loss`.
 
 Imports from fxsym: importance, planning, plugins, symbols.
@@ -30,9 +31,11 @@ def references(model: nn.Module, batches: Sequence[Any]) -> list[Any]:
 
 
 def _output(out: Any) -> Any:
-    logits = getattr(out, "logits", None)
-    if isinstance(logits, torch.Tensor):
-        return logits
+    """The tensor compared for ``out``: a plugin's (``fxsym_compared_output``, the hf plugin's
+    ``logits``), else the first tensor of a tuple or list, else ``out``."""
+    compared: torch.Tensor | None = call_hook("fxsym_compared_output", output=out)
+    if compared is not None:
+        return compared
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         return out[0]
     return out
