@@ -34,7 +34,7 @@ kv_heads`` queries per key/value head.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
@@ -45,7 +45,7 @@ from fxsym.analysis import TensorLayout
 from fxsym.errors import PlanError
 from fxsym.plugins.contracts import Role, RoleKind, RoleMap, RoleSize
 from fxsym.prune.planning import MATMULS
-from fxsym.prune.roles import group_sources
+from fxsym.prune.roles import group_sources, reachable
 from fxsym.symbols import SymMap
 
 #: the roles, in the order requests are read and the search's table shows them:
@@ -168,7 +168,7 @@ def _products(symmap: SymMap) -> tuple[set[int], set[int]]:
     analysis, graph = symmap.analysis, symmap.graph
     if analysis is None or graph is None:
         return set(), set()
-    computed = _closure([n for n in graph.nodes if n.op == "placeholder"],
+    computed = reachable([n for n in graph.nodes if n.op == "placeholder"],
                         lambda n: list(n.users))
     out: set[int] = set()
     stacked: set[int] = set()
@@ -212,13 +212,3 @@ def _roots(analysis: Any, layout: Any, dims: Iterable[int]) -> set[int]:
             for r in table.same_size(seg.group)}  # a block of a fused chunk: all of them
 
 
-def _closure(start: Iterable[fx.Node], step: Callable[[fx.Node], list[fx.Node]]
-             ) -> set[fx.Node]:
-    seen: set[fx.Node] = set()
-    stack = list(start)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(step(n))
-    return seen

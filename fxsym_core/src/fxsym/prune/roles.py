@@ -15,7 +15,8 @@ group's size is read from is what a plugin says (``fxsym_group_sources``,
 :func:`group_sources`; the hf plugin probes the config field whose change changes the group's
 parameter dims). The groups of one width role read from one source and as long (in entries,
 of one unit) are one width class; a role may hold several (widths that differ by layer), and
-the search sizes each class from its own range.
+the search sizes each class from its own range. :func:`reachable` walks a traced graph, for
+the role finders of plugins and the search's count of what a pick leaves unread.
 
 Imports from fxsym: plugins, symbols.
 """
@@ -23,9 +24,11 @@ Imports from fxsym: plugins, symbols.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from torch import fx
 
 from ..plugins.calls import call_hook
 from ..plugins.contracts import Role, RoleKind, RoleMap, RoleSize, SizeRule
@@ -155,3 +158,18 @@ def group_sources(symmap: SymMap) -> dict[str, str]:
                     cached.setdefault(str(name), str(source))
         _SOURCES[symmap] = cached
     return cached
+
+
+def reachable(start: Iterable[fx.Node], step: Callable[[fx.Node], list[fx.Node]]
+              ) -> set[fx.Node]:
+    """The nodes reached from ``start`` by ``step`` (``start`` among them): with
+    ``lambda n: list(n.users)`` what they feed, with ``lambda n: n.all_input_nodes`` what
+    feeds them."""
+    seen: set[fx.Node] = set()
+    stack = list(start)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(step(n))
+    return seen

@@ -15,7 +15,7 @@ Imports from fxsym: embeddings, paramlayout, plugins, symbols.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from ...paramlayout import Slices, layout
 from ...plugins.analysis_options import keeps_picked_blocks
 from ...symbols import SymMap
 from ..embeddings import embedding_tables
+from ..roles import reachable
 
 
 def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]]:
@@ -63,9 +64,9 @@ def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[float, st
     for g in routed:
         params = {sl.param for sl in lay.slices.get(g.name, ())}
         starts = [n for p in params for n in uses.get(p, ())]
-        downstream = [n for n in _closure(starts, lambda n: list(n.users)) if n in picks]
+        downstream = [n for n in reachable(starts, lambda n: list(n.users)) if n in picks]
         pick = min(downstream, key=order.__getitem__, default=None)
-        upstream = set() if pick is None else _closure([pick], lambda n: n.all_input_nodes)
+        upstream = set() if pick is None else reachable([pick], lambda n: n.all_input_nodes)
         copies = _copies(lay.slices.get(g.name, ()), symmap)
         entries = next((k for k in (_entries_picked(n, g.size * g.unit * copies) for n in sorted(
             downstream, key=order.__getitem__)) if k is not None), None)
@@ -113,18 +114,6 @@ def _is_pick(node: fx.Node) -> bool:
                for t in _tensors(node.meta.get("val"))) and any(
         t.is_floating_point() for a in node.all_input_nodes
         for t in _tensors(a.meta.get("val")))
-
-
-def _closure(start: Iterable[fx.Node], step: Callable[[fx.Node], list[fx.Node]]
-             ) -> set[fx.Node]:
-    seen: set[fx.Node] = set()
-    stack = list(start)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(step(n))
-    return seen
 
 
 def _param_nodes(model: nn.Module, graph: fx.Graph) -> dict[str, list[fx.Node]]:
