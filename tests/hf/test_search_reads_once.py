@@ -18,14 +18,20 @@ import fxsym.prune.checkpoint as ckpt
 import fxsym.prune.checkpoint.tensors as ckpt_tensors
 
 
-def _setup(src: Path) -> tuple[Any, Any, Any, Any, list[Any], list[fxsym.Plan]]:
-    checkpoint(src, "llama", num_hidden_layers=4)
+def _opened(src: Path, **overrides: Any) -> tuple[Any, Any, Any, Any, list[Any]]:
+    """A tiny llama checkpoint written to ``src`` and opened for streaming: the model written,
+    its meta model (buffers loaded) with its analysis, the tensors and calibration batches."""
+    model = checkpoint(src, "llama", **overrides)
     reader = ckpt.open_checkpoint(src)
     batches = reader.calibration([TEXT], tokens=64, seq_len=24)
     meta = reader.build()
     tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
     ckpt_tensors.load_buffers(meta, tensors)
-    sm = fxsym.analyze(meta)
+    return model, meta, fxsym.analyze(meta), tensors, batches
+
+
+def _setup(src: Path) -> tuple[Any, Any, Any, Any, list[Any], list[fxsym.Plan]]:
+    _, meta, sm, tensors, batches = _opened(src, num_hidden_layers=4)
     lay = fxsym.importance.layout(meta, sm)
     scores = ckpt.stream_activations(meta, sm, tensors, batches).scores
 
@@ -89,14 +95,8 @@ def test_the_calibration_pass_reads_a_tied_embedding_once(
     embedding's call to the head's (before: read again for the head, 21 % of SmolLM2's
     checkpoint): the pass reads every stored tensor once, its bytes the checkpoint's, and the
     block importance is the whole model's."""
-    src = tmp_path / "in"
-    model = checkpoint(src, "llama", num_hidden_layers=3, tie_word_embeddings=True)
-    reader = ckpt.open_checkpoint(src)
-    batches = reader.calibration([TEXT], tokens=64, seq_len=24)
-    meta = reader.build()
-    tensors = ckpt_tensors.Tensors(reader.directory, reader.tensor_files(), reader.stored(meta))
-    ckpt_tensors.load_buffers(meta, tensors)
-    sm = fxsym.analyze(meta)
+    model, meta, sm, tensors, batches = _opened(tmp_path / "in", num_hidden_layers=3,
+                                                tie_word_embeddings=True)
     reads: Counter[str] = Counter()
     on_reads(monkeypatch, lambda name: reads.update([name]))
     streamed = ckpt.stream_activations(meta, sm, tensors, batches)
