@@ -44,13 +44,16 @@ def _ids(directory: Path) -> torch.Tensor:
 
 
 def test_distillation_brings_the_student_closer_to_the_teacher(tmp_path: Path) -> None:
-    """A tiny llama pruned to a third of its FFN, distilled 6 steps: its KL to the teacher on
+    """A tiny llama pruned to a third of its FFN, distilled 12 steps: its KL to the teacher on
     the training text goes down (measured here in float64, not by the trainer), the output
     loads with plain ``from_pretrained`` (a plain llama config, the tokenizer and the plan
     carried) and generates."""
     teacher_dir, student_dir, text = _pruned(tmp_path)
     out = tmp_path / "out"
-    result = distill(student_dir, teacher_dir, out, text=text, heldout=text, seed=0, **STEPS)
+    # 12 steps: the tokenizer trained per process (ckpt_helpers.tokenizer) breaks BPE ties
+    # differently in each, which moved the KL ratio after 6 steps over 0.60-0.84
+    result = distill(student_dir, teacher_dir, out, text=text, heldout=text, seed=0,
+                     **(STEPS | {"steps": 12}))
     teacher = transformers.AutoModelForCausalLM.from_pretrained(teacher_dir).eval()
     before = transformers.AutoModelForCausalLM.from_pretrained(student_dir).eval()
     after = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
@@ -58,7 +61,7 @@ def test_distillation_brings_the_student_closer_to_the_teacher(tmp_path: Path) -
     assert _kl(after, teacher, ids) < 0.8 * _kl(before, teacher, ids)
     assert result.after is not None and result.before is not None
     assert result.after.kl < result.before.kl
-    assert result.steps == 6 and len(result.log) >= 2
+    assert result.steps == 12 and len(result.log) >= 2
     assert type(after) is type(teacher)
     assert after.config.intermediate_size == 64
     assert {"tokenizer.json", "fxsym.json", "config.json", "model.safetensors"} \
