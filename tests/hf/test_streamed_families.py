@@ -22,7 +22,6 @@ run became the model's own program).
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +33,7 @@ from ckpt_helpers import LAYERED, TEXT, block_importance, checkpoint
 import fxsym
 import fxsym.prune.checkpoint as ckpt
 import fxsym.prune.checkpoint.tensors as ckpt_tensors
-from fxsym.prune.importance import run_batch
-from fxsym_plugins_hf.loss import next_token_loss
-
-
-def _loss(model: torch.nn.Module, sm: fxsym.SymMap, plan: fxsym.Plan, batches: list[Any]
-          ) -> float:
-    """The mean next-token loss of ``model`` (analyzed: ``sm``) pruned by ``plan`` (a copy, its
-    analysis copied with it), in memory."""
-    trial, trial_sm = copy.deepcopy((model, sm))
-    plan.apply(trial, trial_sm)
-    with torch.no_grad():
-        losses = [next_token_loss(run_batch(trial, b), b) for b in batches]
-    assert None not in losses
-    return sum(losses) / len(losses)  # type: ignore[arg-type]
-
+from fxsym.prune.search.losses import loss_of
 
 #: the layers a depth candidate keeps, where not 0, 1, 3: Jamba's attention period gives no
 #: Mamba, attention, attention (refused, tests/hf/test_depth_families.py)
@@ -94,6 +79,7 @@ def test_streamed_runs_are_the_in_memory_runs(tmp_path: Path, family: str) -> No
                                      layers=DEPTH.get(family, [0, 1, 3])))
     alone = [ckpt.stream_loss(meta, sm, tensors, lay, c, batches) for c in candidates]
     for candidate, got in zip(candidates, alone):
-        assert got == pytest.approx(_loss(model, model_sm, candidate, batches), rel=1e-5), candidate
+        in_memory = loss_of(model, model_sm, candidate, batches, None, None)  # the search's
+        assert got == pytest.approx(in_memory, rel=1e-5), candidate
     together = ckpt.stream_losses(meta, sm, tensors, lay, [*candidates, *candidates], batches)
     assert together == pytest.approx(alone + alone, rel=1e-6)  # the search's run: read once
