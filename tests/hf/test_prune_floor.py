@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ckpt_helpers import checkpoint
@@ -205,3 +206,120 @@ def test_a_file_changed_after_the_calibration_pass_is_read_and_checked_again(
                                calibration_tokens=64, seq_len=16, sizes={"ffn": 96},
                                status=status)
     assert not (tmp_path / "out").exists()
+
+
+def _columns_kept(before: Any, after: Any, dim: int) -> bool:
+    """Whether ``after`` is ``before`` with some of its entries along ``dim`` kept, in order
+    (each entry of ``after`` equal to a later entry of ``before`` than the last)."""
+    import torch
+
+    at = 0
+    for i in range(after.shape[dim]):
+        line = after.select(dim, i)
+        while at < before.shape[dim] and not torch.equal(before.select(dim, at), line):
+            at += 1
+        if at == before.shape[dim]:
+            return False
+        at += 1
+    return True
+
+
+def test_a_cut_tensor_read_again_is_not_checked_finite_again(
+        tmp_path: Path, calib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer reads again each tensor it cuts (in chunks of rows, one tensor in memory),
+    but the calibration pass read the same bytes whole and checked them finite, their file
+    unchanged since: it does not sum them again. What it writes is the stored tensor's
+    entries kept, values unchanged. Before: every chunk of every cut tensor was summed again
+    (an explicit-size prune of SmolLM2 sums 320 MB of its FFN twice)."""
+    import contextlib
+    from collections.abc import Iterator
+
+    from safetensors.torch import load_file
+
+    import fxsym.prune.checkpoint.tensors as tensors_module
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    real = tensors_module.finite
+    checked: list[str] = []
+    writing = [False]
+
+    def spy(t: Any, path: Path, name: str) -> Any:
+        if writing[0]:
+            checked.append(name)
+        return real(t, path, name)
+
+    monkeypatch.setattr(tensors_module, "finite", spy)
+
+    @contextlib.contextmanager
+    def status(message: str) -> Iterator[None]:
+        if message == "planning":  # after the calibration pass, before the writing
+            writing[0] = True
+        yield
+
+    fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib, calibration_tokens=64,
+                           seq_len=16, sizes={"ffn": 96}, status=status)
+    assert writing[0] and checked == [], checked
+    before = {k: v for f in sorted(src.glob("*.safetensors")) for k, v in
+              load_file(str(f)).items()}
+    after = load_file(str(tmp_path / "out" / "model.safetensors"))
+    cut = sorted(n for n in before if ".mlp." in n)
+    assert len(cut) == 6 and all(after[n].shape != before[n].shape for n in cut)
+    for n in cut:  # down_proj keeps columns, gate and up rows
+        dim = 1 if "down_proj" in n else 0
+        assert after[n].shape[dim] == 96 and _columns_kept(before[n], after[n], dim), n
+
+
+def test_a_cut_tensor_changed_after_the_calibration_pass_is_checked_again(
+        tmp_path: Path, calib: Path) -> None:
+    """The writer trusts the calibration pass's check of a tensor it cuts only while its
+    file is the one read: a NaN written into an FFN weight after the pass is refused, the
+    output not written."""
+    import contextlib
+    from collections.abc import Iterator
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    name = "model.layers.1.mlp.down_proj.weight"
+    shard = src / json.loads((src / "model.safetensors.index.json").read_text())[
+        "weight_map"][name]
+
+    @contextlib.contextmanager
+    def status(message: str) -> Iterator[None]:
+        if message == "planning":
+            tensors = load_file(str(shard))
+            tensors[name][:, :] = torch.nan
+            save_file(tensors, str(shard), metadata={"format": "pt"})
+        yield
+
+    with pytest.raises(fxsym.CheckpointError, match=f"{name} holds NaN"):
+        fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib,
+                               calibration_tokens=64, seq_len=16, sizes={"ffn": 96},
+                               status=status)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_writer_gives_memory_back_after_the_tensors_it_held_only(
+        tmp_path: Path, calib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer gives the memory of a tensor's chunks back to the system after writing it
+    (``trim``: the peak stays one tensor); a tensor copied by the kernel from its file (kept
+    whole, checked before) took none, so no trim follows it. Before: one trim after every
+    tensor (181 of SmolLM2's 272 are copied)."""
+    import fxsym.prune.checkpoint.writing as writing_module
+
+    src = tmp_path / "in"
+    checkpoint(src, "llama", num_hidden_layers=2)
+    real = writing_module.trim
+    trims = [0]
+
+    def counted() -> None:
+        trims[0] += 1
+        real()
+
+    monkeypatch.setattr(writing_module, "trim", counted)
+    fxsym.prune_checkpoint(src, tmp_path / "out", calibration=calib, calibration_tokens=64,
+                           seq_len=16, sizes={"ffn": 96})
+    assert trims[0] == 6  # the two layers' gate, up and down projections, cut

@@ -4,7 +4,8 @@ Each file is opened with safetensors' ``safe_open`` for one read and closed (no 
 whole shard stays resident); a renamed tensor is read under its stored name, a fused one made
 from its stored tensors (the reader's :class:`~fxsym.prune.checkpoint.reader.StoredLayout`).
 Every tensor read is checked finite (:func:`finite`: a damaged checkpoint is refused, not
-pruned), every header checked against the meta model before any tensor is read
+pruned; bytes read again from a file unchanged since they were checked are not checked
+again), every header checked against the meta model before any tensor is read
 (:meth:`Tensors.check`). A tensor can be read in chunks of rows of about :data:`CHUNK_BYTES`
 (:meth:`Tensors.rows`, for the writer), or, kept whole, read and checked before and its file
 unchanged since, given as its bytes in the file (:class:`fxsym.prune.spans.Span`), which the
@@ -160,7 +161,8 @@ class Tensors:
         range of rows with ``get_slice``), so a large tensor is never in memory whole. A
         tensor kept whole that was read and checked before, its file unchanged
         (:meth:`checked_span`), is its bytes in the file instead, which the writer copies
-        without reading them again."""
+        without reading them again; one cut is read again but not checked finite again (the
+        same bytes were)."""
         from safetensors import safe_open
 
         name = self.renamed.get(name, name)
@@ -170,6 +172,7 @@ class Tensors:
             self.bytes_read += span.size  # the kernel reads them
             yield span
             return
+        checked = span is not None
         try:
             with safe_open(str(path), framework="pt") as handle:
                 part = handle.get_slice(name)
@@ -177,7 +180,7 @@ class Tensors:
                 if len(shape) < 2:
                     t = handle.get_tensor(name)
                     self.bytes_read += t.numel() * t.element_size()
-                    t = finite(t, path, name)
+                    t = t if checked else finite(t, path, name)
                     index = cut(0) if t.dim() else None
                     yield t if index is None else t.index_select(0, index)
                     return
@@ -190,7 +193,7 @@ class Tensors:
                     lo, hi = int(p.min()), int(p.max()) + 1
                     t = part[lo:hi]
                     self.bytes_read += t.numel() * t.element_size()
-                    t = finite(t, path, name)
+                    t = t if checked else finite(t, path, name)
                     if kept is not None:
                         t = t.index_select(0, p - lo)
                     for dim in range(1, t.dim()):

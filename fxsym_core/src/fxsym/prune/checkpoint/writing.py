@@ -62,7 +62,8 @@ def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
     format's: an 8-byte little-endian length, then JSON padded to 8 bytes), then each tensor's
     bytes in order (a :class:`~fxsym.spans.Span`, a whole input tensor, copied from its file
     by the kernel). A tensor that does not have its announced dtype and shape raises
-    :class:`~fxsym.errors.CheckpointError`."""
+    :class:`~fxsym.errors.CheckpointError`. The memory a tensor's chunks took is given back
+    (:func:`.memory.trim`) after it; a span took none (the kernel copies it): no trim."""
     header: dict[str, Any] = {"__metadata__": {"format": "pt", "producer": "fxsym"}}
     offset = 0
     for name, shape in shapes.items():
@@ -76,7 +77,7 @@ def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
         f.write(len(text).to_bytes(8, "little"))
         f.write(text)
         for name, chunks in produce:
-            want, rows = shapes[name], 0
+            want, rows, held = shapes[name], 0, False
             for t in chunks:
                 if isinstance(t, Span):
                     if DTYPES.get(t.dtype) != dtypes[name] or t.shape != want:
@@ -92,11 +93,13 @@ def _write_shard(path: Path, dtypes: Mapping[str, torch.dtype],
                     raise CheckpointError(f"{name}: the plan gives it shape {tuple(t.shape)}, "
                                           f"the pruned model {want}")
                 rows += t.shape[0] if t.dim() else 1
+                held = True
                 f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().data)
             if rows != (want[0] if want else 1):
                 raise CheckpointError(f"{name}: the plan gives it {rows} rows, the pruned model "
                                       f"{want}")
-            trim()
+            if held:
+                trim()
         f.flush()
         os.fsync(f.fileno())
 
