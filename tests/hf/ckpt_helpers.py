@@ -1,8 +1,9 @@
 """Tiny ``save_pretrained`` checkpoint directories for the checkpoint tests (random weights,
-a tokenizer trained here with ``tokenizers``: nothing downloaded)."""
+a tokenizer trained here with ``tokenizers`` and stored: nothing downloaded)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,10 +87,17 @@ def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def tokenizer(vocab: int = 100) -> Any:
-    """A byte-level BPE tokenizer of at most ``vocab`` tokens, trained on :data:`TEXT`."""
+#: the byte-level BPE tokenizer the checkpoints carry, trained once on :data:`TEXT` by
+#: :func:`train_tokenizer` and stored: the ``tokenizers`` trainer breaks ties between equally
+#: frequent pairs differently in each process, so a tokenizer trained per process gave each
+#: test process other token ids (``python tests/hf/ckpt_helpers.py`` writes it again)
+TOKENIZER = Path(__file__).with_name("tokenizer.json")
+
+
+def train_tokenizer(vocab: int = 300) -> Any:
+    """A ``tokenizers.Tokenizer``: byte-level BPE of at most ``vocab`` tokens trained on
+    :data:`TEXT` (its specials, the alphabet, then one token per merge, in merge order)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -97,6 +105,24 @@ def tokenizer(vocab: int = 100) -> Any:
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>", "<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet()[:60])
     tok.train_from_iterator([TEXT], trainer)
+    return tok
+
+
+def tokenizer(vocab: int = 100) -> Any:
+    """The stored tokenizer (:data:`TOKENIZER`) cut to at most ``vocab`` tokens (never below
+    its specials and alphabet): its first merges, the tokens they make, as a trainer asked for
+    fewer tokens would have stopped there."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    state = json.loads(TOKENIZER.read_text(encoding="utf-8"))
+    model = state["model"]
+    merges = len(model["merges"])
+    kept = max(0, min(merges, vocab - (len(model["vocab"]) - merges)))
+    model["merges"] = model["merges"][:kept]
+    size = len(model["vocab"]) - merges + kept
+    model["vocab"] = {t: i for t, i in model["vocab"].items() if i < size}
+    tok = Tokenizer.from_str(json.dumps(state))
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>")
 
@@ -222,3 +248,7 @@ def on_reads(monkeypatch: Any, before_read: Callable[[str], None],
             return Slice(self.handle.get_slice(name), name)
 
     monkeypatch.setattr(safetensors, "safe_open", Handle)
+
+
+if __name__ == "__main__":
+    TOKENIZER.write_text(train_tokenizer().to_str(pretty=True) + "\n", encoding="utf-8")
