@@ -101,7 +101,9 @@ def plan(
     :class:`~fxsym.prune.request.PruneRequest` of a model in memory that is not searched
     (``fxsym prune MODEL --no-search``: the rules and messages ``fxsym prune`` and
     :func:`fxsym.prune_checkpoint` use; ``importance``, a criterion here, is checked by
-    :mod:`fxsym.importance`); ``scope`` (default ``"global"``) given with
+    :mod:`fxsym.importance`); ``scope`` (default ``"global"``; for a parameter target on a
+    model with a stack of residual blocks the request's default is ``"uniform"``, and leaving
+    it out there warns with a :class:`FutureWarning` that the default will follow) given with
     ``sizes`` or with ``layers`` alone, where it changes nothing, is left out with a
     :class:`DeprecationWarning` giving the request's refusal. Every argument is checked: a
     NaN, an infinity or a value of another type is a :class:`~fxsym.errors.PlanError` naming
@@ -117,6 +119,13 @@ def plan(
     for unused in checked.deprecated:
         warnings.warn(f"{unused} (left out for now; refused in a later version, as fxsym "
                       "prune and a PruneRequest refuse it)", DeprecationWarning, stacklevel=2)
+    if scope is None and checked.scope != "global" and request.parameter_target() and not sizes:
+        warnings.warn("fxsym.plan plans a parameter target on a model with a stack of residual "
+                      "blocks globally when scope is left out, where fxsym prune and a "
+                      "PruneRequest plan it uniformly (every block keeps one shape: what a "
+                      "config describes); the default becomes 'uniform' in a later version: "
+                      "give scope='global' to keep this plan, or scope='uniform'",
+                      FutureWarning, stacklevel=2)
     target_params = request.counted(sum(p.numel() for p in model.parameters())).target_params
     return solve(model, symmap, ratio=ratio, target_params=target_params,
                  target_macs=target_macs, importance=importance, scope=scope or "global",
