@@ -138,3 +138,33 @@ def test_a_fresh_process_checks_options_before_anything_is_traced() -> None:
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == {"routing_groups": "keep"}
+
+
+def test_the_request_checks_its_analysis_options() -> None:
+    """``PruneRequest(analysis_options=...)`` is checked against the declarations, in the
+    caller's words: a declared option and value pass; an undeclared name or value is an
+    ``AnalysisError`` naming the declared ones (``--routing-group`` on the command line); an
+    option whose declaration refuses checkpoints (the nn plugin's ``norm_groups``) is refused
+    there with its reason; ``prune_checkpoint`` refuses a keyword that is no declared option as
+    Python does (a declared one is the deprecated spelling)."""
+    from fxsym.prune.cli import flags
+    from fxsym.prune.request import PruneRequest
+
+    fxsym.load_plugins()
+    asked = PruneRequest(ratio=0.5, analysis_options={"routing_groups": "keep"}).check()
+    assert asked.request.analysis_options == {"routing_groups": "keep"}
+    with pytest.raises(fxsym.AnalysisError, match="unknown analysis option routing_group: "
+                       "the plugins declare norm_groups, routing_groups"):
+        PruneRequest(ratio=0.5, analysis_options={"routing_group": "keep"}).check()
+    with pytest.raises(fxsym.AnalysisError, match="unknown analysis option --routing-group: "
+                       "the plugins declare --norm-groups, --routing-groups"):
+        PruneRequest(ratio=0.5, analysis_options={"routing_group": "keep"}).check(flags())
+    with pytest.raises(fxsym.AnalysisError, match="norm_groups must be one of 'follow', "
+                       "'keep', got 'split'"):
+        PruneRequest(ratio=0.5, analysis_options={"norm_groups": "split"}).check()
+    with pytest.raises(fxsym.PlanError, match="norm_groups keep is not available for a "
+                       "checkpoint directory: it is analyzed in the default mode"):
+        PruneRequest(checkpoint=True, ratio=0.5, analysis_options={"norm_groups": "keep"}
+                     ).check()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+        fxsym.prune_checkpoint("in", "out", ratio=0.5, colour="blue")

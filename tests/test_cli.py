@@ -121,6 +121,47 @@ def test_help_and_version_do_not_import_torch(argv: list[str]) -> None:
     assert "usage: fxsym" in res.stdout or "fxsym " in res.stdout
 
 
+_FLAGS_NO_TORCH = """
+import sys
+from fxsym.declarations import installed
+from fxsym.prune.cli import main
+try:
+    main(["prune", "--help"])
+except SystemExit:
+    pass
+declared = installed()
+print("flags", *[o.flag for o in (*declared.sizes, *declared.analysis)])
+print("torch imported:", "torch" in sys.modules)
+"""
+
+
+def test_the_plugins_flags_are_listed_without_torch() -> None:
+    """``fxsym prune --help`` lists the size flags and analysis options' flags the installed
+    plugins declare (``fxsym_size_options``, ``fxsym_analysis_options``, read from their
+    ``fxsym.declarations`` entry points, the hf plugin's ``--ffn`` among them where it is
+    installed) without importing torch; with no plugin loaded (``FXSYM_DISABLE_PLUGIN_AUTOLOAD``)
+    ``--ffn`` is an unknown option."""
+    import os
+
+    res = subprocess.run([sys.executable, "-c", _FLAGS_NO_TORCH], capture_output=True,
+                         text=True, timeout=300)
+    *_, flags_line, torch_line = res.stdout.splitlines()
+    flags = flags_line.split()[1:]
+    assert torch_line == "torch imported: False", res.stderr
+    assert "--norm-groups" in flags and all(f in res.stdout for f in flags)
+    try:
+        import fxsym_plugins_hf  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        assert {"--hidden", "--ffn", "--kv-heads", "--experts", "--routing-groups"} <= set(flags)
+    res = subprocess.run([sys.executable, "-m", "fxsym.prune.cli", "prune", "ckpt", "--ffn", "8",
+                          "-o", "out"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "FXSYM_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert res.returncode == 2
+    assert res.stderr.strip() == "fxsym: unknown option --ffn (see fxsym prune --help)"
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     import fxsym
 

@@ -39,7 +39,7 @@ def test_every_hook_the_plugins_implement_is_declared() -> None:
 
     assert _implemented(nn_plugin) == hookspecs.declared_hooks(nn_plugin.Hooks)
     assert _implemented(hf.HuggingFacePlugin) == hookspecs.declared_hooks(hf.HuggingFacePlugin)
-    assert len(_implemented(hf.HuggingFacePlugin)) == 21
+    assert len(_implemented(hf.HuggingFacePlugin)) == 22
 
 
 def test_the_manager_specifies_each_protocol_hook_once() -> None:
@@ -49,7 +49,7 @@ def test_the_manager_specifies_each_protocol_hook_once() -> None:
     specified = {name: getattr(pm.hook, name).spec for name in dir(pm.hook)
                  if name.startswith("fxsym_")}
     declared = {name for cls in hookspecs.HOOKS for name in hookspecs.declared_hooks(cls)}
-    assert set(specified) == declared and len(declared) == len(hookspecs.HOOKS) == 25
+    assert set(specified) == declared and len(declared) == len(hookspecs.HOOKS) == 26
     leaf = specified["fxsym_leaf_module"]
     assert leaf.namespace is hookspecs.LeafModuleHook
     assert leaf.argnames == ("module", "qualname") and leaf.opts["firstresult"]

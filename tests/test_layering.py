@@ -40,6 +40,7 @@ PACKAGE = Path(fxsym.__file__).parent
 #: lowest first
 KERNEL = [
     "errors",      # the exception and warning classes
+    "declarations",  # what plugins declare as data (options, sizes), read without torch
     "_moved",      # the old import paths of the rooms moved into fxsym.prune, deprecated
     "naming",      # how a class or callable is named
     "memo",        # answers remembered for one run (the plugins' repeated probes)
@@ -87,19 +88,20 @@ ORDER = [*KERNEL, *WORKFLOW, "fxsym"]
 #: the rooms each room imports when it is imported (what the code needs today)
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "declarations": set(),  # the plugins' hooks inside declared(), once they are loaded
     "_moved": set(),
     "naming": set(),
     "prune": set(),
     "paths": {"errors"},
     "options": {"errors"},
-    "request": {"errors", "options", "paths"},
+    "request": {"declarations", "errors", "options", "paths"},
     "console": set(),
     "phases": set(),
     "memo": set(),
     "spans": {"errors"},
     "modstate": set(),
     "lockstep": {"errors"},
-    "plugins": {"errors"},
+    "plugins": {"declarations", "errors"},
     "registry": {"errors", "naming", "plugins"},
     # the registry only inside functions; the registry and TraceReport for annotations
     "symbols": set(),
@@ -126,7 +128,7 @@ ALLOWED: dict[str, set[str]] = {
     "report_html": {"errors", "importance", "naming", "planning", "symbols"},
     "demo": set(),
     # everything else inside its commands, so ``fxsym --help`` is fast
-    "cli": {"errors", "options", "request"},
+    "cli": {"declarations", "errors", "options", "request"},
     "fxsym": {"errors", "_moved"},  # every other name on first use, so ``import fxsym`` skips torch
 }
 

@@ -6,7 +6,8 @@ encoder's and decoder's convolutions) and declares them one width role, ``levels
 request then sizes them by name (``sizes_for(symmap, levels=4)``) and the architecture search
 for a parameter target sizes each of the role's width classes by one fraction. Checked with
 and without the hf plugin beside it (its roles hold nothing of this model). The same way, a
-plugin gives the loss the search scores candidates by (``fxsym_batch_loss``).
+plugin gives the loss the search scores candidates by (``fxsym_batch_loss``), and declares
+the size its role is given by (``fxsym_size_options``): ``fxsym prune`` grows the flag.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +23,7 @@ from torch import nn
 
 import fxsym
 from fxsym.errors import PlanError
-from fxsym.plugins.contracts import Role, RoleKind, RoleMap
+from fxsym.plugins.contracts import Role, RoleKind, RoleMap, SizeOption
 from fxsym.prune.roles import roles
 from fxsym.prune.search import Candidate, search, sizes_for
 
@@ -58,11 +60,27 @@ class ChannelLevels:
         return RoleMap((Role("levels", "a UNet channel level", RoleKind.WIDTH, levels),))
 
 
+class LevelSizes(ChannelLevels):
+    """The same plugin declaring the size its role is given by: ``levels`` (a flag of
+    ``fxsym prune``, ``--levels N``)."""
+
+    @fxsym.hookimpl
+    def fxsym_size_options(self) -> tuple[SizeOption, ...]:
+        return (SizeOption("levels", "channels of every UNet channel level"),)
+
+
+def seeded_unet() -> UNet:
+    """The UNet of seed 0 (what ``fxsym prune test_plugin_roles:seeded_unet`` builds)."""
+    torch.manual_seed(0)
+    return UNet().eval()
+
+
 @contextmanager
-def _with_levels(allow: list[str]) -> Iterator[None]:
+def _with_levels(allow: list[str], plugin: type[ChannelLevels] = ChannelLevels
+                 ) -> Iterator[None]:
     pm = fxsym.PluginManager()
     fxsym.load_plugins(manager=pm, allow=allow)
-    pm.register(ChannelLevels(), name="channel-levels")
+    pm.register(plugin(), name="channel-levels")
     with fxsym.use_plugins(pm):
         yield
 
@@ -235,3 +253,37 @@ def test_the_search_compares_the_tensor_a_plugin_gives() -> None:
             expected = sum(float(nn.functional.mse_loss(pruned(b)["image"], r))
                            for b, r in zip(batches, reference)) / len(batches)
         assert c.loss == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_plugin_size_option_is_a_flag_of_fxsym_prune(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A third party's ``fxsym_size_options`` (``levels``) is a flag of ``fxsym prune``
+    (``--levels N``, in its help): the command keeps 4 channels of both levels, and the model
+    it saved computes what the unpruned one does with the other channels zeroed. Without the
+    declaration the flag is an unknown option."""
+    from fxsym.prune.cli import main
+
+    out = tmp_path / "pruned"
+    argv = ["prune", "test_plugin_roles:seeded_unet", "--input-shape", "1,3,8,8", "--levels",
+            "4", "-o", str(out), "--json"]
+    with _with_levels(["nn"]):
+        assert main(argv) == 2
+        assert "unknown option --levels" in capsys.readouterr().err
+        assert not out.exists()
+    with _with_levels(["nn"], LevelSizes):
+        with pytest.raises(SystemExit):
+            main(["prune", "--help"])
+        assert "--levels LEVELS channels of every UNet channel level" in " ".join(
+            capsys.readouterr().out.split())
+        assert main(argv) == 0
+        plan = fxsym.Plan.from_json(capsys.readouterr().out)
+        model = seeded_unet()
+        sm = fxsym.analyze(model, example_inputs=(torch.randn(1, 3, 8, 8),))
+        assert sorted(len(g.keep) for g in plan.groups) == [4, 4]
+        pruned = fxsym.load(seeded_unet(), out)
+    assert (pruned.enc1.out_channels, pruned.enc2.out_channels,
+            pruned.dec.out_channels) == (4, 4, 4)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(x), _masked(model, plan, sm)(x), rtol=1e-5,
+                                   atol=1e-6)

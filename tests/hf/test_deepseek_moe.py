@@ -10,6 +10,7 @@ own ``from_pretrained``.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -247,11 +248,15 @@ def test_kept_routing_groups_each_lose_the_same_experts(model_type: str, n_group
                                    reference(input_ids=ids).logits, rtol=0, atol=0)
 
 
-def test_a_checkpoint_keeps_its_routing_groups_as_in_memory(tmp_path: Any) -> None:
-    """``fxsym.prune_checkpoint(..., routing_groups="keep")`` of a DeepSeek-V3 checkpoint with
-    two routing groups of 4 experts, 2 positions kept per MoE layer (l2): ``n_routed_experts``
-    4 and ``n_group`` 2 in the output, and plain ``from_pretrained`` of it gives the logits of
-    the in-memory model pruned by the same plan."""
+@pytest.mark.parametrize("spelled", ["analysis_options", "keyword"])
+def test_a_checkpoint_keeps_its_routing_groups_as_in_memory(tmp_path: Any, spelled: str
+                                                            ) -> None:
+    """``fxsym.prune_checkpoint(..., analysis_options={"routing_groups": "keep"})`` of a
+    DeepSeek-V3 checkpoint with two routing groups of 4 experts, 2 positions kept per MoE
+    layer (l2): ``n_routed_experts`` 4 and ``n_group`` 2 in the output, and plain
+    ``from_pretrained`` of it gives the logits of the in-memory model pruned by the same plan.
+    The option as a keyword of its own (``routing_groups="keep"``, the old spelling) does the
+    same, with a :class:`DeprecationWarning` naming ``analysis_options``."""
     from ckpt_helpers import checkpoint
 
     src, out = tmp_path / "in", tmp_path / "out"
@@ -259,8 +264,15 @@ def test_a_checkpoint_keeps_its_routing_groups_as_in_memory(tmp_path: Any) -> No
     config.update(n_group=2, topk_group=1, num_hidden_layers=3, num_attention_heads=4,
                   num_key_value_heads=4)
     checkpoint(src, "deepseek_v3", **config)
-    plan = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 2},
-                                  routing_groups="keep")
+    if spelled == "keyword":
+        with pytest.warns(DeprecationWarning, match="give analysis_options="):
+            plan = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 2},
+                                          routing_groups="keep")
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            plan = fxsym.prune_checkpoint(src, out, importance="l2", sizes={"experts": 2},
+                                          analysis_options={"routing_groups": "keep"})
     assert plan.extra["analysis"] == {"routing_groups": "keep"}
     assert [g.kept for g in plan.groups if g.name.endswith("gate.weight:0#0")] == [2, 2]
     _assert_pruned_as_in_memory(src, out, plan, experts=4, n_group=2, routing_groups="keep")

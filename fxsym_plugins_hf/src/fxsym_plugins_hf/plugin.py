@@ -40,6 +40,7 @@ from fxsym.plugins.contracts import (
     OpRuleRegistrar,
     RoleMap,
     SizeChanges,
+    SizeOption,
     SymInfoRegistrar,
     Undescribed,
     UsageRecorder,
@@ -84,7 +85,7 @@ class HuggingFacePlugin(
         hookspecs.BatchLossHook, hookspecs.ComparedOutputHook, hookspecs.UsageRecorderHook,
         hookspecs.UndescribedGroupsHook,
         hookspecs.AfterDepthHook, hookspecs.DepthKindsHook, hookspecs.DepthRefusalHook,
-        hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook):
+        hookspecs.SaveFilesHook, hookspecs.CheckpointReaderHook, hookspecs.SizeOptionsHook):
     """The hook implementations, with the state of one plugin manager; its bases are the
     hooks it implements, so mypy checks each against fxsym's specification."""
 
@@ -179,6 +180,12 @@ class HuggingFacePlugin(
         from .roles import transformer_roles
 
         return transformer_roles(symmap)  # found by mechanisms: any model may have them
+
+    @fxsym.hookimpl
+    def fxsym_size_options(self) -> Sequence[SizeOption]:
+        from .declarations import SIZES
+
+        return SIZES
 
     @fxsym.hookimpl
     def fxsym_batch_loss(self, output: object, batch: object) -> float | None:

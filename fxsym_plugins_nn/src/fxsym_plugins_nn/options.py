@@ -18,24 +18,17 @@
   kernel's picked-blocks mechanism (``keeps_picked_blocks``,
   :func:`fxsym.analysis.options.picked_blocks_kept`), which the view and size rules of this
   plugin read too.
+
+The declarations themselves are in :mod:`.declarations` (no torch: the command line's flags).
 """
 
 from __future__ import annotations
 
 from fxsym.analysis.options import analysis_option
-from fxsym.plugins.contracts import AnalysisOption
 
-NORM_GROUPS = AnalysisOption(
-    "norm_groups", ("follow", "keep"),
-    "how group norms change: a whole norm group at a time (follow) or as many channels of "
-    "every norm group (keep)")
-ROUTING_GROUPS = AnalysisOption(
-    "routing_groups", ("follow", "keep"),
-    "how a router's routing groups change: a whole routing group at a time (follow) or the "
-    "same expert positions of every routing group (keep)", keeps_picked_blocks="keep")
+from .declarations import NORM_GROUPS, OPTIONS, ROUTING_GROUPS
 
-#: the options this plugin declares
-OPTIONS = (NORM_GROUPS, ROUTING_GROUPS)
+__all__ = ["NORM_GROUPS", "OPTIONS", "ROUTING_GROUPS", "norm_groups"]
 
 
 def norm_groups() -> str:

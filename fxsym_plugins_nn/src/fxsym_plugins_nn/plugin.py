@@ -74,7 +74,7 @@ def fxsym_derived_tensors(module: nn.Module, hook: ForwardHook) -> DerivedTensor
 
 @fxsym.hookimpl
 def fxsym_analysis_options() -> Sequence[AnalysisOption]:
-    from .options import OPTIONS
+    from .declarations import OPTIONS
 
     return OPTIONS
 

@@ -3,7 +3,7 @@ guarded hook calls.
 
 Everything fxsym asks plugins goes through :mod:`.calls`.
 
-Imports from fxsym: errors.
+Imports from fxsym: declarations, errors.
 """
 
 from .hookspecs import hookimpl, hookspec

@@ -1,4 +1,5 @@
-"""The analysis options the plugins declare (``fxsym_analysis_options``), gathered.
+"""The analysis options and size options the plugins declare (``fxsym_analysis_options``,
+``fxsym_size_options``), gathered from the active plugin manager.
 
 A plugin whose rules can describe something in two sound ways declares a keyword of
 :func:`fxsym.analyze` (an :class:`~fxsym.plugins.contracts.AnalysisOption`); the analysis
@@ -7,7 +8,10 @@ record them. This room only gathers the declarations, so that the workflow readi
 plan (which options may it name? does it keep the blocks of picked groups?) asks the plugins
 without importing the analyzer.
 
-Imports from fxsym: errors.
+The command line reads the same declarations through :func:`fxsym.declarations.declared`,
+which asks here once the plugins are loaded.
+
+Imports from fxsym: declarations, errors.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from ..errors import AnalysisError
 from .calls import call_each
-from .contracts import AnalysisOption
+from .contracts import AnalysisOption, SizeOption
 from .manager import active_plugins
 
 
@@ -31,6 +35,19 @@ def declared_options() -> dict[str, AnalysisOption]:
             if not isinstance(option, AnalysisOption):
                 raise AnalysisError("fxsym_analysis_options must answer AnalysisOption "
                                     f"values, got {type(option).__name__}")
+            out.setdefault(option.name, option)
+    return out
+
+
+def declared_size_options() -> dict[str, SizeOption]:
+    """``{name: option}`` of every size option the enabled plugins declare
+    (``fxsym_size_options``; the first declaration of a name counts)."""
+    out: dict[str, SizeOption] = {}
+    for _, answer in call_each(active_plugins(), "fxsym_size_options", lambda _: {}):
+        for option in answer or ():
+            if not isinstance(option, SizeOption):
+                raise AnalysisError("fxsym_size_options must answer SizeOption values, got "
+                                    f"{type(option).__name__}")
             out.setdefault(option.name, option)
     return out
 
@@ -50,4 +67,4 @@ def keeps_picked_blocks(options: Mapping[str, Any]) -> str | None:
     return None
 
 
-__all__ = ["declared_options", "keeps_picked_blocks"]
+__all__ = ["declared_options", "declared_size_options", "keeps_picked_blocks"]

@@ -12,13 +12,15 @@ signature and mypy checks a plugin's implementations against it (see
   (``fxsym_group_steps``), :class:`Undescribed` (``fxsym_undescribed_groups``),
   :class:`NeededBlocks` (``fxsym_depth_kinds``), :class:`RoleMap` (``fxsym_roles``: the
   :class:`Role` of each kind of group, :class:`RoleSize`, :class:`RoleKind`),
-  :class:`AnalysisOption` (``fxsym_analysis_options``); the answer of
+  :class:`AnalysisOption` (``fxsym_analysis_options``) and :class:`SizeOption`
+  (``fxsym_size_options``), both defined in :mod:`fxsym.declarations` (no torch: the command
+  line reads them for its flags); the answer of
   ``fxsym_derived_tensors`` is :class:`fxsym.plugins.hookroles.DerivedTensors`.
 
 Types of higher rooms (``SymInfo``, ``SymMap``, ``OpContext``, ``Plan``, ...) are named in
 annotations only: nothing here imports them when it runs.
 
-Imports from fxsym: nothing.
+Imports from fxsym: declarations.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import torch
 from torch import nn
+
+from ..declarations import AnalysisOption, SizeOption
 
 if TYPE_CHECKING:
     from ..analysis.context import OpContext
@@ -254,42 +258,11 @@ class UsageRecorder(Protocol):
         per unit}}`` (nothing: an empty mapping)."""
 
 
-@dataclass(frozen=True)
-class AnalysisOption:
-    """An analysis option a plugin declares (``fxsym_analysis_options``): a choice between
-    two sound descriptions of what the plugin's rules see, made for one analysis
-    (``fxsym.analyze(model, name=value)``, recorded in ``SymMap.analysis_options``).
-
-    ``name`` is the keyword; ``values`` its values, the first the default; ``what`` says
-    what it chooses, for messages. The plugin's rules read the value of the analysis running
-    (:func:`fxsym.analysis.options.analysis_option`).
-
-    ``keeps_picked_blocks`` is the value (or ``None``) under which the kernel's rule for a
-    group whose entries are picked by value (``topk``, :meth:`OpContext.pick_by_value`) keeps
-    the number of blocks a view splits that group into: the unit of the group becomes one
-    position of every block, a pick over the blocks' equal copies picks from each, and a view
-    that offered a blocks reading (:meth:`OpContext.offer_alternative`) of such a group takes
-    it (:func:`fxsym.analysis.options.picked_blocks_kept`).
-    """
-
-    name: str
-    values: tuple[str, ...]
-    what: str
-    keeps_picked_blocks: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.name.isidentifier() or len(self.values) < 2 or (
-                self.keeps_picked_blocks not in (None, *self.values[1:])):
-            raise ValueError(f"analysis option {self.name!r}: a keyword, at least two values "
-                             "(the first the default) and keeps_picked_blocks one of the "
-                             f"others or None, got values {self.values!r}, "
-                             f"keeps_picked_blocks {self.keeps_picked_blocks!r}")
-
-
 __all__ = [
     "AnalysisOption", "ExampleInputs", "ForwardHook", "GroupStep", "ImportanceFn", "Kept",
     "M", "ModuleClass", "NeededBlocks", "OpRule", "OpRuleRegistrar", "OpTarget", "PatternItem",
     "PatternRegistrar",
     "ProxyRegistrar", "ResizeFn", "Role", "RoleKind", "RoleMap", "RoleSize", "SizeChanges",
-    "SizeRule", "SymInfoRegistrar", "Undescribed", "UsageRecorder", "ValueFn", "undescribed",
+    "SizeOption", "SizeRule", "SymInfoRegistrar", "Undescribed", "UsageRecorder", "ValueFn",
+    "undescribed",
 ]

@@ -34,6 +34,7 @@ Two kinds of hooks (how each is called: :mod:`fxsym.plugins.calls`):
   ``fxsym_after_resize``, ``fxsym_after_depth``, ``fxsym_depth_kinds``,
   ``fxsym_depth_refusal``, ``fxsym_group_steps``, ``fxsym_untraced_paths``,
   ``fxsym_group_sources``, ``fxsym_roles``, ``fxsym_usage_recorder``,
+  ``fxsym_analysis_options``, ``fxsym_size_options``,
   ``fxsym_undescribed_groups`` and ``fxsym_save_files`` call every plugin.
   Each registration hook's plugin gets its own ``register`` callable, so conflicts and
   ``fxsym plugins`` name the distribution behind each contribution;
@@ -73,6 +74,7 @@ if TYPE_CHECKING:
         ProxyRegistrar,
         RoleMap,
         SizeChanges,
+        SizeOption,
         SymInfoRegistrar,
         Undescribed,
         UsageRecorder,
@@ -244,7 +246,24 @@ class AnalysisOptionsHook(Protocol):
         declares; several plugins declaring one name: the first declaration counts.
 
         Called by every plugin when an analysis is given options; it must be cheap and the
-        same every time.
+        same every time. The command line's flags (``--norm-groups``) are made of these
+        declarations, read without torch where the plugins are not loaded
+        (:mod:`fxsym.declarations`: the distribution names a torch-free object implementing
+        this hook under the ``fxsym.declarations`` entry-point group).
+        """
+
+
+class SizeOptionsHook(Protocol):
+    @hookspec
+    def fxsym_size_options(self) -> Sequence[SizeOption]:
+        """The sizes a request can give by role (:class:`~fxsym.declarations.SizeOption`:
+        a name, the help of its flag): the keys of ``sizes={name: entries}``
+        (:func:`fxsym.prune_checkpoint`, :class:`fxsym.PruneRequest`) and the command line's
+        ``--name N`` flags, each the name of a role the same plugin declares for the models
+        it knows (``fxsym_roles``, which maps a size to groups): the hf plugin's ``hidden``,
+        ``ffn``, ``heads``, ... Model-independent and cheap; the command line reads them
+        without torch where the plugins are not loaded (:mod:`fxsym.declarations`, as for
+        ``fxsym_analysis_options``). Several plugins declaring one name: the first counts.
         """
 
 
@@ -462,7 +481,7 @@ class CheckpointReaderHook(Protocol):
 HOOKS: tuple[type, ...] = (
     RegisterSymInfosHook, LeafModuleHook, HookComputesHook, DerivedTensorsHook,
     RegisterOpRulesHook, RegisterProxiesHook, RegisterPatternsHook, TraceContextHook,
-    ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, AnalysisOptionsHook,
+    ExampleInputsHook, DefaultOutputsHook, AfterResizeHook, AnalysisOptionsHook, SizeOptionsHook,
     UndescribedGroupsHook,
     GroupStepsHook, UntracedPathsHook, GroupSourcesHook, RolesHook, BatchLossHook,
     ComparedOutputHook, UsageRecorderHook, AfterDepthHook, DepthKindsHook, DepthRefusalHook,

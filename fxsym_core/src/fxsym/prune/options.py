@@ -51,10 +51,16 @@ class Spelling:
     batches: str = "batches"
     input_shape: str = "input_shape"
     max_shard_size: str = "max_shard_size"
-    norm_groups: str = "norm_groups"
     shortlist: str = "shortlist"
     output: str = "output"
     force: str = "force=True"
+    #: how an option a plugin declares is named (an analysis option, a size): a template of
+    #: its ``{name}`` and its command-line ``{flag}`` (:meth:`named`)
+    declared: str = "{name}"
+
+    def named(self, name: str) -> str:
+        """How the caller names the declared option ``name``."""
+        return self.declared.format(name=name, flag="--" + name.replace("_", "-"))
 
 
 #: :func:`fxsym.prune_checkpoint`'s (and :func:`fxsym.plan`'s) keyword arguments

@@ -20,7 +20,7 @@ once that is known. Where the prune writes is part of the request (:attr:`PruneR
 paths are looked at (what they are, whether the output holds anything), nothing is opened or
 imported (no torch), so a usage error is answered before any work.
 
-Imports from fxsym: errors, options, paths.
+Imports from fxsym: declarations, errors, options, paths.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import CalibrationError, CheckpointError, PlanError
+from ..declarations import declared
+from ..errors import AnalysisError, CalibrationError, CheckpointError, PlanError
 from .options import (
     API,
     CHECKPOINT_IMPORTANCE,
@@ -94,8 +95,9 @@ class PruneRequest:
     min_keep: int = 1
     exclude: tuple[str, ...] = ()
     describable: bool | None = None
-    norm_groups: str | None = None
-    routing_groups: str | None = None
+    #: the analysis options (``{name: value}``), as the plugins declare them
+    #: (``fxsym_analysis_options``, :func:`fxsym.declarations.declared`)
+    analysis_options: Mapping[str, str] | None = None
     max_shard_size: int | None = None
     #: how many of the search's candidates are scored by their loss, ``"all"`` for every
     #: one (``None``: :data:`SHORTLIST`; the others are ranked by the damage estimate only)
@@ -158,6 +160,7 @@ class PruneRequest:
                             f"or sizes ({names.sizes}, {names.layers})")
         if amounts and self.sizes:
             raise PlanError(f"give sizes ({names.sizes}) or an amount, not both")
+        self._check_analysis_options(names)
         check_param_ratio(self.param_ratio, names)
         check_amount_values(ratio=self.ratio, target_params=self.target_params,
                             target_non_embedding_params=self.target_non_embedding_params,
@@ -207,6 +210,31 @@ class PruneRequest:
             return (str(refused),)
         raise refused
 
+    def _check_analysis_options(self, names: Spelling) -> None:
+        """Each analysis option given is one a plugin declares, with one of its values."""
+        if not self.analysis_options:
+            return
+        options = declared()
+        for name, value in self.analysis_options.items():
+            option = options.analysis_option(name)
+            if option is None:
+                raise AnalysisError(
+                    f"unknown analysis option {names.named(name)}: the plugins declare "
+                    f"{', '.join(names.named(o.name) for o in options.analysis) or 'none'} "
+                    "(fxsym_analysis_options)")
+            if value not in option.values:
+                raise AnalysisError(f"{names.named(name)} must be one of "
+                                    f"{', '.join(map(repr, option.values))}, got {value!r}")
+
+    def _check_streamed_options(self, names: Spelling) -> None:
+        """A checkpoint directory is analyzed with the default of an option that says why
+        not another (:attr:`~fxsym.declarations.AnalysisOption.checkpoint_refusal`)."""
+        for name, value in (self.analysis_options or {}).items():
+            option = declared().analysis_option(name)
+            if option is not None and option.checkpoint_refusal and value != option.values[0]:
+                raise PlanError(f"{names.named(name)} {value} is not available for a "
+                                f"checkpoint directory: {option.checkpoint_refusal}")
+
     # -- a checkpoint directory ------------------------------------------------------------
     def _checkpoint(self, names: Spelling, lenient: Collection[str]) -> Checked:
         deprecated: list[str] = []
@@ -215,11 +243,8 @@ class PruneRequest:
                             f"give {names.ratio}, {names.param_ratio} or {names.target_params}")
         if isinstance(self.layers, Mapping):
             raise PlanError(f"{names.layers} of a checkpoint directory is a number of its "
-                            "decoder layers or their positions, not a mapping by depth group")
-        if self.norm_groups == "keep":
-            raise PlanError(f"{names.norm_groups} keep is not available for a checkpoint "
-                            "directory: it is analyzed in the default mode (a causal language "
-                            "model of transformers has no group norm)")
+                            "blocks or their positions, not a mapping by depth group")
+        self._check_streamed_options(names)
         for option, value in ((names.input_shape, self.input_shape),
                               (names.batches, self.batches)):
             if value is not None:

@@ -35,6 +35,7 @@ from ...errors import (
     ResizeWarning,
 )
 from ...memo import one_run
+from ...plugins.analysis_options import declared_options
 from ..depth import choose_blocks, renamed
 from ..importance import layout
 from ..paths import writing
@@ -84,11 +85,12 @@ def prune_checkpoint(
     max_shard_size: int = DEFAULT_SHARD_BYTES,
     progress: bool = False,
     status: Callable[[str], Any] | None = None,
-    routing_groups: str | None = None,
+    analysis_options: Mapping[str, str] | None = None,
     target_non_embedding_params: int | None = None,
     request: PruneRequest | None = None,
     shortlist: int | Literal["all"] | None = SHORTLIST,
     force: bool | None = None,
+    **deprecated: str,
 ) -> Plan:
     """Prune the checkpoint in ``directory`` into ``output`` (the steps:
     :mod:`fxsym.prune.checkpoint`); return the plan.
@@ -130,8 +132,10 @@ def prune_checkpoint(
     and ``plan.extra["notes"]`` says so (the output is then fxsym's own model type).
     ``target_non_embedding_params`` counts every parameter but the embedding tables (tied
     or not, :mod:`fxsym.embeddings`; the count model cards quote), searched or planned as
-    ``target_params`` is. ``routing_groups`` is :func:`fxsym.analyze`'s (``"keep"``:
-    DeepSeek's experts drop the same positions of every routing group, ``n_group`` kept).
+    ``target_params`` is. ``analysis_options`` are :func:`fxsym.analyze`'s keywords
+    (``{name: value}``, the options the plugins declare: ``fxsym_analysis_options``); such an
+    option given as a keyword of its own (``name=value``, as before) is taken with a
+    :class:`DeprecationWarning`.
     ``status(message)`` (a context manager factory, e.g. a spinner) is entered around each
     step. Raises
     :class:`~fxsym.errors.CheckpointError` /
@@ -162,13 +166,29 @@ def prune_checkpoint(
         target_active_params=target_active_params, search=search,
         layers=tuple(layers) if isinstance(layers, Sequence) else layers, sizes=sizes,
         scope=scope, round_to=round_to, min_keep=min_keep, exclude=tuple(exclude),
-        describable=describable, routing_groups=routing_groups,
+        describable=describable,
+        analysis_options=_moved_options(analysis_options, deprecated),
         max_shard_size=None if max_shard_size == DEFAULT_SHARD_BYTES else max_shard_size,
         shortlist=None if shortlist == SHORTLIST else "all" if shortlist is None else shortlist,
         force=force)
     checked = _checked(directory, output, request, options)
     with writing(output, error=CheckpointError):
         return _prune(directory, output, checked, progress=progress, status=status)
+
+
+def _moved_options(options: Mapping[str, str] | None, keywords: Mapping[str, str]
+                   ) -> Mapping[str, str] | None:
+    """``analysis_options`` with the analysis options given as keywords of their own (a
+    :class:`DeprecationWarning` each); any other keyword is a :class:`TypeError`, as Python's."""
+    if not keywords:
+        return options
+    declared = declared_options()
+    for name in keywords:
+        if name not in declared:
+            raise TypeError(f"prune_checkpoint() got an unexpected keyword argument {name!r}")
+        warnings.warn(f"prune_checkpoint({name}=...) is deprecated: give "
+                      f"analysis_options={{{name!r}: ...}}", DeprecationWarning, stacklevel=4)
+    return {**keywords, **(options or {})}
 
 
 def _checked(directory: str | os.PathLike[str], output: str | os.PathLike[str],
@@ -211,7 +231,7 @@ def _prune(directory: str | os.PathLike[str], output: str | os.PathLike[str],
             yield
 
     request = checked.request
-    checked_options(routing_groups=request.routing_groups or "follow")
+    options: dict[str, Any] = checked_options(**(request.analysis_options or {}))
     calibration, importance, searching = request.calibration, checked.importance, \
         bool(checked.searching)
     calibration_tokens, seq_len, scope = checked.calibration_tokens, checked.seq_len, \
@@ -221,7 +241,7 @@ def _prune(directory: str | os.PathLike[str], output: str | os.PathLike[str],
     target_non_embedding_params = request.target_non_embedding_params
     layers = request.layer_list()
     round_to, min_keep, exclude = request.round_to, request.min_keep, request.exclude
-    describable, routing_groups = request.describable, request.routing_groups or "follow"
+    describable = request.describable
     max_shard_size = request.max_shard_size or DEFAULT_SHARD_BYTES
     shortlist = checked.shortlist
     reader = open_checkpoint(directory)
@@ -257,7 +277,7 @@ def _prune(directory: str | os.PathLike[str], output: str | os.PathLike[str],
         raise PlanError(f"target_params {target_params:,} is above the checkpoint's {whole:,} "
                         f"parameters: nothing to prune; give a target under {whole:,}")
     with step("analyzing", "analysing"):
-        sm = analyze(model, routing_groups=routing_groups)
+        sm = analyze(model, **options)
     with phase("roles and sizes"):
         sized = None if sizes is None else sizes_for(sm, **sizes)
     if layers is not None:

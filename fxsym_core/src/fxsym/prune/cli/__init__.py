@@ -15,7 +15,7 @@ One idea per module:
 * :mod:`.failure` — :class:`CliError` and a failure as one line;
 * :mod:`.models` — what MODEL names (a spec, a saved or a checkpoint directory), the example
   inputs;
-* :mod:`.group_modes` — ``--norm-groups`` and ``--routing-groups``;
+* :mod:`.analysis_flags` — the flags of the analysis options the plugins declare;
 * :mod:`.analyze`, :mod:`.plugins`, :mod:`.passes` — ``fxsym analyze``, ``plugins``,
   ``passes``;
 * :mod:`.prune` — ``fxsym prune``; :mod:`.prune_flags` its flags parsed into the request,
@@ -25,12 +25,14 @@ One idea per module:
 
 Every public name is re-exported here: ``fxsym.cli:main`` is the console script.
 
-Imports from fxsym: errors, options, request (torch and the other rooms inside each command, so
-``fxsym --help`` and ``fxsym --version`` never import torch: tested in a subprocess).
+Imports from fxsym: declarations, errors, options, request (torch and the other rooms inside
+each command, so ``fxsym --help`` and ``fxsym --version`` never import torch: tested in a
+subprocess; the plugins' flags are read by :func:`fxsym.declarations.declared`, without torch).
 """
 
 from __future__ import annotations
 
+from ..options import Spelling
 from .analyze import cmd_analyze
 from .failure import CliError
 from .models import (
@@ -45,10 +47,33 @@ from .parser import add_prune_parser, main
 from .passes import cmd_passes
 from .plugins import cmd_plugins
 from .prune import check_prune_options, cmd_prune
-from .prune_flags import FLAGS, MAX_SHARD, prune_request
+from .prune_flags import MAX_SHARD, flags, prune_request
 from .prune_model import saved_note
 
-__all__ = ["FLAGS", "MAX_SHARD", "SAFE_SOURCES", "CliError", "add_prune_parser",
-           "check_prune_options", "check_spec", "cmd_analyze", "cmd_passes", "cmd_plugins",
-           "cmd_prune", "is_checkpoint_dir", "is_saved_dir", "load_model", "load_saved", "main",
-           "prune_request", "saved_note"]
+__all__ = [
+    "FLAGS",
+    "MAX_SHARD",
+    "SAFE_SOURCES",
+    "CliError",
+    "add_prune_parser",
+    "check_prune_options",
+    "check_spec",
+    "cmd_analyze",
+    "cmd_passes",
+    "cmd_plugins",
+    "cmd_prune",
+    "flags",
+    "is_checkpoint_dir",
+    "is_saved_dir",
+    "load_model",
+    "load_saved",
+    "main",
+    "prune_request",
+    "saved_note",
+]
+
+
+def __getattr__(name: str) -> Spelling:
+    if name == "FLAGS":  # ``fxsym prune``'s flags as the plugins declare them now
+        return flags()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .analysis_flags import analysis_options
 from .failure import CliError, _one_line
-from .group_modes import _norm_groups, _routing_groups
 from .models import _example_inputs, _input_shape, _load, check_spec
 
 
@@ -34,15 +34,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         model, inputs, manifest = _load(args.model)
         label = args.model
     inputs = _example_inputs(args.input_shape, inputs, args.model)
-    norm_groups = _norm_groups(args, manifest)
-    routing = _routing_groups(args, manifest)
+    options = analysis_options(args, manifest)
     start = time.perf_counter()
     outputs: Any = args.outputs or None
     if outputs and outputs != "*":
         outputs = [int(k) if k.lstrip("-").isdigit() else k for k in outputs.split(",")]
     with status(f"analyzing {label}"):
-        sm = analyze(model, example_inputs=inputs, outputs=outputs, norm_groups=norm_groups,
-                     routing_groups=routing)
+        sm = analyze(model, example_inputs=inputs, outputs=outputs, **options)
     elapsed = time.perf_counter() - start
     _write_pictures(sm, label, args)
     groups = sm.groups()

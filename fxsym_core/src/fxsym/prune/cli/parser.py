@@ -13,11 +13,12 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from ...declarations import declared
 from ...errors import FxsymError
 from ..request import CALIBRATION_TOKENS, RANDOM_BATCHES, SEQ_LEN, SHORTLIST
+from .analysis_flags import add_analysis_flags
 from .analyze import cmd_analyze
 from .failure import CliError, _one_line
-from .group_modes import _add_norm_groups
 from .passes import cmd_passes
 from .plugins import cmd_plugins
 from .prune import cmd_prune
@@ -47,17 +48,9 @@ def add_prune_parser(sub: Any) -> _Parser:
     sizes.add_argument("--layers", metavar="K|I,J,...", help="blocks to keep: a count (the "
                        "most influential, 1 - cos of each block's input and output) or "
                        "positions")
-    sizes.add_argument("--hidden", type=int, help="hidden size (the residual stream's width)")
-    sizes.add_argument("--ffn", type=int, help="dense FFN width of every block (an MLP "
-                       "outside routed experts)")
-    sizes.add_argument("--expert-ffn", type=int, help="FFN width of every routed expert "
-                       "(a MoE's moe_intermediate_size)")
-    sizes.add_argument("--shared-ffn", type=int, help="FFN width of every shared expert "
-                       "(the MLP beside routed experts that every token uses)")
-    sizes.add_argument("--heads", type=int, help="attention (query) heads of every block")
-    sizes.add_argument("--kv-heads", type=int, help="key/value heads of every block")
-    sizes.add_argument("--experts", type=int, help="MoE experts per layer (at least the "
-                       "number a router picks)")
+    for size in declared().sizes:
+        sizes.add_argument(size.flag, dest=size.name, type=int, metavar=size.metavar,
+                           help=size.help)
     p.add_argument("--importance", choices=["l1", "l2", "bn_scale", "taylor", "activation"],
                    help="how units are ranked (default l2; taylor and activation: on random "
                    "inputs; for a checkpoint, activation on --calib text by default)")
@@ -75,16 +68,16 @@ def add_prune_parser(sub: Any) -> _Parser:
     p.add_argument("--scope", choices=["global", "uniform"], help="default: global; uniform "
                    "for a checkpoint (every layer keeps the same shape, so its config says it) "
                    "and with --layers; the architecture search is uniform only")
-    _add_norm_groups(p)
+    add_analysis_flags(p)
     p.add_argument("--describable", action=argparse.BooleanOptionalAction, help="keep the "
                    "sizes the model's own config can describe (fxsym.plan's describable: "
-                   "a diffusers config's groups it cannot follow stay whole, a transformers "
-                   "config's sizes round to what its checks take), so a uniform plan saves "
+                   "a diffusers config's groups it cannot follow stay whole, a config whose "
+                   "checks take only some sizes rounds to them), so a uniform plan saves "
                    "with the library's save_pretrained; default: off, on for a checkpoint "
                    "directory's uniform plan")
     calib = p.add_argument_group("calibration (a checkpoint directory)")
     calib.add_argument("--calib", metavar="FILE", help="calibration text: plain text, or JSON "
-                       "lines with a \"text\" field; tokenised with the checkpoint's tokenizer")
+                       "lines with a \"text\" field; tokenised as the checkpoint's reader does")
     calib.add_argument("--calib-tokens", type=int, metavar="N",
                        help=f"calibration tokens to use (default {CALIBRATION_TOKENS})")
     calib.add_argument("--seq-len", type=int, metavar="L",
@@ -144,10 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--input-shape", help="shape of one random input tensor, e.g. 1,3,224,224")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--outputs", help="the outputs whose sizes must stay, by name or position "
-                   "(e.g. logits or 0,1; * for every output); default: the plugins' choice "
+                   "(e.g. out or 0,1; * for every output); default: the plugins' choice "
                    "for the model's family, else every output")
     p.add_argument("--max-report", type=int, default=20, help="trace report entries to show")
-    _add_norm_groups(p)
+    add_analysis_flags(p)
     p.add_argument("-v", "--verbose", action="store_true", help="also show sizes that never "
                    "could change (numbers read from module attributes that size no tensor, "
                    "such as a pooling's kernel_size) in the trace report and --html")

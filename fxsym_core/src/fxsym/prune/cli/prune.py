@@ -9,9 +9,9 @@ import argparse
 from pathlib import Path
 
 from ..request import Checked
-from .group_modes import _norm_groups, _routing_groups
+from .analysis_flags import analysis_options
 from .models import _example_inputs, _load, check_spec
-from .prune_flags import FLAGS, prune_request
+from .prune_flags import flags, prune_request
 from .prune_model import _criterion, _plan_architecture, saved_note
 from .prune_streamed import _prune_checkpoint
 from .prune_text import _reached_text, _target_text
@@ -21,7 +21,7 @@ def check_prune_options(args: argparse.Namespace) -> Checked:
     """``fxsym prune``'s flags parsed and checked (:meth:`PruneRequest.check`, the API's
     rules in the flags' words: ``-o`` and ``--force`` too), and what MODEL names, before
     torch is imported."""
-    checked = prune_request(args).check(FLAGS)
+    checked = prune_request(args).check(flags())
     if not checked.request.checkpoint and not Path(args.model).is_dir():
         check_spec(args.model)
     return checked
@@ -45,8 +45,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         history = [*manifest["history"], manifest["plan"]]
     inputs = _example_inputs(args.input_shape, inputs, source)
     with status(f"analyzing {args.model}"):
-        sm = analyze(model, example_inputs=inputs, norm_groups=_norm_groups(args, manifest),
-                     routing_groups=_routing_groups(args, manifest))
+        sm = analyze(model, example_inputs=inputs, **analysis_options(args, manifest))
     if inputs is None:
         inputs = sm.example_inputs
     checked = checked.on_model(stack=bool(sm.depth_groups()))

@@ -1,6 +1,7 @@
 """``fxsym prune``'s flags parsed into a :class:`fxsym.request.PruneRequest`
 (:func:`prune_request`; what cannot be read as a value is a usage error here, every rule of
-the values is the request's), and :data:`FLAGS`, how the request's rules name them.
+the values is the request's), and :func:`flags` (``FLAGS``), how the request's rules name
+them.
 """
 
 from __future__ import annotations
@@ -8,8 +9,10 @@ from __future__ import annotations
 import argparse
 import re
 
+from ...declarations import declared
 from ..options import Spelling
 from ..request import PruneRequest
+from .analysis_flags import given_options
 from .failure import CliError
 from .models import _input_shape, is_checkpoint_dir
 
@@ -18,30 +21,35 @@ from .models import _input_shape, is_checkpoint_dir
 MAX_SHARD = "5GB"
 
 
-#: the flags giving sizes by role
-_SIZE_FLAGS = "--hidden, --ffn, --expert-ffn, --shared-ffn, --heads, --kv-heads, --experts"
-#: the size flags' destinations, the roles of :func:`fxsym.search.sizes_for`
-_SIZE_ROLES = ("hidden", "ffn", "expert_ffn", "shared_ffn", "heads", "kv_heads", "experts")
+def flags() -> Spelling:
+    """``fxsym prune``'s flags, as the request's rules name them (:mod:`fxsym.request`): the
+    size flags and analysis options' flags those the plugins declare
+    (:func:`fxsym.declarations.declared`)."""
+    sizes = ", ".join(o.flag for o in declared().sizes) or "no size flag: no plugin declares one"
+    return Spelling(calibration="--calib FILE", importance="--importance", layers="--layers",
+                    scope="--scope", search="--search", no_search="--no-search",
+                    target_active_params="--target-active-params",
+                    calibration_tokens="--calib-tokens", seq_len="--seq-len",
+                    param_ratio="--param-ratio", target_params="--target-params",
+                    ratio="--ratio", target_macs="--target-macs", round_to="--round-to",
+                    min_keep="--min-keep",
+                    target_non_embedding_params="--target-non-embedding-params",
+                    sizes=sizes, batches="--batches", input_shape="--input-shape",
+                    max_shard_size="--max-shard-size", shortlist="--shortlist",
+                    output="-o", force="--force", declared="{flag}")
 
-#: ``fxsym prune``'s flags, as the request's rules name them (:mod:`fxsym.request`)
-FLAGS = Spelling(calibration="--calib FILE", importance="--importance", layers="--layers",
-                 scope="--scope", search="--search", no_search="--no-search",
-                 target_active_params="--target-active-params",
-                 calibration_tokens="--calib-tokens", seq_len="--seq-len",
-                 param_ratio="--param-ratio", target_params="--target-params",
-                 ratio="--ratio", target_macs="--target-macs", round_to="--round-to",
-                 min_keep="--min-keep",
-                 target_non_embedding_params="--target-non-embedding-params",
-                 sizes=_SIZE_FLAGS, batches="--batches", input_shape="--input-shape",
-                 max_shard_size="--max-shard-size", norm_groups="--norm-groups",
-                 shortlist="--shortlist", output="-o", force="--force")
+
+def __getattr__(name: str) -> Spelling:
+    if name == "FLAGS":  # the flags of the plugins declared now (:func:`flags`)
+        return flags()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def prune_request(args: argparse.Namespace) -> PruneRequest:
     """``fxsym prune``'s flags parsed into the request (what cannot be read as a value is a
     usage error here; every rule of the values is :meth:`PruneRequest.check`'s)."""
     layers = _layers(args.layers)
-    sizes = {k: getattr(args, k) for k in _SIZE_ROLES if getattr(args, k) is not None}
+    sizes = {o.name: v for o in declared().sizes if (v := getattr(args, o.name, None)) is not None}
     return PruneRequest(
         checkpoint=is_checkpoint_dir(args.model), ratio=args.ratio,
         param_ratio=args.param_ratio, target_params=args.target_params,
@@ -53,8 +61,7 @@ def prune_request(args: argparse.Namespace) -> PruneRequest:
         batches=args.batches,
         input_shape=None if args.input_shape is None else _input_shape(args.input_shape),
         round_to=args.round_to, min_keep=args.min_keep, exclude=tuple(args.exclude or ()),
-        describable=args.describable, norm_groups=args.norm_groups,
-        routing_groups=args.routing_groups,
+        describable=args.describable, analysis_options=given_options(args) or None,
         max_shard_size=None if args.max_shard_size is None else _bytes(args.max_shard_size),
         shortlist=_shortlist(args.shortlist), source=args.model, output=args.output,
         force=args.force)

@@ -47,9 +47,9 @@ def _criterion(name: str, count: int, inputs: Any) -> Any:
 
     def self_labelled(model: nn.Module, batch: Any) -> torch.Tensor:
         out = run_batch(model, batch)
-        logits = out if isinstance(out, torch.Tensor) else out[0]
-        logits = logits.flatten(0, -2) if logits.dim() > 1 else logits[None]
-        return torch.nn.functional.cross_entropy(logits, logits.detach().argmax(-1))
+        scores = out if isinstance(out, torch.Tensor) else out[0]
+        scores = scores.flatten(0, -2) if scores.dim() > 1 else scores[None]
+        return torch.nn.functional.cross_entropy(scores, scores.detach().argmax(-1))
 
     return importance.taylor(self_labelled, batches, progress=True)
 
