@@ -2,26 +2,41 @@
 so that only the best few are scored by their loss (issue 31 §4).
 
 Scoring a candidate by its loss runs the calibration tokens through it, which is the search's
-cost; the calibration pass already made says, for free, how much of each block's update and of
-the residual stream a candidate keeps. :func:`damage` turns that into one number, in the unit
-of ShortGPT's block importance (``1 - cos`` of the residual stream before and after a change):
+cost; the calibration pass already made says, for free, how much each block turns the
+residual stream and how much of each group's activation a cut keeps. :func:`damage` turns
+that into one number, in the unit of ShortGPT's block importance ``b`` (``1 - cos`` of a
+block's input and output hidden states: for a small turn, the squared size of the block's
+update relative to the stream, halved). Each term is a change the candidate makes to the
+stream, priced in that unit:
 
-* a block the candidate drops: its block importance ``b`` (the stream loses that update);
-* a block it keeps, whose width groups it cuts (an FFN width, heads, an expert FFN: the groups
-  whose members all lie in that block): ``b * (1 - sqrt(f))**2``, ``f`` the share of the
-  squared importance scores of those groups' units that it keeps (their product over the
-  groups). The update keeps about ``sqrt(f)`` of its norm, and ``1 - cos`` grows with the
-  square of the angle an update turns the stream by;
-* the hidden size and every other group outside the blocks (the residual stream's features,
-  read by every block it keeps and by the output): ``(kept blocks + 1) * (1 - sqrt(f))``, the
-  ``1 - cos`` between the stream and the stream with those features gone, once for every
-  read.
+* a block the candidate drops: the stream loses its whole update, ``b``;
+* a block it keeps changes its update; a change of a relative size ``r`` turns the stream by
+  ``r`` times the angle the update turns it by, so it costs ``b * r**2``. Two changes, whose
+  squares add:
+
+  - its cut widths (an FFN width, heads, an expert FFN: the groups whose members all lie in
+    that block). ``f`` is the share of the squared importance scores of those groups' units
+    that the candidate keeps (their product over the groups): the update keeps about
+    ``sqrt(f)`` of its norm, ``r = 1 - sqrt(f)``;
+  - the hidden size and every other group outside the blocks, which the block reads: its input
+    loses the channels cut, which are orthogonal to those kept, so the input changes by the
+    share of its energy removed, ``r**2 = 1 - f_stream`` (``f_stream`` the share of the
+    squared scores kept, the product over those groups). The first-order change of the
+    update is the same share;
+* the stream itself, projected on the channels kept, once: the output reads it turned by
+  ``1 - cos = 1 - sqrt(f_stream)``.
 
 Without block scores every block counts 1. No weight of one term against another is fitted:
-each is what the calibration measured, in one unit. On SmolLM2-135M (real weights, 512
-calibration tokens) the lowest damage is the lowest loss at 25 % and 50 % of the non-embedding
-parameters removed (``docs/pruning.md``); it is an estimate, which is why the shortlist is then
-scored in full, and why the table says which candidates only the estimate ranked.
+each is what the calibration measured, in one unit. Before (issue 31 §4, efb309f) the hidden
+size was charged ``1 - sqrt(f_stream)`` once for every read of the stream, whatever the block:
+the projection, the same at every read, was counted ``kept blocks + 1`` times, which made
+cutting 72 of SmolLM2's 576 channels cost as much as dropping its 20 least influential blocks.
+The full search's winner's rank under both, on searches other than those the estimate was
+derived on, is in ``docs/pruning.md`` (``benchmarks/shortlist_terms.py``): in the 4 lowest up to
+55 % of SmolLM2's non-embedding parameters removed, 5th at 62.5 % and 8th at 70 %, where deep
+width cuts cost more than a first-order term in the share kept says. It is an estimate, which is
+why the shortlist is then scored by its loss, and why the table says which candidates only the
+estimate ranked.
 
 Imports from fxsym: errors, importance, planning, request, symbols.
 """
@@ -41,7 +56,6 @@ from .planning import Plan
 from .request import SHORTLIST
 
 __all__ = ["SHORTLIST", "check_shortlist", "damage", "shortlist"]
-
 
 
 def check_shortlist(size: Any) -> None:
@@ -82,14 +96,16 @@ def damage(symmap: SymMap, chosen: Plan, scores: Mapping[str, Any],
             stream *= share
         else:
             in_block[home] = in_block.get(home, 1.0) * share
+    read = 1 - stream  # the share of every block's input the cut channels held
     out = 0.0
-    reads = 1
     for name, d in depth.items():
         keep = kept.get(name, set(range(d.size)))
-        reads += len(keep)
         for i, b in enumerate(importance[name]):
-            out += b if i not in keep else b * (1 - math.sqrt(in_block.get((name, i), 1.0))) ** 2
-    return out + reads * (1 - math.sqrt(stream))
+            if i not in keep:
+                out += b
+            else:
+                out += b * ((1 - math.sqrt(in_block.get((name, i), 1.0))) ** 2 + read)
+    return out + 1 - math.sqrt(stream)
 
 
 def shortlist(damages: Sequence[float], size: int | None) -> list[int]:
