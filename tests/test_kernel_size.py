@@ -2,9 +2,8 @@
 no transformer role outside its docstrings), measured by ``benchmarks/kernel_size.py``.
 
 Its counts are checked on a small module whose lines are known, its kernel is the layering
-test's, and no family or role word is found outside its docstrings. The workflow
-(``fxsym/prune/``) is held to today's words by room (:data:`WORKFLOW_KNOWN`: a new one fails),
-a list meant to empty (``test_the_workflow_names_no_family_or_role``, an expected failure).
+test's, and no family or role word is found outside the docstrings of the kernel nor of the
+workflow (``fxsym/prune/``).
 """
 
 from __future__ import annotations
@@ -29,19 +28,6 @@ def _load() -> ModuleType:
 
 
 ks = _load()
-
-#: the family and role words the workflow names outside docstrings today, by room: the usage
-#: records' keys (expert_load), the deprecated ExpertRecorder alias, the search's expert shares,
-#: the deprecated next_token_loss alias and 'a router picks' message. The CLI's size flags and
-#: analysis options' flags are the plugins' declarations (fxsym_size_options,
-#: fxsym_analysis_options) and prune_checkpoint's and the request's analysis options one
-#: mapping. By room, so that a split of a room's modules moves words without failing here
-WORKFLOW_KNOWN: dict[str, set[str]] = {
-    "checkpoint": {"expert"},
-    "importance": {"expert", "experts", "routing"},
-    "search": {"expert", "experts", "next_token", "router"},
-}
-
 
 def _found(rooms: dict[str, list[Path]] | None = None) -> dict[str, set[str]]:
     """``{room: the words found}`` of the rooms (the kernel's by default) naming any."""
@@ -71,12 +57,16 @@ def test_the_kernel_is_the_layering_tests() -> None:
 
 def test_family_and_role_words_outside_docstrings(tmp_path: Path) -> None:
     """Names, strings and comments count, docstrings and ``#:`` comments not; a word inside an
-    identifier counts (``routing_groups``), a longer word does not (``headless``)."""
+    identifier counts (``routing_groups``), a longer word does not (``headless``); a
+    module-level table of deprecated names (``DEPRECATED...``) does not count, elsewhere the
+    name does not hide a word."""
     f = tmp_path / "m.py"
     f.write_text('"""About llama experts."""\n#: the hidden_size\nrouting_groups = 1\n'
-                 's = "a decoder"  # the FFN\nheadless = tokens = 0\n')
+                 's = "a decoder"  # the FFN\nheadless = tokens = 0\n'
+                 'DEPRECATED = {\n    "expert_shares": 1,\n}\n'
+                 'def f():\n    DEPRECATED = "moe"\n')
     assert [(line, w) for line, w, _ in ks.role_words(f)] == [
-        (3, "routing"), (4, "decoder"), (4, "ffn")]
+        (3, "routing"), (4, "decoder"), (4, "ffn"), (10, "moe")]
 
 
 def test_the_kernel_names_no_family_or_role() -> None:
@@ -86,17 +76,33 @@ def test_the_kernel_names_no_family_or_role() -> None:
     assert _found() == {}, f"the kernel names families or roles outside docstrings: {_found()}"
 
 
-def test_no_new_family_or_role_word_in_the_workflow() -> None:
-    """A family or role word outside the workflow's docstrings beyond :data:`WORKFLOW_KNOWN`
-    fails: what knows a family or a role belongs in a plugin, behind a typed hook."""
-    found = _found(ks.workflow_rooms())
-    new = {r: sorted(w - WORKFLOW_KNOWN.get(r, set())) for r, w in found.items()
-           if w - WORKFLOW_KNOWN.get(r, set())}
-    assert not new, f"the workflow names families or roles outside docstrings: {new}"
-
-
-@pytest.mark.xfail(strict=True, reason="issue 32 §1: the usage records' keys, the search's expert "
-                   "shares, deprecated aliases (see WORKFLOW_KNOWN)")
 def test_the_workflow_names_no_family_or_role() -> None:
-    """Issue 32: the kernel and the workflow name no family and no role."""
-    assert _found(ks.workflow_rooms()) == {}
+    """Issue 32: the kernel and the workflow name no family and no role: the command line's
+    size flags and analysis options' flags are the plugins' declarations
+    (``fxsym_size_options``, ``fxsym_analysis_options``), the analysis options one mapping,
+    transformer knowledge behind typed hooks; old names live only in ``DEPRECATED`` tables."""
+    assert _found(ks.workflow_rooms()) == {}, (
+        f"the workflow names families or roles outside docstrings: "
+        f"{_found(ks.workflow_rooms())}")
+
+
+def test_the_deprecated_tables_still_answer() -> None:
+    """Each name of the workflow's ``DEPRECATED`` tables (which the word scan skips) still
+    gives its value, with a DeprecationWarning naming what to use: the search's
+    ``expert_shares`` is ``picked_shares``, ``next_token_loss`` is ``batch_loss`` (issue 32:
+    deprecate, do not break)."""
+    import fxsym.prune.importance as importance
+    import fxsym.prune.search as search
+    from fxsym.prune.checkpoint.scores import DEPRECATED_FIELDS, StreamedScores
+
+    for module in (search, importance):
+        for name in module.DEPRECATED:
+            with pytest.warns(DeprecationWarning):
+                assert getattr(module, name) is not None
+    with pytest.warns(DeprecationWarning, match="use fxsym.prune.search.picked_shares"):
+        assert search.expert_shares is search.picked_shares
+    with pytest.warns(DeprecationWarning, match="use fxsym.prune.search.batch_loss"):
+        assert search.next_token_loss is search.batch_loss
+    scores = StreamedScores({}, usage={DEPRECATED_FIELDS[0]: {"g": [1.0]}})
+    with pytest.warns(DeprecationWarning, match=r"usage\['expert_load'\]"):
+        assert getattr(scores, DEPRECATED_FIELDS[0]) == {"g": [1.0]}

@@ -130,7 +130,7 @@ def test_experts_keep_n_per_layer_and_reload(model_type: str, tmp_path: Path) ->
     sm = fxsym.analyze(model)
     r = roles(sm)
     assert len(r.experts) == 2
-    with pytest.raises(fxsym.PlanError, match="a router picks 2"):
+    with pytest.raises(fxsym.PlanError, match="an op picks 2 of group"):
         sizes_for(sm, experts=1)
     fxsym.plan(model, sm, sizes=sizes_for(sm, experts=3)).apply(model, sm)
     for layer in model.model.layers:
@@ -192,7 +192,7 @@ def test_cli_experts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert kept == {f"model.layers.{i}.mlp.gate.weight:0": 3 for i in range(2)}
     assert main(["prune", "test_targets:make_mixtral", "--experts", "1",
                  "-o", str(tmp_path / "y")]) == 2
-    assert "a router picks 2" in capsys.readouterr().err
+    assert "an op picks 2 of group" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("model_type", ["olmoe", "qwen2_moe"])

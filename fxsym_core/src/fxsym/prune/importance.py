@@ -30,6 +30,7 @@ Imports from fxsym: errors, paramlayout, plugins, symbols.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -61,22 +62,25 @@ __all__ = [
 ]
 
 
+#: the module's old public names, each kept as a deprecated alias: ``{old name: (the
+#: warning, the value)}``: ``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`,
+#: and ``ExpertRecorder``, now a plugin's usage recorder (``fxsym_usage_recorder``)
+DEPRECATED: dict[str, tuple[str, Callable[[], Any]]] = {
+    "Layout": (LAYOUT_RENAMED, lambda: ParamLayout),
+    "ExpertRecorder": ("fxsym.importance.ExpertRecorder moved to the hf plugin: "
+                       "fxsym_plugins_hf.experts.ExpertRecorder (fxsym_usage_recorder)",
+                       lambda: importlib.import_module("fxsym_plugins_hf.experts").ExpertRecorder),
+}
+
 if TYPE_CHECKING:
     Layout = ParamLayout  # the deprecated name (see ``__getattr__``), for old annotations
 else:
     def __getattr__(name: str) -> Any:
-        """``Layout``, the old name of :class:`~fxsym.paramlayout.ParamLayout`, and
-        ``ExpertRecorder``, now the hf plugin's, with a ``DeprecationWarning``."""
-        if name == "Layout":
-            warnings.warn(LAYOUT_RENAMED, DeprecationWarning, stacklevel=2)
-            return ParamLayout
-        if name == "ExpertRecorder":  # moved into the plugin that records expert routing
-            warnings.warn("fxsym.importance.ExpertRecorder moved to the hf plugin: "
-                          "fxsym_plugins_hf.experts.ExpertRecorder (fxsym_usage_recorder)",
-                          DeprecationWarning, stacklevel=2)
-            from fxsym_plugins_hf.experts import ExpertRecorder
-
-            return ExpertRecorder
+        """The module's old names (:data:`DEPRECATED`), with a ``DeprecationWarning``."""
+        if name in DEPRECATED:
+            message, value = DEPRECATED[name]
+            warnings.warn(message, DeprecationWarning, stacklevel=2)
+            return value()
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -27,6 +27,10 @@ from .memory import trim
 from .streaming import Loader, Watch, block_list, stream
 from .tensors import Tensors
 
+#: the old fields of :class:`StreamedScores`, each now a key of its ``usage`` (the hf plugin's
+#: records' names), kept as deprecated aliases
+DEPRECATED_FIELDS = ("expert_load", "expert_activation")
+
 
 @dataclass
 class StreamedScores:
@@ -45,9 +49,9 @@ class StreamedScores:
     usage: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> dict[str, list[float]]:
-        """The old fields ``expert_load`` and ``expert_activation``: ``usage[name]``, with a
+        """The old fields (:data:`DEPRECATED_FIELDS`): ``usage[name]``, with a
         ``DeprecationWarning``."""
-        if name in ("expert_load", "expert_activation"):
+        if name in DEPRECATED_FIELDS:
             warnings.warn(f"StreamedScores.{name} is deprecated: read "
                           f"StreamedScores.usage[{name!r}]", DeprecationWarning, stacklevel=2)
             usage: dict[str, dict[str, list[float]]] = vars(self).get("usage", {})

@@ -52,14 +52,35 @@ planning, plugins, roles, shortlist, symbols.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import Any
+
 from ..roles import Roles, group_sources, roles
-from .active import active_params, expert_shares
-from .losses import batch_loss, next_token_loss
+from .active import active_params, picked_shares
+from .losses import batch_loss
 from .results import Candidate, SearchResult, table, target_record
 from .run import search
 from .sizes import sizes_for
 from .space import FRACTIONS, candidates
 
 __all__ = ["FRACTIONS", "Candidate", "Roles", "SearchResult", "active_params", "batch_loss",
-           "candidates", "expert_shares", "group_sources", "next_token_loss", "roles",
-           "search", "sizes_for", "table", "target_record"]
+           "candidates", "group_sources", "picked_shares", "roles", "search", "sizes_for",
+           "table", "target_record"]
+
+#: the package's old public names, each kept as a deprecated alias: ``{old name: (what to use
+#: instead, the value)}``; read by ``__getattr__`` with a ``DeprecationWarning``
+DEPRECATED: dict[str, tuple[str, Callable[[], Any]]] = {
+    "expert_shares": ("fxsym.prune.search.picked_shares", lambda: picked_shares),
+    "next_token_loss": ("fxsym.prune.search.batch_loss (the plugins' fxsym_batch_loss) or "
+                        "fxsym_plugins_hf.loss.next_token_loss", lambda: batch_loss),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in DEPRECATED:
+        use, value = DEPRECATED[name]
+        warnings.warn(f"fxsym.prune.search.{name} is deprecated: use {use}",
+                      DeprecationWarning, stacklevel=2)
+        return value()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

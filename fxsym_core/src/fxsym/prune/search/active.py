@@ -2,7 +2,7 @@
 
 Every parameter but those only looked up (an embedding table whose rows one token reads one
 of; tied to an output head, it counts), and of a MoE layer's expert tensors only the share a
-router picks (:func:`expert_shares`). The experts of a MoE layer are a *routed* group
+router picks (:func:`picked_shares`). The experts of a MoE layer are a *routed* group
 (:attr:`SymGroup.routed`); a token reads the ``k`` experts a ``topk`` over all of them picks
 (its ``min_size`` where no such ``topk`` is found; DeepSeek picks ``topk_group`` routing
 groups first, then ``top_k`` experts): a parameter sliced by that group counts ``k / E`` of
@@ -32,18 +32,18 @@ def active_params(model: nn.Module, symmap: SymMap) -> tuple[int, frozenset[str]
     """The parameters a token uses (see the module docstring), and the names of those it does
     not use at all (looked up only)."""
     skipped = embedding_tables(model, symmap, only_looked_up=True)
-    shares = expert_shares(model, symmap)
-    experts = {g.name: g.size for g in symmap.groups() if g.routed}
+    shares = picked_shares(model, symmap)
+    routed = {g.name: g.size for g in symmap.groups() if g.routed}
     total = 0.0
     for name, p in model.named_parameters():
         if name in skipped:
             continue
         k, group = shares.get(name, (1, ""))
-        total += p.numel() * k / experts.get(group, 1)
+        total += p.numel() * k / routed.get(group, 1)
     return round(total), skipped
 
 
-def expert_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[float, str]]:
+def picked_shares(model: nn.Module, symmap: SymMap) -> dict[str, tuple[float, str]]:
     """``{parameter name: (k, routed group)}`` for every parameter sliced by a routed group
     that a token reads only at the positions its router picks, ``k`` of the group's units
     (a fraction where a unit holds several entries): the ``k`` of a ``topk`` over every entry

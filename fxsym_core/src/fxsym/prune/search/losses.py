@@ -12,7 +12,6 @@ Imports from fxsym: importance, planning, plugins, symbols.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,13 +68,3 @@ def batch_loss(out: Any, batch: Any) -> float | None:
     ``logits`` for the batch's ``input_ids``), or ``None`` where none does."""
     value: float | None = call_hook("fxsym_batch_loss", output=out, batch=batch)
     return None if value is None else float(value)
-
-
-def next_token_loss(out: Any, batch: Any) -> float | None:
-    """Deprecated: :func:`batch_loss` (the loss moved into the plugin that knows the model's
-    outputs: ``fxsym_plugins_hf.loss.next_token_loss``)."""
-    warnings.warn("fxsym.prune.search.next_token_loss is deprecated: use "
-                  "fxsym.prune.search.batch_loss (the plugins' fxsym_batch_loss) or "
-                  "fxsym_plugins_hf.loss.next_token_loss",
-                  DeprecationWarning, stacklevel=2)
-    return batch_loss(out, batch)

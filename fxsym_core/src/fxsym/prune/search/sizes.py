@@ -28,7 +28,7 @@ def sizes_for(symmap: SymMap, **sizes: int | None) -> dict[str, int]:
     FFNs) and ``shared_ffn`` (shared experts' FFNs), heads for ``heads`` and ``kv_heads``,
     experts per MoE layer for ``experts``); ``None`` values are left out. A
     :class:`~fxsym.errors.PlanError` for a name no plugin declares, a size no group holds or
-    one the groups cannot take (fewer experts than a router picks, a size off the group's
+    one the groups cannot take (fewer units than an op picks by value, a size off the group's
     :attr:`~fxsym.SymGroup.step`). The sizes named directly are applied in the order the
     roles are declared, then those a role map's size rule makes of its names."""
     r = roles(symmap)
@@ -80,6 +80,6 @@ def put_sizes(groups: Mapping[str, Any], names: Iterable[str], entries: int, wha
                             f"{g.step * g.unit} entries or all {g.size * g.unit} "
                             f"({g.step_reason})")
         if entries // g.unit < g.min_size:
-            raise PlanError(f"{what} {entries}: a router picks {g.min_size} of group "
-                            f"{name}'s units, so it keeps at least {g.min_size}")
+            raise PlanError(f"{what} {entries}: an op picks {g.min_size} of group {name}'s "
+                            f"units by value (topk), so it keeps at least {g.min_size}")
         out[name] = entries // g.unit

@@ -32,7 +32,7 @@ from ..depth import renamed, usable_blocks
 from ..embeddings import embedding_tables
 from ..planning import described, excluded_groups, param_shapes
 from ..roles import RoleKind, Roles, group_sources, roles
-from .active import expert_shares
+from .active import picked_shares
 from .results import Candidate, counted
 from .sizes import put_sizes
 
@@ -235,7 +235,7 @@ def counter(model: nn.Module, symmap: SymMap, active: bool, non_embedding: bool 
     shapes_after = param_shapes(model, symmap)
     skipped = (embedding_tables(model, symmap, only_looked_up=True) if active
                else embedding_tables(model, symmap) if non_embedding else frozenset())
-    shares = expert_shares(model, symmap) if active else {}
+    shares = picked_shares(model, symmap) if active else {}
     sizes_now = {g.name: g.size for g in symmap.groups()}
     groups = symmap.depth_groups()
     # whether each parameter is left out, for each choice of blocks: a search counts
