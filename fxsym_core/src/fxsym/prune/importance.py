@@ -69,8 +69,17 @@ DEPRECATED: dict[str, tuple[str, Callable[[], Any]]] = {
     "Layout": (LAYOUT_RENAMED, lambda: ParamLayout),
     "ExpertRecorder": ("fxsym.importance.ExpertRecorder moved to the hf plugin: "
                        "fxsym_plugins_hf.experts.ExpertRecorder (fxsym_usage_recorder)",
-                       lambda: importlib.import_module("fxsym_plugins_hf.experts").ExpertRecorder),
+                       lambda: _moved_to_hf("experts", "ExpertRecorder")),
 }
+
+
+def _moved_to_hf(module: str, name: str) -> Any:
+    """``name`` of the hf plugin's ``module``, where a deprecated alias of this module now
+    points (the plugin is used when present: the core's README)."""
+    import fxsym_plugins_hf
+
+    return getattr(importlib.import_module(f"{fxsym_plugins_hf.__name__}.{module}"), name)
+
 
 if TYPE_CHECKING:
     Layout = ParamLayout  # the deprecated name (see ``__getattr__``), for old annotations
