@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -141,8 +142,6 @@ def test_the_plugins_flags_are_listed_without_torch() -> None:
     ``fxsym.declarations`` entry points, the hf plugin's ``--ffn`` among them where it is
     installed) without importing torch; with no plugin loaded (``FXSYM_DISABLE_PLUGIN_AUTOLOAD``)
     ``--ffn`` is an unknown option."""
-    import os
-
     res = subprocess.run([sys.executable, "-c", _FLAGS_NO_TORCH], capture_output=True,
                          text=True, timeout=300)
     *_, flags_line, torch_line = res.stdout.splitlines()
@@ -160,6 +159,26 @@ def test_the_plugins_flags_are_listed_without_torch() -> None:
                          env={**os.environ, "FXSYM_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert res.returncode == 2
     assert res.stderr.strip() == "fxsym: unknown option --ffn (see fxsym prune --help)"
+
+
+def test_a_declaration_that_fails_to_load_is_said(tmp_path: Path) -> None:
+    """A distribution whose ``fxsym.declarations`` entry point fails to import: ``fxsym prune
+    --help`` still answers (the other plugins' flags listed), with one warning line naming
+    the entry point and its distribution."""
+    info = tmp_path / "broken_decl-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-decl\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[fxsym.declarations]\nbroken = no_such_module_of_declarations\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    res = subprocess.run([sys.executable, "-m", "fxsym.prune.cli", "prune", "--help"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and "--norm-groups" in res.stdout, res.stderr
+    assert res.stderr.strip() == (
+        "fxsym: PluginWarning: the fxsym.declarations entry point 'broken' of broken-decl "
+        "(no_such_module_of_declarations) failed to load, its options are left out: "
+        "ModuleNotFoundError: No module named 'no_such_module_of_declarations'")
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -88,7 +88,7 @@ ORDER = [*KERNEL, *WORKFLOW, "fxsym"]
 #: the rooms each room imports when it is imported (what the code needs today)
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
-    "declarations": set(),  # the plugins' hooks inside declared(), once they are loaded
+    "declarations": {"errors"},  # the plugins' hooks inside declared(), once loaded
     "_moved": set(),
     "naming": set(),
     "prune": set(),

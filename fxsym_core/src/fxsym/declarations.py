@@ -14,17 +14,20 @@ hooks of the active manager; else the objects of :data:`GROUP`, with the environ
 ``FXSYM_DISABLE_PLUGIN_AUTOLOAD`` and ``FXSYM_PLUGINS`` read as the loader reads them. The
 first declaration of a name counts.
 
-Imports from fxsym: nothing (the plugins' hooks only inside :func:`declared`).
+Imports from fxsym: errors (the plugins' hooks only inside :func:`declared`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
+
+from .errors import PluginWarning
 
 #: the entry-point group naming each distribution's torch-free declarations
 GROUP = "fxsym.declarations"
@@ -120,7 +123,8 @@ def declared() -> Declarations:
 def installed() -> Declarations:
     """The declarations of the installed distributions' :data:`GROUP` entry points, as the
     environment selects them (``FXSYM_DISABLE_PLUGIN_AUTOLOAD``, ``FXSYM_PLUGINS``); one
-    that fails to load is left out (loading the plugin itself reports it)."""
+    that fails to load is left out with a :class:`~fxsym.errors.PluginWarning` naming it and
+    its distribution (its flags then missing)."""
     if os.environ.get("FXSYM_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() in (
             "1", "true", "yes", "on"):
         return Declarations()
@@ -132,7 +136,11 @@ def installed() -> Declarations:
             continue
         try:
             obj = ep.load()
-        except Exception:
+        except Exception as exc:  # a plugin's failure is reported, not raised
+            dist = getattr(ep.dist, "name", "an unknown distribution")
+            warnings.warn(f"the {GROUP} entry point {ep.name!r} of {dist} ({ep.value}) failed "
+                          f"to load, its options are left out: {type(exc).__name__}: {exc}",
+                          PluginWarning, stacklevel=2)
             continue
         for option in _answer(obj, "fxsym_analysis_options", AnalysisOption):
             analysis.setdefault(option.name, option)

@@ -123,6 +123,27 @@ def _unknown(parser: _Parser, extra: list[str]) -> CliError:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    shown_as = warnings.formatwarning
+    warnings.formatwarning = _warning_line  # the plugins' declarations may warn in the parser
+    try:
+        args, func = _parsed(argv)
+        return int(func(args))
+    except KeyboardInterrupt:
+        print("fxsym: interrupted", file=sys.stderr)
+        return 130
+    except CliError as exc:
+        print(f"fxsym: {' '.join(str(exc).split())}", file=sys.stderr)
+    except FxsymError as exc:
+        print(f"fxsym: {_one_line(exc)}", file=sys.stderr)
+    except Exception as exc:
+        print(f"fxsym: unexpected error: {_one_line(exc)}", file=sys.stderr)
+    finally:
+        warnings.formatwarning = shown_as
+    return 2
+
+
+def _parsed(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Any]:
+    """The command line parsed: its arguments and the command's function."""
     from ... import __version__
 
     parser = _Parser(
@@ -158,25 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = commands["passes"] = sub.add_parser("passes", help="list optimize passes and patterns")
     p.set_defaults(func=cmd_passes)
     commands["prune"] = add_prune_parser(sub)
-    shown_as = warnings.formatwarning
-    warnings.formatwarning = _warning_line
-    try:
-        args, extra = parser.parse_known_args(argv)
-        if extra:
-            raise _unknown(commands[args.command], extra)
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        print("fxsym: interrupted", file=sys.stderr)
-        return 130
-    except CliError as exc:
-        print(f"fxsym: {' '.join(str(exc).split())}", file=sys.stderr)
-    except FxsymError as exc:
-        print(f"fxsym: {_one_line(exc)}", file=sys.stderr)
-    except Exception as exc:
-        print(f"fxsym: unexpected error: {_one_line(exc)}", file=sys.stderr)
-    finally:
-        warnings.formatwarning = shown_as
-    return 2
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        raise _unknown(commands[args.command], extra)
+    return args, args.func
 
 
 def _warning_line(message: Warning | str, category: type[Warning], filename: str,
