@@ -126,7 +126,8 @@ def plan(
                       "config describes); the default becomes 'uniform' in a later version: "
                       "give scope='global' to keep this plan, or scope='uniform'",
                       FutureWarning, stacklevel=2)
-    target_params = request.counted(sum(p.numel() for p in model.parameters())).target_params
+    if param_ratio is not None:  # the model's count only where a fraction of it is asked
+        target_params = request.counted(sum(p.numel() for p in model.parameters())).target_params
     return solve(model, symmap, ratio=ratio, target_params=target_params,
                  target_macs=target_macs, importance=importance, scope=scope or "global",
                  round_to=round_to, min_keep=min_keep, exclude=exclude, layers=layers,
