@@ -20,16 +20,7 @@ hold theirs. The analysis cannot prove such a group safe, so it is tried:
   ``min_size``;
 * a size the forward itself refuses without a cache (an odd width a complex view splits in
   pairs, which breaks every path: no finding about the cache) is replaced by the group's next
-  trial size that runs (:func:`_runnable`); a group none of whose trial sizes runs is left
-  out, not pinned (what fails is the forward, not the cache), and a report line names it as
-  not tried;
-* where the forward without a cache cannot run on the unresized meta copy at all (an
-  ``.item()``, a branch on values: meta tensors hold none), no size can be shown to be the
-  forward's own refusal: the trial sizes are kept, a report line gives the forward's error,
-  and each group whose size fails the cached path is pinned as below, its reason saying the
-  size may break every path. In doubt, pinned: what fails there is the cached forward
-  ``generate`` runs; pinning every group instead would leave such a model nothing to prune
-  for a check that found nothing;
+  trial size that runs (:func:`_runnable`), the group left out where none does;
 * the trials run under a manager of their own holding the same plugins
   (:func:`_trial_manager`): a plugin whose hook fails on a copy is never disabled for the
   caller;
@@ -65,15 +56,14 @@ import fxsym
 from .context import model_configs, traceable_kernels
 from .trialkey import trial_key
 
-#: the keyword under which ``untraced_paths`` says what the trial could not check
+#: the keyword under which ``untraced_paths`` notes that the path could not be tried
 NOT_TRIED = ""
 
 
 def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[str, str]:
     """``{group name: reason}`` for each searchable group of ``symmap`` whose trial resize
-    breaks ``model``'s cached path (see the module docstring), and ``NOT_TRIED: why`` when what
-    the trial could not check is to be said: the unresized model cannot run that path on meta
-    tensors, nor its forward without a cache, or some groups were not tried."""
+    breaks ``model``'s cached path (see the module docstring); ``{NOT_TRIED: why}`` when the
+    unresized model cannot run that path on meta tensors."""
     ids = _input_ids(model, example_inputs)
     groups = [g for g in symmap.groups() if g.size >= 2]
     if ids is None or not groups:
@@ -130,40 +120,23 @@ def _untraced(model: nn.Module, symmap: Any, groups: Sequence[Any], ids: torch.T
         return {NOT_TRIED: f"the cached path (use_cache=True, one decode step, as generate "
                            f"runs it) does not run on meta tensors ({failure}): no resize "
                            "was tried on it"}
-    said: dict[str, str] = {}
-    doubt = ""
     if _try(model, symmap, sizes, ids, others, cached=False) is not None:
-        plain = _try(model, symmap, {}, ids, others, cached=False)
-        if plain is not None:  # no size can be shown to be the forward's own refusal
-            said[NOT_TRIED] = (f"the model's forward without a cache does not run on meta "
-                               f"tensors ({plain}): the trial cannot tell a size the forward "
-                               f"refuses on every path from one {_CACHED} disagrees with; "
-                               "each group whose trial size fails the cached path is pinned")
-            doubt = (" (the forward without a cache could not run on meta tensors: the size "
-                     "may break every path, not only the cached one)")
-        else:
-            runnable = _runnable(model, symmap, groups, sizes, ids, others)
-            untried = [name for name in sizes if name not in runnable]
-            if untried:
-                said[NOT_TRIED] = (f"{_CACHED} was not tried for {', '.join(untried)}: "
-                                   "the forward without a cache fails on a meta copy at each "
-                                   "of their trial sizes; they are not pinned")
-            sizes = runnable
-            if not sizes or _try(model, symmap, sizes, ids, others) is None:
-                return said
+        sizes = _runnable(model, symmap, groups, sizes, ids, others)
+        if not sizes or _try(model, symmap, sizes, ids, others) is None:
+            return {}
     size_of = {g.name: g.size for g in groups}
     found: dict[str, str] = {}
     for name, size in sizes.items():
         failure = _try(model, symmap, {name: size}, ids, others)
         if failure is not None:
             found[name] = (f"resized from {size_of[name]} to {size} units (a trial on a meta "
-                           f"copy), {_CACHED} fails: {failure}{doubt}")
+                           f"copy), {_CACHED} fails: {failure}")
     if not found:  # each one runs alone, not all of them together
         failure = _try(model, symmap, sizes, ids, others) or "fails"
         found = {name: (f"resized from {size_of[name]} to {size} units with every group "
-                        f"resized (a trial on a meta copy), {_CACHED} fails: {failure}{doubt}")
+                        f"resized (a trial on a meta copy), {_CACHED} fails: {failure}")
                  for name, size in sizes.items()}
-    return {**said, **found}
+    return found
 
 
 _CACHED = ("the model's cached forward (use_cache=True then one decode step, as generate runs "
