@@ -17,36 +17,39 @@ Imports from fxsym: declarations, errors.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import AnalysisError
 from .calls import call_each
 from .contracts import AnalysisOption, SizeOption
 from .manager import active_plugins
 
+#: a declaration's type
+D = TypeVar("D", AnalysisOption, SizeOption)
+
 
 def declared_options() -> dict[str, AnalysisOption]:
     """``{name: option}`` of every analysis option the enabled plugins declare (the first
     declaration of a name counts; the default manager's entry points loaded first, as a trace
     loads them: a prune checks its options before anything is traced)."""
-    out: dict[str, AnalysisOption] = {}
-    for _, answer in call_each(active_plugins(), "fxsym_analysis_options", lambda _: {}):
-        for option in answer or ():
-            if not isinstance(option, AnalysisOption):
-                raise AnalysisError("fxsym_analysis_options must answer AnalysisOption "
-                                    f"values, got {type(option).__name__}")
-            out.setdefault(option.name, option)
-    return out
+    return _first_of_each("fxsym_analysis_options", AnalysisOption)
 
 
 def declared_size_options() -> dict[str, SizeOption]:
     """``{name: option}`` of every size option the enabled plugins declare
     (``fxsym_size_options``; the first declaration of a name counts)."""
-    out: dict[str, SizeOption] = {}
-    for _, answer in call_each(active_plugins(), "fxsym_size_options", lambda _: {}):
+    return _first_of_each("fxsym_size_options", SizeOption)
+
+
+def _first_of_each(hook: str, kind: type[D]) -> dict[str, D]:
+    """``{name: declaration}`` of what the enabled plugins' ``hook`` answers, the first
+    declaration of a name counting; an answer that is not a ``kind`` is an
+    :class:`~fxsym.errors.AnalysisError`."""
+    out: dict[str, D] = {}
+    for _, answer in call_each(active_plugins(), hook, lambda _: {}):
         for option in answer or ():
-            if not isinstance(option, SizeOption):
-                raise AnalysisError("fxsym_size_options must answer SizeOption values, got "
+            if not isinstance(option, kind):
+                raise AnalysisError(f"{hook} must answer {kind.__name__} values, got "
                                     f"{type(option).__name__}")
             out.setdefault(option.name, option)
     return out
