@@ -189,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"| {TP_ROW} ({args.against.name}) | {cell(tp['english'])} | "
               f"{cell(tp['code'])} |")
     for row, *_ in rows():
-        print(f"| {row} | {cell([r[row]['english'] for r in results])} | "
+        label = row.replace("|", "\\|")
+        print(f"| {label} | {cell([r[row]['english'] for r in results])} | "
               f"{cell([r[row]['code'] for r in results])} |")
 
 
