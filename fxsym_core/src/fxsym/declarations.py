@@ -14,20 +14,28 @@ hooks of the active manager; else the objects of :data:`GROUP`, with the environ
 ``FXSYM_DISABLE_PLUGIN_AUTOLOAD`` and ``FXSYM_PLUGINS`` read as the loader reads them. The
 first declaration of a name counts.
 
+One rule, :func:`first_of_each`, gathers the answers on both paths: an answer that is not of
+the hook's type is refused (:class:`~fxsym.errors.AnalysisError` naming the plugin), the same
+message whichever path read it. The entry points are scanned and loaded once per process, as
+the plugin loader scans its own group once: :func:`rescan` (which
+``fxsym.load_plugins(rescan=True)`` calls) reads them again, e.g. after a ``pip install`` in
+the same process; the environment is read at every call.
+
 Imports from fxsym: errors (the plugins' hooks only inside :func:`declared`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import TypeVar
 
-from .errors import PluginWarning
+from .errors import AnalysisError, PluginWarning
 
 #: the entry-point group naming each distribution's torch-free declarations
 GROUP = "fxsym.declarations"
@@ -124,37 +132,93 @@ def installed() -> Declarations:
     """The declarations of the installed distributions' :data:`GROUP` entry points, as the
     environment selects them (``FXSYM_DISABLE_PLUGIN_AUTOLOAD``, ``FXSYM_PLUGINS``); one
     that fails to load is left out with a :class:`~fxsym.errors.PluginWarning` naming it and
-    its distribution (its flags then missing)."""
+    its distribution (its flags then missing), said once per process. An answer of another
+    type is refused by :func:`first_of_each`."""
     if os.environ.get("FXSYM_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() in (
             "1", "true", "yes", "on"):
         return Declarations()
     only = {n.strip() for n in os.environ.get("FXSYM_PLUGINS", "").split(",") if n.strip()}
-    analysis: dict[str, AnalysisOption] = {}
-    sizes: dict[str, SizeOption] = {}
-    for ep in sorted(metadata.entry_points(group=GROUP), key=lambda e: e.name):
-        if only and ep.name not in only:
+    loaded = [(ep.name, _distribution(ep), obj) for ep in _entry_points()
+              if not only or ep.name in only if (obj := _loaded(ep)) is not None]
+    return Declarations(
+        tuple(first_of_each(((name, dist, _answer(obj, "fxsym_analysis_options"))
+                             for name, dist, obj in loaded),
+                            "fxsym_analysis_options", AnalysisOption).values()),
+        tuple(first_of_each(((name, dist, _answer(obj, "fxsym_size_options"))
+                             for name, dist, obj in loaded),
+                            "fxsym_size_options", SizeOption).values()))
+
+
+#: a declaration's type
+D = TypeVar("D", AnalysisOption, SizeOption)
+
+
+def first_of_each(answers: Iterable[tuple[str, str, object]], hook: str,
+                  kind: type[D]) -> dict[str, D]:
+    """``{name: declaration}`` of ``answers`` (each plugin's name, its distribution and what
+    its ``hook`` answered, in the plugins' order), the first declaration of a name counting.
+    An answer that is not a sequence of ``kind`` (``None`` is none) breaks the hook's
+    contract: an :class:`~fxsym.errors.AnalysisError` naming the plugin, its distribution
+    and the value."""
+    out: dict[str, D] = {}
+    for plugin, distribution, answer in answers:
+        if answer is None:
             continue
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a plugin's failure is reported, not raised
-            dist = getattr(ep.dist, "name", "an unknown distribution")
-            warnings.warn(f"the {GROUP} entry point {ep.name!r} of {dist} ({ep.value}) failed "
-                          f"to load, its options are left out: {type(exc).__name__}: {exc}",
-                          PluginWarning, stacklevel=2)
-            continue
-        for option in _answer(obj, "fxsym_analysis_options", AnalysisOption):
-            analysis.setdefault(option.name, option)
-        for size in _answer(obj, "fxsym_size_options", SizeOption):
-            sizes.setdefault(size.name, size)
-    return Declarations(tuple(analysis.values()), tuple(sizes.values()))
+        if not isinstance(answer, Sequence) or isinstance(answer, str):
+            raise _broken(plugin, distribution, hook, kind, answer, "")
+        kept = [x for x in answer if isinstance(x, kind)]
+        if len(kept) < len(answer):
+            wrong = next(x for x in answer if not isinstance(x, kind))
+            raise _broken(plugin, distribution, hook, kind, wrong, "a sequence holding ")
+        for option in kept:
+            out.setdefault(option.name, option)
+    return out
 
 
-def _answer(obj: Any, hook: str, kind: type[Any]) -> Sequence[Any]:
-    """What ``obj``'s ``hook`` answers, keeping only values of ``kind``."""
-    impl: Callable[[], Sequence[Any] | None] | None = getattr(obj, hook, None)
-    if impl is None:
-        return ()
-    return [x for x in impl() or () if isinstance(x, kind)]
+def _broken(plugin: str, distribution: str, hook: str, kind: type[D], value: object,
+            holding: str) -> AnalysisError:
+    """The refusal of ``plugin``'s ``hook`` answering ``value`` (or a sequence holding it)."""
+    return AnalysisError(
+        f"fxsym plugin {plugin!r} (distribution {distribution!r}) answers {hook} with "
+        f"{holding}a {type(value).__name__} ({value!r}), not a sequence of {kind.__name__}: "
+        f"make it answer fxsym.declarations.{kind.__name__} values, or leave the plugin out "
+        "(FXSYM_PLUGINS)")
 
 
-__all__ = ["GROUP", "AnalysisOption", "Declarations", "SizeOption", "declared", "installed"]
+def rescan() -> None:
+    """Scan and load the :data:`GROUP` entry points again at the next :func:`installed` (the
+    scan and the loaded objects are kept for the process)."""
+    _entry_points.cache_clear()
+    _loaded.cache_clear()
+
+
+@functools.cache
+def _entry_points() -> tuple[metadata.EntryPoint, ...]:
+    return tuple(sorted(metadata.entry_points(group=GROUP), key=lambda e: e.name))
+
+
+@functools.cache
+def _loaded(ep: metadata.EntryPoint) -> object | None:
+    """The object ``ep`` names, or ``None`` (with a warning) if it fails to load."""
+    try:
+        obj: object = ep.load()
+    except Exception as exc:  # a plugin's failure is reported, not raised
+        warnings.warn(f"the {GROUP} entry point {ep.name!r} of {_distribution(ep)} "
+                      f"({ep.value}) failed to load, its options are left out: "
+                      f"{type(exc).__name__}: {exc}", PluginWarning, stacklevel=4)
+        return None
+    return obj
+
+
+def _distribution(ep: metadata.EntryPoint) -> str:
+    return getattr(ep.dist, "name", None) or "<unknown>"
+
+
+def _answer(obj: object, hook: str) -> object:
+    """What ``obj``'s ``hook`` answers (``None`` where it has no such function)."""
+    impl = getattr(obj, hook, None)
+    return None if impl is None else impl()
+
+
+__all__ = ["GROUP", "AnalysisOption", "Declarations", "SizeOption", "declared", "first_of_each",
+           "installed", "rescan"]

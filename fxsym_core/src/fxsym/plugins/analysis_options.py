@@ -11,21 +11,18 @@ without importing the analyzer.
 The command line reads the same declarations through :func:`fxsym.declarations.declared`,
 which asks here once the plugins are loaded.
 
-Imports from fxsym: declarations, errors.
+Imports from fxsym: declarations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
-from ..errors import AnalysisError
+from ..declarations import D, first_of_each
 from .calls import call_each
 from .contracts import AnalysisOption, SizeOption
 from .manager import active_plugins
-
-#: a declaration's type
-D = TypeVar("D", AnalysisOption, SizeOption)
 
 
 def declared_options() -> dict[str, AnalysisOption]:
@@ -42,17 +39,12 @@ def declared_size_options() -> dict[str, SizeOption]:
 
 
 def _first_of_each(hook: str, kind: type[D]) -> dict[str, D]:
-    """``{name: declaration}`` of what the enabled plugins' ``hook`` answers, the first
-    declaration of a name counting; an answer that is not a ``kind`` is an
-    :class:`~fxsym.errors.AnalysisError`."""
-    out: dict[str, D] = {}
-    for _, answer in call_each(active_plugins(), hook, lambda _: {}):
-        for option in answer or ():
-            if not isinstance(option, kind):
-                raise AnalysisError(f"{hook} must answer {kind.__name__} values, got "
-                                    f"{type(option).__name__}")
-            out.setdefault(option.name, option)
-    return out
+    """``{name: declaration}`` of what the enabled plugins' ``hook`` answers, gathered by the
+    rule the entry points' declarations are (:func:`fxsym.declarations.first_of_each`: the
+    first declaration of a name counts, an answer of another type is refused)."""
+    pm = active_plugins()
+    return first_of_each(((name, pm.source(name).distribution, answer)
+                          for name, answer in call_each(pm, hook, lambda _: {})), hook, kind)
 
 
 def keeps_picked_blocks(options: Mapping[str, Any]) -> str | None:

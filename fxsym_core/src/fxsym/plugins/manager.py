@@ -1,9 +1,10 @@
 """Loading plugins from the ``fxsym`` entry-point group, and disabling the ones that fail.
 
-The entry-point scan runs once per process (``rescan=True`` repeats it); loading is
-idempotent. An entry point names a module or an object whose hook implementations are
-registered as they are, or a class: each manager then registers an instance of its own, which
-is where a plugin keeps per-manager state (caches, what it discovered in models).
+The entry-point scan runs once per process (``rescan=True`` repeats it, and that of the
+:mod:`fxsym.declarations` entry points); loading is idempotent. An entry point names a module
+or an object whose hook implementations are registered as they are, or a class: each manager
+then registers an instance of its own, which is where a plugin keeps per-manager state
+(caches, what it discovered in models).
 
 Several managers may live in one process (:func:`use_plugins` selects one for a block of
 code); the *default* manager is the one the entry points are loaded into by
@@ -61,6 +62,7 @@ from typing import Any, Literal
 
 import pluggy
 
+from ..declarations import rescan as rescan_declarations
 from ..errors import PluginError, PluginWarning
 from . import hookspecs
 
@@ -398,6 +400,7 @@ class PluginManager(pluggy.PluginManager):
     ) -> None:
         if rescan:
             _entry_points.cache_clear()
+            rescan_declarations()  # the torch-free declarations' entry points too
             self.failed = []  # unblocks their names
         allowed = set(allow) if allow is not None else None
         env = os.environ.get("FXSYM_PLUGINS", "").strip()
