@@ -50,6 +50,54 @@ def test_console_script_runs() -> None:
     assert res.returncode == 0 and "fxsym-plugins-nn" in res.stdout
 
 
+def test_fxsym_plugins_lists_what_each_plugin_declares(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``fxsym plugins`` lists under each plugin what it declares (its analysis options with
+    their values, its size options), as the flags they are, whole: the nn plugin's
+    ``--norm-groups``/``--routing-groups``, the hf plugin's size flags where it is installed,
+    and a plugin registered in code's own (before: only the hook names, six at most)."""
+    import fxsym
+    from fxsym.declarations import AnalysisOption, SizeOption
+    from fxsym_plugins_nn.declarations import OPTIONS
+
+    class Levels:
+        @fxsym.hookimpl
+        def fxsym_size_options(self) -> tuple[SizeOption, ...]:
+            return (SizeOption("levels", "channels of every level"),
+                    SizeOption("skip_levels", "channels of every skip"))
+
+        @fxsym.hookimpl
+        def fxsym_analysis_options(self) -> tuple[AnalysisOption, ...]:
+            return (AnalysisOption("skips", ("add", "concat"), "how a skip joins"),)
+
+    try:
+        from fxsym_plugins_hf import declarations as hf
+    except ImportError:
+        allow, sizes = ["nn"], {}
+    else:
+        allow, sizes = ["nn", "hf"], {"hf": [o.flag for o in hf.fxsym_size_options()]}
+    pm = fxsym.PluginManager()
+    fxsym.load_plugins(manager=pm, allow=allow)
+    pm.register(Levels(), name="levels")
+    with fxsym.use_plugins(pm):
+        assert main(["plugins"]) == 0
+    blocks: dict[str, list[str]] = {}
+    for line in capsys.readouterr().out.splitlines():
+        if not line.startswith("    "):
+            block = blocks[line.split()[0]] = []
+        block.append(line.strip())
+    assert blocks["levels"][0] == "levels  (<local>)"
+    assert blocks["levels"][-2:] == ["analysis options: --skips add|concat",
+                                     "size options: --levels, --skip-levels"]
+    assert blocks["nn"][-1] == "analysis options: " + ", ".join(
+        f"{o.flag} {'|'.join(o.values)}" for o in OPTIONS)
+    assert blocks["nn"][-1] == ("analysis options: --norm-groups follow|keep, "
+                                "--routing-groups follow|keep")
+    for plugin, flags in sizes.items():
+        assert blocks[plugin][-1] == "size options: " + ", ".join(flags)
+        assert not any(line.startswith("analysis options") for line in blocks[plugin])
+
+
 @pytest.mark.parametrize(("spec", "says"), [
     ("json:dumps", "json:dumps is not a model factory: calling it without arguments failed"),
     ("os:sep", "os:sep is a str, not a model or a model factory"),

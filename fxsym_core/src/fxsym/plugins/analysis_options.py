@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..declarations import D, first_of_each
+from ..declarations import D, Declarations, first_of_each
 from .calls import call_each
 from .contracts import AnalysisOption, SizeOption
-from .manager import active_plugins
+from .manager import PluginManager, active_plugins
 
 
 def declared_options() -> dict[str, AnalysisOption]:
@@ -47,6 +47,23 @@ def _first_of_each(hook: str, kind: type[D]) -> dict[str, D]:
                           for name, answer in call_each(pm, hook, lambda _: {})), hook, kind)
 
 
+def declared_by_plugin(pm: PluginManager) -> dict[str, Declarations]:
+    """``{plugin name: its declarations}`` of ``pm``'s plugins that declare any (what
+    ``fxsym plugins`` lists), each answer checked as :func:`_first_of_each` checks it."""
+    analysis = _each_plugin(pm, "fxsym_analysis_options", AnalysisOption)
+    sizes = _each_plugin(pm, "fxsym_size_options", SizeOption)
+    return {name: Declarations(tuple(analysis.get(name, {}).values()),
+                               tuple(sizes.get(name, {}).values()))
+            for name in pm.plugin_names() if analysis.get(name) or sizes.get(name)}
+
+
+def _each_plugin(pm: PluginManager, hook: str, kind: type[D]) -> dict[str, dict[str, D]]:
+    """``{plugin name: {name: declaration}}`` of what each of ``pm``'s plugins' ``hook``
+    answers."""
+    return {name: first_of_each([(name, pm.source(name).distribution, answer)], hook, kind)
+            for name, answer in call_each(pm, hook, lambda _: {})}
+
+
 def keeps_picked_blocks(options: Mapping[str, Any]) -> str | None:
     """The option of ``options`` (as :attr:`fxsym.SymMap.analysis_options` holds them) that
     keeps the blocks of picked groups (its value is the declaration's
@@ -62,4 +79,5 @@ def keeps_picked_blocks(options: Mapping[str, Any]) -> str | None:
     return None
 
 
-__all__ = ["declared_options", "declared_size_options", "keeps_picked_blocks"]
+__all__ = ["declared_by_plugin", "declared_options", "declared_size_options",
+           "keeps_picked_blocks"]

@@ -1,6 +1,10 @@
 """``fxsym plugins``: the plugins installed and what each contributed (a rich table at a
 terminal, plain text otherwise), the inactive ones with why; ``--trace``, every hook call while
 the built-in demo model is analyzed.
+
+What a plugin declares (:mod:`fxsym.declarations`: its analysis options and size options, the
+flags it adds to ``fxsym analyze`` and ``fxsym prune``) is listed whole, as flags, under it:
+the other contributions are shortened to their first six.
 """
 
 from __future__ import annotations
@@ -8,23 +12,27 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ...declarations import Declarations
+
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     from ...plugins import load_plugins
+    from ...plugins.analysis_options import declared_by_plugin
     from ...registry import get_registry
     from ..console import is_terminal
 
     pm = load_plugins()
     by_plugin = get_registry().contributions.by_plugin()
+    declared = declared_by_plugin(pm)
     names = pm.plugin_names()
     if not names and not pm.failed:
         print("no fxsym plugins installed (try: pip install fxsym-plugins-nn)")
     if is_terminal():
-        _plugins_table(pm, by_plugin)
+        _plugins_table(pm, by_plugin, declared)
         names = []  # drawn above
     for name in names:
         src = pm.source(name)
-        print(f"{name}  ({src.distribution} {src.version})".rstrip())
+        print(f"{name}  ({' '.join(filter(None, (src.distribution, src.version)))})")
         contributed = dict(by_plugin.get(name, {}))
         hooks = pm.answered_hooks(name)
         if hooks:
@@ -35,6 +43,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             more = f", ... ({len(items)} in all)" if len(items) > 6 else ""
             shown = ", ".join(items[:6]) + more
             print(f"    {kind}: {shown}")
+        for kind, flags in _flags(declared.get(name)).items():
+            print(f"    {kind}: {flags}")
     for failure in pm.failed:
         where = "" if failure.during == "import" else f" (failed in {failure.during})"
         print(f"{failure.name}  ({failure.distribution})  INACTIVE{where}: {failure.error}")
@@ -43,7 +53,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]]) -> None:
+def _flags(declarations: Declarations | None) -> dict[str, str]:
+    """``{kind: flags}`` of what a plugin declares: its analysis options as
+    ``--flag value|value`` (the default first), its size options as ``--flag``."""
+    if declarations is None:
+        return {}
+    flags = {"analysis options": ", ".join(f"{o.flag} {'|'.join(o.values)}"
+                                           for o in declarations.analysis),
+             "size options": ", ".join(o.flag for o in declarations.sizes)}
+    return {kind: text for kind, text in flags.items() if text}
+
+
+def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]],
+                   declared: dict[str, Declarations]) -> None:
     """``fxsym plugins`` at a terminal: one rich table row per plugin."""
     from rich.console import Console
     from rich.markup import escape
@@ -58,9 +80,11 @@ def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]]) -> None:
         hooks = pm.answered_hooks(name)
         if hooks:
             contributed["hooks"] = hooks
-        text = "\n".join(
-            f"[bold]{kind}[/bold] ({len(items)}): " + escape(", ".join(items[:6]))
-            + (", ..." if len(items) > 6 else "") for kind, items in contributed.items())
+        text = "\n".join([
+            *(f"[bold]{kind}[/bold] ({len(items)}): " + escape(", ".join(items[:6]))
+              + (", ..." if len(items) > 6 else "") for kind, items in contributed.items()),
+            *(f"[bold]{kind}[/bold]: {escape(flags)}"
+              for kind, flags in _flags(declared.get(name)).items())])
         table.add_row(escape(name), escape(src.distribution), escape(str(src.version)),
                       text or "nothing")
     Console().print(table)
