@@ -141,3 +141,53 @@ def test_the_entry_points_are_read_once_per_process_until_a_rescan(tmp_path: Pat
     done = _run(_READ_AGAIN, tmp_path, str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == [[], [], ["levels"], ["levels"], ["depths", "levels"]]
+
+
+_HOOKS = """import fxsym
+from fxsym.declarations import SizeOption
+
+
+@fxsym.hookimpl
+def fxsym_size_options():
+    return tuple(SizeOption(name, "channels of every " + name) for name in {names!r})
+"""
+
+
+def test_fxsym_plugins_says_where_the_command_line_lacks_a_plugins_flags(
+        tmp_path: Path) -> None:
+    """The command line builds its flags from the ``fxsym.declarations`` entry points, before
+    any plugin is loaded: ``fxsym plugins`` says under a plugin whose distribution has no such
+    entry point (``levels``), or one declaring otherwise (``depths``: ``--depths`` there,
+    ``--depths, --widths`` in its hooks), what the command line offers; and ``fxsym prune
+    --help`` indeed lacks those flags. The nn and hf plugins, whose entry points declare what
+    their hooks do, get no such line."""
+    _distribution(tmp_path, "levels-plugin", "[fxsym]\nlevels = levels_hooks\n",
+                  {"levels_hooks": _HOOKS.format(names=("levels",))})
+    _distribution(tmp_path, "depths-plugin",
+                  "[fxsym]\ndepths = depths_hooks\n[fxsym.declarations]\ndepths = depths_decl\n",
+                  {"depths_hooks": _HOOKS.format(names=("depths", "widths")),
+                   "depths_decl": "from fxsym.declarations import SizeOption\n\n\n"
+                                  "def fxsym_size_options():\n"
+                                  "    return (SizeOption('depths', 'blocks of every stage'),)\n"})
+    done = _run("from fxsym.prune.cli import main; raise SystemExit(main(['plugins']))",
+                tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    blocks: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        if not line.startswith("    "):
+            block = blocks[line.split()[0]] = []
+        block.append(line.strip())
+    assert blocks["levels"][0] == "levels  (levels-plugin 0.1)"
+    assert blocks["levels"][-2:] == [
+        "size options: --levels",
+        "without torch: nothing: no fxsym.declarations entry point 'levels', so fxsym prune "
+        "--help and the command line lack these flags"]
+    assert blocks["depths"][-2:] == [
+        "size options: --depths, --widths",
+        "without torch: size options: --depths (its fxsym.declarations entry point, what fxsym "
+        "prune --help and the command line offer)"]
+    assert not any(line.startswith("without torch") for name in ("nn", "hf")
+                   for line in blocks.get(name, []))
+    done = _run(_HELP, tmp_path)
+    assert done.stdout.strip().endswith("exit 0") and "--depths" in done.stdout
+    assert "--levels" not in done.stdout and "--widths" not in done.stdout

@@ -130,23 +130,39 @@ def declared() -> Declarations:
 
 def installed() -> Declarations:
     """The declarations of the installed distributions' :data:`GROUP` entry points, as the
-    environment selects them (``FXSYM_DISABLE_PLUGIN_AUTOLOAD``, ``FXSYM_PLUGINS``); one
-    that fails to load is left out with a :class:`~fxsym.errors.PluginWarning` naming it and
-    its distribution (its flags then missing), said once per process. An answer of another
-    type is refused by :func:`first_of_each`."""
+    environment selects them (``FXSYM_DISABLE_PLUGIN_AUTOLOAD``, ``FXSYM_PLUGINS``); the first
+    declaration of a name counts (:func:`installed_by_plugin`)."""
+    analysis: dict[str, AnalysisOption] = {}
+    sizes: dict[str, SizeOption] = {}
+    for each in installed_by_plugin().values():
+        for option in each.analysis:
+            analysis.setdefault(option.name, option)
+        for size in each.sizes:
+            sizes.setdefault(size.name, size)
+    return Declarations(tuple(analysis.values()), tuple(sizes.values()))
+
+
+def installed_by_plugin() -> dict[str, Declarations]:
+    """``{entry point name: its declarations}`` of the :data:`GROUP` entry points the
+    environment selects, by name (the first entry point of a name counts, as the plugin loader
+    takes it); one that fails to load is left out with a :class:`~fxsym.errors.PluginWarning`
+    naming it and its distribution (its flags then missing), said once per process. An answer
+    of another type is refused by :func:`first_of_each`."""
     if os.environ.get("FXSYM_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() in (
             "1", "true", "yes", "on"):
-        return Declarations()
+        return {}
     only = {n.strip() for n in os.environ.get("FXSYM_PLUGINS", "").split(",") if n.strip()}
-    loaded = [(ep.name, _distribution(ep), obj) for ep in _entry_points()
-              if not only or ep.name in only if (obj := _loaded(ep)) is not None]
-    return Declarations(
-        tuple(first_of_each(((name, dist, _answer(obj, "fxsym_analysis_options"))
-                             for name, dist, obj in loaded),
-                            "fxsym_analysis_options", AnalysisOption).values()),
-        tuple(first_of_each(((name, dist, _answer(obj, "fxsym_size_options"))
-                             for name, dist, obj in loaded),
-                            "fxsym_size_options", SizeOption).values()))
+    out: dict[str, Declarations] = {}
+    for ep in _entry_points():
+        if ep.name in out or (only and ep.name not in only) or (obj := _loaded(ep)) is None:
+            continue
+        source = (ep.name, _distribution(ep))
+        out[ep.name] = Declarations(
+            tuple(first_of_each([(*source, _answer(obj, "fxsym_analysis_options"))],
+                                "fxsym_analysis_options", AnalysisOption).values()),
+            tuple(first_of_each([(*source, _answer(obj, "fxsym_size_options"))],
+                                "fxsym_size_options", SizeOption).values()))
+    return out
 
 
 #: a declaration's type
@@ -190,6 +206,7 @@ def rescan() -> None:
     scan and the loaded objects are kept for the process)."""
     _entry_points.cache_clear()
     _loaded.cache_clear()
+    _distribution.cache_clear()
 
 
 @functools.cache
@@ -210,7 +227,9 @@ def _loaded(ep: metadata.EntryPoint) -> object | None:
     return obj
 
 
+@functools.cache
 def _distribution(ep: metadata.EntryPoint) -> str:
+    """The name of ``ep``'s distribution (read from its metadata: kept, as the scan is)."""
     return getattr(ep.dist, "name", None) or "<unknown>"
 
 
@@ -221,4 +240,4 @@ def _answer(obj: object, hook: str) -> object:
 
 
 __all__ = ["GROUP", "AnalysisOption", "Declarations", "SizeOption", "declared", "first_of_each",
-           "installed", "rescan"]
+           "installed", "installed_by_plugin", "rescan"]

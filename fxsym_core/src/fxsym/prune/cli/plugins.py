@@ -4,7 +4,10 @@ the built-in demo model is analyzed.
 
 What a plugin declares (:mod:`fxsym.declarations`: its analysis options and size options, the
 flags it adds to ``fxsym analyze`` and ``fxsym prune``) is listed whole, as flags, under it:
-the other contributions are shortened to their first six.
+the other contributions are shortened to their first six. The command line builds those flags
+before any plugin is loaded, from the distributions' ``fxsym.declarations`` entry points: a
+plugin of a distribution whose entry point of that name declares otherwise (or is missing) is
+said to (a ``without torch`` line), since its flags are then not the command line's.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ...declarations import Declarations
+from ...declarations import GROUP, Declarations, installed_by_plugin
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -23,7 +26,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     pm = load_plugins()
     by_plugin = get_registry().contributions.by_plugin()
-    declared = declared_by_plugin(pm)
+    by_hooks, torch_free = declared_by_plugin(pm), installed_by_plugin()
+    declared = {name: _declared(name, by_hooks.get(name), torch_free.get(name),
+                                name in pm.sources) for name in pm.plugin_names()}
     names = pm.plugin_names()
     if not names and not pm.failed:
         print("no fxsym plugins installed (try: pip install fxsym-plugins-nn)")
@@ -43,7 +48,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             more = f", ... ({len(items)} in all)" if len(items) > 6 else ""
             shown = ", ".join(items[:6]) + more
             print(f"    {kind}: {shown}")
-        for kind, flags in _flags(declared.get(name)).items():
+        for kind, flags in declared[name].items():
             print(f"    {kind}: {flags}")
     for failure in pm.failed:
         where = "" if failure.during == "import" else f" (failed in {failure.during})"
@@ -64,8 +69,25 @@ def _flags(declarations: Declarations | None) -> dict[str, str]:
     return {kind: text for kind, text in flags.items() if text}
 
 
+def _declared(name: str, hooks: Declarations | None, torch_free: Declarations | None,
+              installed: bool) -> dict[str, str]:
+    """``{kind: text}`` of what plugin ``name`` declares (:func:`_flags` of its ``hooks``), and
+    where it is ``installed`` from a distribution whose :data:`GROUP` entry point ``name``
+    (``torch_free``) declares otherwise, a ``without torch`` line saying so."""
+    flags, read = _flags(hooks), _flags(torch_free)
+    if not installed or flags == read:
+        return flags
+    if torch_free is None:
+        said = (f"nothing: no {GROUP} entry point {name!r}, so fxsym prune --help and the "
+                "command line lack these flags")
+    else:
+        said = (f"{'; '.join(f'{k}: {v}' for k, v in read.items()) or 'nothing'} (its {GROUP} "
+                "entry point, what fxsym prune --help and the command line offer)")
+    return {**flags, "without torch": said}
+
+
 def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]],
-                   declared: dict[str, Declarations]) -> None:
+                   declared: dict[str, dict[str, str]]) -> None:
     """``fxsym plugins`` at a terminal: one rich table row per plugin."""
     from rich.console import Console
     from rich.markup import escape
@@ -84,7 +106,7 @@ def _plugins_table(pm: Any, by_plugin: dict[str, dict[str, list[str]]],
             *(f"[bold]{kind}[/bold] ({len(items)}): " + escape(", ".join(items[:6]))
               + (", ..." if len(items) > 6 else "") for kind, items in contributed.items()),
             *(f"[bold]{kind}[/bold]: {escape(flags)}"
-              for kind, flags in _flags(declared.get(name)).items())])
+              for kind, flags in declared[name].items())])
         table.add_row(escape(name), escape(src.distribution), escape(str(src.version)),
                       text or "nothing")
     Console().print(table)
