@@ -26,10 +26,7 @@ for every member of a group, the segments of the dimension it sizes (``dim_index
   must keep exactly the entries given along the dims a module of the kind was shown to keep
   (else they are decoded in full). Modules whose rules and state are alike (the layers of a
   transformer) are run once: the result is reused for every module with the same class,
-  symbol, segments, parameter shapes and plain attributes, the module's own plain attributes
-  compared only where its rule was seen to read them (:mod:`.reads`: a layer's ``layer_idx``
-  keeps no two layers apart; the first reuse across attributes that differ is checked by a
-  plain run).
+  symbol, segments, parameter shapes and plain attributes.
 
 A rule that changes a parameter another way (its own ``index_select``, a new tensor) or cannot
 run on meta tensors is run again on a copy of its module holding *probes* (each element its own
@@ -49,9 +46,8 @@ One idea per module:
 * :mod:`.slices` — :class:`ParamLayout` and :class:`Slices`, the layout as data, and the shapes
   and counts it gives;
 * :mod:`.derive` — :func:`layout`, the direct derivation;
-* :mod:`.copying`, :mod:`.signature`, :mod:`.reads`, :mod:`.probes` — what the derivation's
-  trial runs need: one module's copies, the key of alike modules, the attributes a rule reads,
-  probe tensors.
+* :mod:`.copying`, :mod:`.signature`, :mod:`.probes` — what the derivation's trial runs need:
+  one module's copies, the key of alike modules, probe tensors.
 
 Every public name is re-exported here: ``from fxsym.paramlayout import layout``.
 

@@ -5,19 +5,16 @@ A parameter member's units are read off its segments; a symbol's by trial runs o
 family's resize rule on a meta copy of its one module, under
 :func:`~fxsym.resizing.observe_keeps`, with subsets of units that spell, bit by bit, the unit
 of each slice (``_Deriver._decode``), else on a copy holding probes (:mod:`.probes`).
-Modules whose rules and state are alike (:mod:`.signature`) are run once: alike in everything
-but the values of their own plain attributes that the rule was not seen to read (:mod:`.reads`;
-a transformer layer's ``layer_idx``). See the package's docstring for the whole design.
+Modules whose rules and state are alike (:mod:`.signature`) are run once. See the package's
+docstring for the whole design.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -29,7 +26,6 @@ from ..resizing import dim_index, observe_keeps
 from ..symbols import GroupIndex, Segment, SymGroup, SymMap
 from .copying import _clone_of
 from .probes import probe_dtype, survivor_masks
-from .reads import EVERYTHING, reading
 from .signature import _signature, _Slot
 from .slices import ParamLayout, Slices
 
@@ -64,23 +60,6 @@ def check_current(model: nn.Module, symmap: SymMap) -> None:
 #: what one trial run left: per changed slot and dim, the slices kept in order (a meta copy)
 #: or a mask of those that survived (a probe copy)
 _Trial = dict[tuple[str, int], torch.Tensor]
-#: a module's own plain attributes: name -> (type, value)
-_Own = dict[str, tuple[type, Any]]
-#: where a rule put the units: per slot and dim, the unit of each slice
-_Rel = dict[tuple[str, int], torch.Tensor]
-
-
-@dataclass
-class _Seen:
-    """A result of a rule on one module: reused for a module alike whose own attributes that
-    the rule read (``read``: name, (type, value)) are equal; ``checked`` once the rule, run
-    plainly on a module whose other attributes differ, gave the same."""
-
-    read: tuple[tuple[str, tuple[type, Any]], ...]
-    own: _Own
-    rel: _Rel
-    checked: bool = False
-
 
 
 class _Dim(NamedTuple):
@@ -117,13 +96,11 @@ class _Deriver:
         self.standin_ids = {id(s) for s in self.standins.values()}
         self.memo_base: dict[int, Any] = {**computed_tensors(model, meta=True),
                                           **self.standins}
-        #: per rule, symbol, group, layout of the dim and signature: the results so far, each
-        #: with the values of the module's own attributes its rule read
-        self.cache: dict[Any, list[_Seen] | None] = {}
+        self.cache: dict[Any, dict[tuple[str, int], torch.Tensor]] = {}
         self.clones: dict[int, tuple[nn.Module, ModuleTreeState]] = {}
         #: per module: its slots, its signature and its kind (:func:`_signature`), these two
-        #: by their number in ``ids``, and its own plain attributes
-        self.modinfo: dict[int, tuple[list[_Slot], int | None, int | None, _Own]] = {}
+        #: by their number in ``ids``
+        self.modinfo: dict[int, tuple[list[_Slot], int | None, int | None]] = {}
         self.ids: dict[Any, int] = {}
         #: per kind of module and symbol, the sets of dims its rules were shown to keep entry
         #: for entry (a depthwise conv's ``in_channels`` none, another conv's its columns)
@@ -191,56 +168,30 @@ class _Deriver:
         found = self.modinfo.get(id(mod))
         if found is None:  # signatures stand for themselves as small ints: hashed once
             slots = self._slots(mod)
-            signature, kind, own = _signature(mod, slots)
+            signature, kind = _signature(mod, slots)
             found = self.modinfo[id(mod)] = (
                 slots, None if signature is None else self.ids.setdefault(signature, len(self.ids)),
-                None if kind is None else self.ids.setdefault(kind, len(self.ids)), own)
-        slots, signature, kind, own = found
+                None if kind is None else self.ids.setdefault(kind, len(self.ids)))
+        slots, signature, kind = found
         root = group.id
         layout_of_dim = tuple((s.units, s.block, None if s.group is None else
                                table.find(s.group) == root) for s in dim)
         key = (rule, sname, group.size, layout_of_dim, signature)
-        seen = self.cache.get(key, []) if signature is not None else None
-        at = _Dim(dim, table, group, (group.size, layout_of_dim))
-        alike = None if kind is None else (rule, sname, kind)
-        hit = _recalled(seen, own)
-        if hit is not None and hit.own != own and not hit.checked:
-            # its first reuse across attributes that differ: this module is run plainly too
-            rel = self._units(mod, qualname, sname, at, rule, slots, alike, None)
-            hit.checked = _same(rel, hit.rel)
-            if not hit.checked:  # the rule read what the recording did not see
-                self.cache[key] = None
-        elif hit is not None:
-            rel = hit.rel
-        else:
-            reads: set[str] | None = set() if seen is not None else None
-            try:
-                rel = self._units(mod, qualname, sname, at, rule, slots, alike, reads)
-            except PlanError:
-                if reads is None:
-                    raise
-                reads = seen = self.cache[key] = None  # not under the recording class
-                rel = self._units(mod, qualname, sname, at, rule, slots, alike, None)
-            if seen is not None and reads is not None:
-                read = own if EVERYTHING in reads else reads.intersection(own)
-                seen.append(_Seen(tuple((n, own[n]) for n in sorted(read)), own, rel))
-                self.cache[key] = seen
+        rel = self.cache.get(key) if signature is not None else None
+        if rel is None:
+            at = _Dim(dim, table, group, (group.size, layout_of_dim))
+            alike = None if kind is None else (rule, sname, kind)
+            rel = self._decode(mod, sname, at, rule, slots, meta=True, alike=alike)
+            if rel is None:
+                rel = self._decode(mod, sname, at, rule, slots, meta=False)
+            if rel is None:
+                raise PlanError(f"cannot tell where the units of {group.name} lie in the "
+                                f"parameters of {qualname}: its resize rule ({sname}) does "
+                                "more than keep slices of them")
+            if signature is not None:
+                self.cache[key] = rel
         names = {(sub, pname): name for sub, pname, name in slots}
         return {(names[_split(slot)], d): u for (slot, d), u in rel.items()}
-
-    def _units(self, mod: nn.Module, qualname: str, sname: str, at: _Dim,
-               rule: Callable[..., None], slots: Sequence[_Slot], alike: Any,
-               reads: set[str] | None) -> _Rel:
-        """Decode ``at`` on a meta copy of ``mod``, else on a probe copy (``reads``: add the
-        names of the module's attributes the rule looks up)."""
-        rel = self._decode(mod, sname, at, rule, slots, meta=True, alike=alike, reads=reads)
-        if rel is None:
-            rel = self._decode(mod, sname, at, rule, slots, meta=False, reads=reads)
-        if rel is None:
-            raise PlanError(f"cannot tell where the units of {at.group.name} lie in the "
-                            f"parameters of {qualname}: its resize rule ({sname}) does "
-                            "more than keep slices of them")
-        return rel
 
     def _slots(self, mod: nn.Module) -> list[_Slot]:
         out: list[_Slot] = []
@@ -252,8 +203,8 @@ class _Deriver:
         return out
 
     def _decode(self, mod: nn.Module, sname: str, at: _Dim, rule: Callable[..., None],
-                slots: Sequence[_Slot], meta: bool, alike: Any = None,
-                reads: set[str] | None = None) -> _Rel | None:
+                slots: Sequence[_Slot], meta: bool, alike: Any = None
+                ) -> dict[tuple[str, int], torch.Tensor] | None:
         """Unit ``u`` is coded ``u + 1``; trial ``k`` keeps the units whose code has bit ``k``
         clear. The code of a slice is the set of trials it did not survive (``None``: the
         rule cannot be followed this way).
@@ -276,7 +227,7 @@ class _Deriver:
         for k in range(group.size.bit_length()):
             index = self._index(at, k)
             try:
-                trials.append(self._trial(mod, sname, index.clone(), rule, slots, meta, reads))
+                trials.append(self._trial(mod, sname, index.clone(), rule, slots, meta))
             except _Opaque:
                 return None
             except Exception as exc:
@@ -330,8 +281,7 @@ class _Deriver:
         return torch.cat([units, torch.full((extra,), -1, dtype=torch.long)]) if extra else units
 
     def _trial(self, mod: nn.Module, sname: str, index: torch.Tensor,
-               rule: Callable[..., None], slots: Sequence[_Slot], meta: bool,
-               reads: set[str] | None) -> _Trial:
+               rule: Callable[..., None], slots: Sequence[_Slot], meta: bool) -> _Trial:
         """Run ``rule`` on a copy of ``mod`` keeping ``index``; per changed slot
         (``"sub/param"``) and dim: on a meta copy, the slices kept, in order; on a probe copy,
         which slices survived (a bool mask)."""
@@ -341,7 +291,7 @@ class _Deriver:
                 found = self.clones[id(mod)] = _clone_of(mod, self.memo_base)
             clone, state = found
             try:
-                return self._run(clone, sname, index, rule, slots, None, reads)
+                return self._run(clone, sname, index, rule, slots, None)
             finally:
                 state.restore()
         memo = dict(self.memo_base)
@@ -351,13 +301,13 @@ class _Deriver:
             probe = nn.Parameter(torch.arange(p.numel(), dtype=probe_dtype(p)).reshape(
                 p.shape), requires_grad=False)
             memo[id(p)] = probes.setdefault(id(p), probe)
-        return self._run(copy.deepcopy(mod, memo), sname, index, rule, slots, probes, reads)
+        return self._run(copy.deepcopy(mod, memo), sname, index, rule, slots, probes)
 
     def _run(self, clone: nn.Module, sname: str, index: torch.Tensor,
              rule: Callable[..., None], slots: Sequence[_Slot],
-             probes: dict[int, torch.Tensor] | None, reads: set[str] | None) -> _Trial:
+             probes: dict[int, torch.Tensor] | None) -> _Trial:
         """Run ``rule`` on ``clone`` (holding meta stand-ins, or ``probes`` of the module's
-        parameters) and read what survived (``reads``: record the attributes it looks up)."""
+        parameters) and read what survived."""
         meta = probes is None
         origins: dict[int, tuple[torch.Tensor, list[torch.Tensor | None]]] = {}
 
@@ -374,11 +324,10 @@ class _Deriver:
             lines[d] = idx if line is None else line.index_select(0, idx)
             origins[id(new)] = (new, lines)
 
-        with contextlib.ExitStack() as stack:
-            if reads is not None:
-                stack.enter_context(reading(clone, reads))
-            if meta:
-                stack.enter_context(observe_keeps(observe))
+        if meta:
+            with observe_keeps(observe):
+                rule(clone, sname, index)
+        else:
             rule(clone, sname, index)
         out: _Trial = {}
         for sub, pname, name in slots:
@@ -405,19 +354,6 @@ class _Deriver:
                 out.update(((_join(sub, pname), d), m) for d, m in enumerate(masks)
                            if not bool(m.all()))
         return out
-
-
-def _recalled(seen: list[_Seen] | None, own: _Own) -> _Seen | None:
-    """The result of a module seen before whose own attributes read by its rule had the
-    values ``own`` has (``seen``: the results of the same rule, symbol, dim and signature)."""
-    for one in seen or ():
-        if all(own.get(name) == value for name, value in one.read):
-            return one
-    return None
-
-
-def _same(a: _Rel, b: _Rel) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def _entry_units(dim: Sequence[Segment], table: GroupIndex, root: int) -> torch.Tensor:

@@ -2,11 +2,6 @@
 plain attributes and tensor shapes: modules with the same signature get the same layout, so
 a transformer's layers run once) and its *kind* (the same with sizes left out: the convs of a
 CNN need one trial each once one of them has shown how its rule keeps entries).
-
-The module's own plain attributes enter the signature by name and type only; their values are
-given beside it (``own``), for the derivation to compare those its rule was seen to read
-(:mod:`.reads`): a transformer layer's ``layer_idx``, which its rule never reads, does not keep
-the layers apart. A submodule's plain attributes are in the signature whole.
 """
 
 from __future__ import annotations
@@ -23,16 +18,13 @@ _Slot = tuple[str, str, str]
 _PLAIN = (int, float, str, bool, type(None))
 
 
-def _signature(mod: nn.Module, slots: Sequence[_Slot]
-               ) -> tuple[Any, Any, dict[str, tuple[type, Any]]]:
+def _signature(mod: nn.Module, slots: Sequence[_Slot]) -> tuple[Any, Any]:
     """What a resize rule of ``mod`` can read: per submodule its class and plain attributes
-    (objects held, such as a config, by identity; the module's own by name and type, their
-    values in the third item, ``own``), the shapes of its tensors; and the module's *kind*:
-    the same with sizes left out (numbers by their type, tensors by their number of dims).
-    ``(None, None, {})`` when a value cannot be keyed (nothing is reused then)."""
+    (objects held, such as a config, by identity), the shapes of its tensors; and the
+    module's *kind*: the same with sizes left out (numbers by their type, tensors by their
+    number of dims). ``(None, None)`` when a value cannot be keyed (nothing is reused then)."""
     parts: list[Any] = []
     kinds: list[Any] = []
-    own: dict[str, tuple[type, Any]] = {}
     try:
         for sub, m in mod.named_modules(remove_duplicate=False):
             state: list[tuple[Any, ...]] = []
@@ -42,15 +34,11 @@ def _signature(mod: nn.Module, slots: Sequence[_Slot]
                     continue
                 if isinstance(v, _PLAIN) or (isinstance(v, tuple) and all(
                         isinstance(x, _PLAIN) for x in v)):
-                    if sub:
-                        state.append((k, v))
-                    else:
-                        state.append((k, type(v)))
-                        own[k] = (type(v), v)
+                    state.append((k, v))
                     kind.append((k, _sizes_left_out(v)))
                 elif isinstance(v, (dict, list, set)):
                     if v:
-                        return None, None, {}
+                        return None, None
                 else:
                     state.append((k, type(v), id(v)))
                     kind.append(state[-1])
@@ -68,8 +56,8 @@ def _signature(mod: nn.Module, slots: Sequence[_Slot]
         hash(key)
         hash(alike)
     except TypeError:
-        return None, None, {}
-    return key, alike, own
+        return None, None
+    return key, alike
 
 
 def _sizes_left_out(v: Any) -> Any:
