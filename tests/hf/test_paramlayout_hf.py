@@ -34,3 +34,19 @@ def test_changed_shapes_count_heads_and_head_dims_crosswise(
         family: str, tiny: Callable[..., torch.nn.Module]) -> None:
     m = tiny(family)
     assert_shapes_counted(fxsym.paramlayout.layout(m, fxsym.analyze(m)))
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "qwen3", "llama4_text", "zamba2"])
+def test_layers_that_differ_each_get_their_own_layout(family: str) -> None:
+    """Decoder layers alike in their tensors but not in what they do (gemma3's sliding and
+    global attention, qwen3's window up to ``max_window_layers``, llama4's chunked layers
+    without rope, zamba2's shared attention called from several layers): the layout equals
+    the oracle's (a trial resize of whole-model probe copies), so nothing found for one
+    layer stands for another."""
+    import transformers
+    from ckpt_helpers import LAYERED, tiny_config
+
+    torch.manual_seed(0)
+    config = tiny_config(family, num_hidden_layers=4, **LAYERED[family])
+    m = transformers.AutoModelForCausalLM.from_config(config).eval()
+    assert_same_layout(m, fxsym.analyze(m))
