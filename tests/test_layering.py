@@ -65,6 +65,7 @@ WORKFLOW = [
     "request",     # one prune request, its options checked together once (no torch)
     "console",     # tables and progress: rich at a terminal, plain text otherwise
     "phases",      # where a long call's time goes: its steps timed when asked
+    "collector",   # the garbage collector skips the objects alive before a long run
     "spans",       # a safetensors tensor as a byte range, copied by the kernel
     "lockstep",    # batches run through a model together, held at the entry of its blocks
     "embeddings",  # which parameters are embedding tables (read by integer inputs)
@@ -97,6 +98,7 @@ ALLOWED: dict[str, set[str]] = {
     "request": {"declarations", "errors", "options", "paths"},
     "console": set(),
     "phases": set(),
+    "collector": set(),
     "memo": set(),
     "spans": {"errors"},
     "modstate": set(),
@@ -120,8 +122,8 @@ ALLOWED: dict[str, set[str]] = {
                "paramlayout", "planning", "plugins", "roles", "shortlist", "symbols"},
     "persist": {"analysis", "depth", "errors", "modstate", "paths", "planning", "plugins",
                 "symbols"},
-    "checkpoint": {"analysis", "depth", "errors", "importance", "memo", "paths", "persist",
-                   "phases", "planning", "plugins", "request", "search", "spans"},
+    "checkpoint": {"analysis", "collector", "depth", "errors", "importance", "memo", "paths",
+                   "persist", "phases", "planning", "plugins", "request", "search", "spans"},
     "oracles": {"analysis", "errors", "modstate", "paramlayout", "resizing", "symbols"},
     # the tracer only inside optimize()
     "passes": {"errors", "modstate", "naming", "plugins", "registry"},

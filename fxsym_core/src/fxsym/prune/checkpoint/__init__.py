@@ -40,7 +40,7 @@ The package's modules import one another downward in this order: ``reader``,
 ``writing``, ``output``, ``run`` (``tests/test_layering.py`` checks it). This ``__init__``
 only gives their public names.
 
-Imports from fxsym: analysis, depth, errors, importance, memo, paths, persist, phases,
+Imports from fxsym: analysis, collector, depth, errors, importance, memo, paths, persist, phases,
 planning, plugins, request, search, spans (console and lockstep inside functions).
 """
 

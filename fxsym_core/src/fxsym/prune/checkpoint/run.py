@@ -8,8 +8,8 @@ headers checked against the meta model (:mod:`.tensors`), then analysis, importa
 meta model, and the weights (:mod:`.writing`) and other files written into a directory put in
 place atomically (:func:`fxsym.prune.persist.replace_directory`).
 
-Imports from fxsym: analysis, depth, errors, importance, memo, persist, phases, planning,
-request, search.
+Imports from fxsym: analysis, collector, depth, errors, importance, memo, persist, phases,
+planning, request, search.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ...errors import (
 )
 from ...memo import one_run
 from ...plugins.analysis_options import declared_options
+from ..collector import old_objects_frozen
 from ..depth import choose_blocks, renamed
 from ..importance import layout
 from ..paths import writing
@@ -172,7 +173,7 @@ def prune_checkpoint(
         shortlist=None if shortlist == SHORTLIST else "all" if shortlist is None else shortlist,
         force=force)
     checked = _checked(directory, output, request, options)
-    with writing(output, error=CheckpointError):
+    with writing(output, error=CheckpointError), old_objects_frozen():
         return _prune(directory, output, checked, progress=progress, status=status)
 
 
