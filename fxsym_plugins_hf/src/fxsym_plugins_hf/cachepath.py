@@ -18,16 +18,35 @@ hold theirs. The analysis cannot prove such a group safe, so it is tried:
   unequal and ratios change, since RWKV's hidden size and attention widths each break its
   cache alone but not together), rounded down to :attr:`fxsym.SymGroup.step`, not under
   ``min_size``;
-* a size the forward itself refuses without a cache (an odd width a complex view splits in
-  pairs, which breaks every path: no finding about the cache) is replaced by the group's next
-  trial size that runs (:func:`_runnable`), the group left out where none does;
+* a finding is about the cache only where the forward without a cache, run on the resized
+  copy (the mask builders skipping their checks of values, as in the trace:
+  :func:`.masks.meta_counts_as_traced`), runs with the same sizes. A size it refuses too (an
+  odd width a complex view splits in pairs, which breaks every path) is replaced by the
+  group's next trial size that runs (:func:`_runnable`); a group none of whose trial sizes
+  runs is left out, not pinned, and a report line names it as not tried; groups that fail the
+  cached path only together, where that forward fails with them together too, are not pinned
+  and a report line gives both errors;
+* where the forward without a cache cannot run on the unresized meta copy at all (an
+  ``.item()``, a branch on values: meta tensors hold none), no size can be shown to be the
+  forward's own refusal (:func:`_in_doubt`): a report line gives that forward's error; a group
+  is pinned only where each of its trial sizes, resized alone, fails the cached path (which
+  runs unresized: at no size tried does ``generate`` run, whoever refuses it), its reason
+  saying the size may break every path; a size that fails where another of the group runs,
+  and groups failing only together, are said in that line, not pinned. In doubt, the trial
+  says what it could not tell rather than pin a group for a failure that may not be the
+  cache's;
 * the trials run under a manager of their own holding the same plugins
   (:func:`_trial_manager`): a plugin whose hook fails on a copy is never disabled for the
   caller;
 * where it fails, the unresized copy runs the path: where it cannot either (a kernel with no
   meta implementation), nothing is pinned and a report line says the path was not tried;
   else each group is resized alone to its size of the trial, and each group whose own trial
-  fails is pinned, the failure in its reason; groups that fail only together are all pinned.
+  fails is pinned, the failure in its reason; groups that fail only together are all pinned
+  (but see above); a joint failure that does not recur when tried again (a plugin's hook
+  failed on the first copy, disabled since) pins nothing and is said.
+
+What the trial could not check is one report line of the model (``<model>``, the key
+:data:`NOT_TRIED`), its parts joined by ``; ``.
 
 A trial sees what fails (a shape the cache disagrees with, a check that raises); it does not
 compare values, so a cached path that reads a stale size and still runs is not seen, nor a
@@ -54,16 +73,18 @@ from torch import nn
 import fxsym
 
 from .context import model_configs, traceable_kernels
+from .masks import meta_counts_as_traced
 from .trialkey import trial_key
 
-#: the keyword under which ``untraced_paths`` notes that the path could not be tried
+#: the keyword under which ``untraced_paths`` says what the trial could not check
 NOT_TRIED = ""
 
 
 def untraced_paths(model: nn.Module, symmap: Any, example_inputs: Any) -> dict[str, str]:
     """``{group name: reason}`` for each searchable group of ``symmap`` whose trial resize
-    breaks ``model``'s cached path (see the module docstring); ``{NOT_TRIED: why}`` when the
-    unresized model cannot run that path on meta tensors."""
+    breaks ``model``'s cached path (see the module docstring), and ``NOT_TRIED: why`` when what
+    the trial could not check is to be said: the unresized model cannot run that path on meta
+    tensors, nor its forward without a cache, or some groups were not tried."""
     ids = _input_ids(model, example_inputs)
     groups = [g for g in symmap.groups() if g.size >= 2]
     if ids is None or not groups:
@@ -113,17 +134,27 @@ def _untraced(model: nn.Module, symmap: Any, groups: Sequence[Any], ids: torch.T
     # ones); the path's shapes are the same without it
     others = {k: v for k, v in example_inputs.items() if k not in ("input_ids", "attention_mask")}
     sizes = _apart(groups)
-    if not sizes or _try(model, symmap, sizes, ids, others) is None:
+    if not sizes or (joint := _try(model, symmap, sizes, ids, others)) is None:
         return {}
     failure = _try(model, symmap, {}, ids, others)
     if failure is not None:
         return {NOT_TRIED: f"the cached path (use_cache=True, one decode step, as generate "
                            f"runs it) does not run on meta tensors ({failure}): no resize "
                            "was tried on it"}
+    plain = _try(model, symmap, {}, ids, others, cached=False)
+    if plain is not None:
+        return _in_doubt(model, symmap, groups, sizes, ids, others, plain)
+    notes: list[str] = []
     if _try(model, symmap, sizes, ids, others, cached=False) is not None:
-        sizes = _runnable(model, symmap, groups, sizes, ids, others)
-        if not sizes or _try(model, symmap, sizes, ids, others) is None:
-            return {}
+        runnable = _runnable(model, symmap, groups, sizes, ids, others)
+        untried = [name for name in sizes if name not in runnable]
+        if untried:
+            notes.append(f"{_CACHED} was not tried for {', '.join(untried)}: the forward "
+                         "without a cache fails on a meta copy at each of their trial sizes; "
+                         "they are not pinned")
+        sizes = runnable
+        if not sizes or (joint := _try(model, symmap, sizes, ids, others)) is None:
+            return _said(notes)
     size_of = {g.name: g.size for g in groups}
     found: dict[str, str] = {}
     for name, size in sizes.items():
@@ -131,12 +162,75 @@ def _untraced(model: nn.Module, symmap: Any, groups: Sequence[Any], ids: torch.T
         if failure is not None:
             found[name] = (f"resized from {size_of[name]} to {size} units (a trial on a meta "
                            f"copy), {_CACHED} fails: {failure}")
-    if not found:  # each one runs alone, not all of them together
-        failure = _try(model, symmap, sizes, ids, others) or "fails"
-        found = {name: (f"resized from {size_of[name]} to {size} units with every group "
-                        f"resized (a trial on a meta copy), {_CACHED} fails: {failure}")
-                 for name, size in sizes.items()}
-    return found
+    if found:
+        return {**_said(notes), **found}
+    # each one runs alone, not all of them together
+    together = ", ".join(f"{name} to {size}" for name, size in sizes.items())
+    failure = _try(model, symmap, sizes, ids, others)
+    if failure is None:  # a plugin whose hook failed on the first copy is disabled since
+        notes.append(f"{_CACHED} failed with {together} units ({joint}), not when tried "
+                     "again: nothing is pinned")
+        return _said(notes)
+    refused = _try(model, symmap, sizes, ids, others, cached=False)
+    if refused is not None:
+        notes.append(f"with {together} units, {_CACHED} fails ({failure}) and so does the "
+                     f"forward without a cache on the meta copy ({refused}): no finding about "
+                     "the cache; each alone runs the cached path, nothing is pinned")
+        return _said(notes)
+    return {**_said(notes), **{
+        name: (f"resized from {size_of[name]} to {size} units with every group resized (a "
+               f"trial on a meta copy), {_CACHED} fails: {failure}")
+        for name, size in sizes.items()}}
+
+
+def _in_doubt(model: nn.Module, symmap: Any, groups: Sequence[Any], sizes: Mapping[str, int],
+              ids: torch.Tensor, others: Mapping[str, Any], plain: str) -> dict[str, str]:
+    """The trial where the forward without a cache cannot run on the unresized meta copy
+    (``plain``, its error): no size can be shown to be one the forward refuses on every path.
+    A group is pinned where each of its trial sizes, alone, fails the cached path (which runs
+    unresized: whatever it is, that size breaks ``generate``); where one size fails and
+    another runs, and where groups fail only together, it is said, not pinned."""
+    notes = [f"the model's forward without a cache does not run on meta tensors ({plain}): "
+             f"the trial cannot tell a size the forward refuses on every path from one "
+             f"{_CACHED} disagrees with; a group is pinned only where each of its trial sizes "
+             "fails the cached path"]
+    found: dict[str, str] = {}
+    ran: dict[str, int] = {}
+    for g in groups:
+        if g.name not in sizes:
+            continue
+        tried = _trial_sizes(g, sizes[g.name])
+        failure = _try(model, symmap, {g.name: tried[0]}, ids, others)
+        if failure is None:
+            ran[g.name] = tried[0]
+            continue
+        size = next((s for s in tried[1:]
+                     if _try(model, symmap, {g.name: s}, ids, others) is None), None)
+        if size is None:
+            found[g.name] = (f"resized from {g.size} to each of {_listed(tried)} units (trials "
+                             f"on a meta copy), {_CACHED} fails: {failure} (the forward "
+                             "without a cache cannot run on meta tensors here: each size may "
+                             "break every path, not only the cached one)")
+        else:
+            notes.append(f"{g.name} resized from {g.size} to {tried[0]} units fails {_CACHED} "
+                         f"({failure}), not at {size}: not pinned, the size may be one the "
+                         "forward refuses on every path")
+            ran[g.name] = size
+    if len(ran) > 1 and (failure := _try(model, symmap, ran, ids, others)) is not None:
+        notes.append(f"with {', '.join(f'{n} to {s}' for n, s in ran.items())} units, "
+                     f"{_CACHED} fails ({failure}) while each alone runs it: not pinned, the "
+                     "sizes together may break every path")
+    return {**_said(notes), **found}
+
+
+def _said(notes: Sequence[str]) -> dict[str, str]:
+    """The ``<model>`` report line of what the trial could not check, if anything."""
+    return {NOT_TRIED: "; ".join(notes)} if notes else {}
+
+
+def _listed(sizes: Sequence[int]) -> str:
+    return ", ".join(map(str, sizes[:-1])) + f" and {sizes[-1]}" if len(sizes) > 1 else str(
+        sizes[0])
 
 
 _CACHED = ("the model's cached forward (use_cache=True then one decode step, as generate runs "
@@ -178,13 +272,18 @@ def _runnable(model: nn.Module, symmap: Any, groups: Sequence[Any], sizes: Mappi
     for g in groups:
         if g.name not in sizes:
             continue
-        tried = [sizes[g.name]] + [s for f in _FRACTIONS
-                                   if (s := _rounded(g, round(g.size * f))) is not None]
-        for size in dict.fromkeys(tried):
+        for size in _trial_sizes(g, sizes[g.name]):
             if _try(model, symmap, {g.name: size}, ids, others, cached=False) is None:
                 out[g.name] = size
                 break
     return out
+
+
+def _trial_sizes(group: Any, first: int) -> list[int]:
+    """``first``, then the group's other trial sizes (each fraction of its size, rounded)."""
+    return list(dict.fromkeys([first] + [s for f in _FRACTIONS
+                                         if (s := _rounded(group, round(group.size * f)))
+                                         is not None]))
 
 
 def _input_ids(model: nn.Module, example_inputs: Any) -> torch.Tensor | None:
@@ -230,8 +329,8 @@ def _try(model: nn.Module, symmap: Any, sizes: Mapping[str, int], ids: torch.Ten
             with traceable_kernels(model_configs(clone)):
                 if cached:
                     _cached_path(clone, ids.to("meta"), _to_meta(dict(others)))
-                else:
-                    with torch.no_grad():
+                else:  # the mask builders skip their checks of values, as in the trace
+                    with torch.no_grad(), meta_counts_as_traced():
                         clone(input_ids=ids.to("meta"), use_cache=False,
                               **_to_meta(dict(others)))
     except Exception as exc:  # what the path raised is the answer

@@ -64,7 +64,7 @@ class MaskLeaf:
 
     def __call__(self, **traced: Any) -> Any:
         if any(isinstance(v, torch.Tensor) and v.is_meta for v in traced.values()):
-            with _meta_is_tracing():
+            with meta_counts_as_traced():
                 return self.builder(**self.static, **traced)
         return self.builder(**self.static, **traced)
 
@@ -73,10 +73,10 @@ class MaskLeaf:
 
 
 @contextmanager
-def _meta_is_tracing() -> Iterator[None]:
-    """While a mask's trace-time value is computed, meta tensors count as traced: the
-    builders then skip their data-dependent shortcuts (``(mask[:, -1] == 0).all()``), as
-    they do for fx proxies."""
+def meta_counts_as_traced() -> Iterator[None]:
+    """While a mask's trace-time value is computed (or :mod:`.cachepath`'s forward without a
+    cache runs a meta copy), meta tensors count as traced: the builders then skip their
+    data-dependent shortcuts (``(mask[:, -1] == 0).all()``), as they do for fx proxies."""
     import transformers.masking_utils as mu
 
     namespace = vars(mu)  # the builders look up ``is_tracing`` here (imported, not exported)
