@@ -16,7 +16,9 @@ only together, are said, not pinned. Groups failing only together where the forw
 cache fails too are said, not pinned (no finding about the cache). The models: RWKV, whose
 recurrent state is sized by the hidden size (its hidden size and attention widths break
 ``generate``), and Llama, each with forward pre-hooks (part of the program: the trace runs
-them) that check the input's values without a cache or a width with one; PhiMoE.
+them) that check the input's values without a cache or a width with one; PhiMoE, whose
+rotary embedding reads the config at every forward (the trial inside ``analyze`` must see the
+fields the forward reads, as the resize after it does).
 """
 
 from __future__ import annotations
@@ -224,26 +226,48 @@ def test_a_decoders_cache_is_checked_though_it_builds_its_mask_from_positions() 
     assert _lines(fxsym.analyze(model, example_inputs={"input_ids": IDS})) == {}
 
 
+def _refuses_both_narrow(module: Any, args: Any) -> None:
+    """On every path, refuse the first layer with both its MLP and its queries narrowed."""
+    if module.mlp.gate_proj.out_features < 128 and module.self_attn.q_proj.out_features < 64:
+        raise ValueError("the first MLP and the first queries cannot both shrink")
+
+
 @pytest.mark.filterwarnings("ignore::fxsym.ResizeWarning")
 def test_groups_failing_together_on_both_paths_are_said_not_pinned() -> None:
-    """PhiMoE's meta copy with every group resized fails the cached path and the forward
-    without a cache alike, each group alone runs both: no finding about the cache, so nothing
-    is pinned and the ``<model>`` line says so, with both errors. The real model resized to
-    those sizes generates as greedy decoding.
-
-    Before (6d6fb80's trial): no line, the joint trial unchecked; with ccd4259's, every group
-    pinned ('no group of the model holds experts per layer')."""
-    model = build_moe("phimoe")  # float32: the grouped-mm experts kernel takes no float64
-    ids = torch.tensor([[1, 5, 9, 12, 40, 7, 3, 22]] * 2)
-    sm = fxsym.analyze(model, example_inputs={"input_ids": ids})
+    """A Llama whose first layer refuses, with a cache or without, its MLP and its queries
+    narrowed together (each alone runs both paths): no finding about the cache, so nothing is
+    pinned and the ``<model>`` line says so, with both errors; the groups that fail together
+    stay groups and each group halved generates as greedy decoding. ccd4259's trial pinned
+    every group of such a model."""
+    model = _llama()
+    model.model.layers[0].register_forward_pre_hook(_refuses_both_narrow)
+    sm = fxsym.analyze(model)
     lines = _lines(sm)
     assert set(lines) == {"<model>"}, lines
     line = lines["<model>"]
     assert "and so does the forward without a cache on the meta copy" in line
-    assert "nothing is pinned" in line
-    sizes = dict(re.findall(r"([\w.:#]+) to (\d+)", line.split(" units, ")[0]))
+    assert "cannot both shrink" in line and "nothing is pinned" in line
+    names = {g.name for g in sm.groups()}
+    assert {"model.layers.0.mlp.gate_proj.out_features", "model.layers.0.self_attn.heads",
+            "model.layers.0.self_attn.queries_per_kv"} <= names, names
+    _each_group_halved_generates_as_greedy_decoding(model, sm)
+
+
+@pytest.mark.filterwarnings("ignore::fxsym.ResizeWarning")
+def test_the_trial_sees_the_config_fields_the_forward_reads() -> None:
+    """PhiMoE's rotary embedding recomputes its frequencies from ``config.hidden_size //
+    config.num_attention_heads`` at every forward, so the resize leaves those fields as they
+    are; the trial's resize inside ``analyze`` must know it too (the analysis' graph is on the
+    SymMap the hooks get). Before, it wrote them on the meta copy, the head dim it gave the
+    rotary embedding no longer matched the queries', and a ``<model>`` line reported a joint
+    failure the resized model does not have. The real model resized as the trial does (every
+    group to about half) generates as greedy decoding."""
+    model = build_moe("phimoe")  # float32: the grouped-mm experts kernel takes no float64
+    ids = torch.tensor([[1, 5, 9, 12, 40, 7, 3, 22]] * 2)
+    sm = fxsym.analyze(model, example_inputs={"input_ids": ids})
+    assert _lines(sm) == {}
     groups = {g.name: g.size for g in sm.groups()}
-    assert set(sizes) == set(groups) and len(groups) >= 8
+    assert len(groups) >= 8
     resized, resized_map = copy.deepcopy((model, sm))
-    fxsym.resize(resized, resized_map, {name: int(n) for name, n in sizes.items()})
+    fxsym.resize(resized, resized_map, {name: max(1, n // 2) for name, n in groups.items()})
     assert torch.equal(_generate(resized), _greedy(resized))

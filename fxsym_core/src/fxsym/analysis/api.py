@@ -75,6 +75,7 @@ def analyze(
         contract, strict = _contract(model, outputs)
         symmap = SymMap(model)
         symmap.analysis_options = dict(options)
+        symmap.graph_module = gm  # the plugins' hooks below read the graph (attributes read)
         report = gm.trace_report
         assert isinstance(report, TraceReport), "fxsym.trace sets a TraceReport on its result"
         analyzer = analyze_graph(gm, symmap, report, contract, strict)
@@ -84,6 +85,7 @@ def analyze(
         if _pin_untraced_paths(model, symmap, analyzer, gm.example_inputs):
             symmap = SymMap(model)  # the groups again, from the table with those pinned
             symmap.analysis_options = dict(options)
+            symmap.graph_module = gm
             _finish(symmap, analyzer)
             _find_steps(model, symmap)
         _mark_details(analyzer)
@@ -94,7 +96,6 @@ def analyze(
         symmap.derived_state = settle_derived(getattr(gm, "derived_state", {}),
                                               getattr(gm, "derived_writes", {}), analyzer.env,
                                               analyzer.table, analyzer.model_modules)
-        symmap.graph_module = gm
         symmap.output_contract = analyzer.contract
         return symmap
 

@@ -314,8 +314,9 @@ class UntracedPathsHook(Protocol):
         safe: :func:`fxsym.analyze` pins each (constant, its reason in the group table and an
         ``untraced-path`` trace-report line). A key naming no group is a line of the report
         only (``""``: the model's, "the path could not be tried"). Called once per analysis
-        with the example inputs traced, after the groups and their steps are found; it must
-        not change the model.
+        with the example inputs traced, after the groups and their steps are found (``symmap``
+        holds the traced graph, ``symmap.graph``, as ``fxsym_group_steps``' does); it must not
+        change the model.
         """
 
 
