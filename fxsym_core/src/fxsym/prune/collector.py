@@ -4,7 +4,9 @@ A full (generation-2) collection scans every tracked object of the process. Afte
 of a transformers model (torch, transformers, the modeling module) a process holds some 440k of
 them, and a full collection costs 0.6-1.0 s of CPU on a 2-core machine; the objects a prune
 creates (traces, meta models, plans) trigger one or more, where a plain ``from_pretrained``
-and forward trigger none. Those old objects are the caller's and the libraries': a run
+and forward trigger none. The analysis pauses the collector while it runs
+(:func:`fxsym.tracer.guard.gc_paused`); what it left alive triggers that collection soon
+after, in the prune's next step. Those old objects are the caller's and the libraries': a run
 neither frees nor creates cycles among them, so scanning them finds nothing.
 
 :func:`old_objects_frozen` moves them out of the collector's sight for the run
